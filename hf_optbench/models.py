@@ -1,0 +1,163 @@
+"""GPT-2 models built from scratch: the size table, embedding resize to the tokenizer, attention choice.
+
+Why from a config and not ``from_pretrained``: the benchmark pretrains, so every optimizer must start from the
+same random init (seeded by the Trainer) on the same shapes. An optional ``init_from`` starts from a checkpoint
+instead (seed 001 found that useful for quick sanity runs).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import OptBenchError
+
+if TYPE_CHECKING:  # torch/transformers imported lazily: this module is imported by config validation
+    import torch
+    from transformers import GPT2LMHeadModel
+
+# Published GPT-2 shapes (Radford et al. 2019, Table 2; the HF `gpt2*` configs), plus three CPU shapes that keep
+# GPT-2's head width ratio so the CPU sweep spans a 10x range of parameter counts in minutes on 2 cores.
+GPT2_SIZES: dict[str, dict[str, int]] = {
+    "tiny": {"n_layer": 2, "n_head": 2, "n_embd": 64},
+    "mini": {"n_layer": 4, "n_head": 4, "n_embd": 128},
+    "midi": {"n_layer": 6, "n_head": 6, "n_embd": 192},
+    "gpt2": {"n_layer": 12, "n_head": 12, "n_embd": 768},  # 124M
+    "gpt2-medium": {"n_layer": 24, "n_head": 16, "n_embd": 1024},  # 355M
+    "gpt2-large": {"n_layer": 36, "n_head": 20, "n_embd": 1280},  # 774M
+    "gpt2-xl": {"n_layer": 48, "n_head": 25, "n_embd": 1600},  # 1.5B
+}
+SIZE_ALIASES = {"gpt2-base": "gpt2", "gpt2-small": "gpt2", "124m": "gpt2", "355m": "gpt2-medium",
+                "774m": "gpt2-large", "1.5b": "gpt2-xl"}
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3")
+
+
+def resolve_size(name: str) -> str:
+    """Canonical size name for ``name`` (aliases allowed); OptBenchError listing the sizes otherwise."""
+    key = str(name).strip().lower()
+    key = SIZE_ALIASES.get(key, key)
+    if key not in GPT2_SIZES:
+        import difflib
+
+        known = sorted(GPT2_SIZES) + sorted(SIZE_ALIASES)
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise OptBenchError(f"unknown model_size '{name}'.{hint} Choose one of: {', '.join(known)}.")
+    return key
+
+
+def padded_vocab_size(vocab_size: int, multiple: int) -> int:
+    """``vocab_size`` rounded up to ``multiple`` (nanoGPT pads GPT-2's 50257 to 50304 for faster matmuls)."""
+    if multiple <= 1:
+        return vocab_size
+    return ((vocab_size + multiple - 1) // multiple) * multiple
+
+
+def build_config(
+    size: str,
+    vocab_size: int,
+    *,
+    n_positions: int = 1024,
+    bos_token_id: int | None = None,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+    attn_implementation: str = "sdpa",
+    dropout: float = 0.0,
+) -> Any:
+    """The GPT2Config for a size. Dropout 0 by default: pretraining runs see each token about once
+    (nanoGPT's train_gpt2 and the Chinchilla-style runs use no dropout)."""
+    from transformers import GPT2Config
+
+    if attn_implementation not in ATTN_IMPLEMENTATIONS:
+        raise OptBenchError(
+            f"unknown attn_implementation '{attn_implementation}'. Choose one of: {', '.join(ATTN_IMPLEMENTATIONS)}."
+        )
+    shape = GPT2_SIZES[resolve_size(size)]
+    cfg = GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=n_positions,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
+        use_cache=False,
+        tie_word_embeddings=True,
+        # GPT2Config defaults bos/eos to 50256 (the English GPT-2 vocab): take them from the tokenizer instead.
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        **shape,
+    )
+    # transformers 5: the attention implementation lives on the config (GPT2LMHeadModel(cfg, attn_implementation=)
+    # is a TypeError).
+    cfg._attn_implementation = attn_implementation
+    return cfg
+
+
+def build_model(
+    size: str,
+    vocab_size: int,
+    *,
+    n_positions: int = 1024,
+    bos_token_id: int | None = None,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+    attn_implementation: str = "sdpa",
+    pad_vocab_to_multiple_of: int = 64,
+    init_from: str | None = None,
+    dropout: float = 0.0,
+) -> GPT2LMHeadModel:
+    """A GPT2LMHeadModel of ``size`` whose (tied) token embedding covers ``vocab_size`` tokens.
+
+    The embedding is resized with ``resize_token_embeddings(vocab_size, pad_to_multiple_of=...)`` as the seed
+    asks ("resize token embedding to align with gpt2-base-thai"): 50,266 Thai tokens -> 50,304 rows.
+    With ``init_from`` (a Hub id or local directory) the weights come from that checkpoint instead.
+    """
+    from transformers import AutoModelForCausalLM, GPT2LMHeadModel
+
+    if vocab_size <= 0:
+        raise OptBenchError(f"vocab_size must be positive, got {vocab_size}.")
+    if init_from:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(init_from, attn_implementation=attn_implementation)
+        except OSError as exc:
+            raise OptBenchError(
+                f"cannot load init_from='{init_from}': {exc}. Pass a local directory holding config.json and "
+                "model.safetensors, or leave init_from empty to train from scratch."
+            ) from exc
+        model.config.use_cache = False
+    else:
+        # Build at the tokenizer's exact length, then resize: the same code path the seed describes for a
+        # pretrained English GPT-2, and it leaves the padding rows' init identical to transformers' own resize.
+        cfg = build_config(
+            size,
+            vocab_size,
+            n_positions=n_positions,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+            attn_implementation=attn_implementation,
+            dropout=dropout,
+        )
+        model = GPT2LMHeadModel(cfg)
+    if pad_vocab_to_multiple_of > 1 or model.get_input_embeddings().num_embeddings != vocab_size:
+        model.resize_token_embeddings(vocab_size, pad_to_multiple_of=max(pad_vocab_to_multiple_of, 1))
+    return model
+
+
+def count_parameters(model: torch.nn.Module, exclude_embeddings: bool = False) -> int:
+    """Unique parameters (tied weights counted once); optionally without token and position embeddings,
+    as in Kaplan et al. 2020's non-embedding N."""
+    import torch
+
+    seen: set[int] = set()
+    total = 0
+    skip: set[int] = set()
+    if exclude_embeddings:
+        for module in model.modules():
+            if isinstance(module, torch.nn.Embedding):
+                skip.add(id(module.weight))
+    for p in model.parameters():
+        if id(p) in seen or id(p) in skip:
+            continue
+        seen.add(id(p))
+        total += p.numel()
+    return total

@@ -1,0 +1,342 @@
+"""One benchmark run: recipe -> GPT-2 from scratch -> Trainer with our optimizer and callbacks -> run directory.
+
+    python -m hf_optbench.run recipes/quickstart_cpu.yaml --optimizer lion --max_steps 100
+    accelerate launch --config_file accelerate_configs/t4x2_ddp.yaml -m hf_optbench.run recipes/lion_gpt2_large.yaml
+    hf-optbench run recipes/quickstart_cpu.yaml
+
+The optimizer and schedule are built here and handed to a stock ``transformers.Trainer`` through
+``optimizers=(optimizer, scheduler)``: no Trainer subclass, so every Trainer feature (accumulation, mixed
+precision, DDP/DeepSpeed through Accelerate, checkpoints, report_to) keeps working unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import RunConfig, parse_args
+from .errors import OptBenchError
+
+RUN_FILES = ("summary.json", "metrics.jsonl", "config.yaml", "trainer_state.json", "README.md")
+
+
+@dataclass
+class Prepared:
+    """What a recipe resolves to before training: tools such as find-lr reuse it without a Trainer."""
+
+    model: Any
+    train_dataset: Any
+    eval_dataset: Any
+    data_collator: Any
+    tokenizer: Any
+    bundle: Any
+
+
+def resolve_hyperparameters(cfg: RunConfig) -> dict[str, Any]:
+    """Fill learning_rate / weight_decay / max_grad_norm the user did not set: tuned file first, else the
+    optimizer registry's cited default for this model size. Returns {key: (value, source)} for the summary."""
+    from .optimizers import lookup_tuned, optimizer_defaults
+
+    defaults = optimizer_defaults(cfg.optim.optimizer, cfg.model.model_size)
+    tuned = {}
+    if cfg.optim.tuned_hparams_file:
+        tuned = lookup_tuned(cfg.optim.tuned_hparams_file, cfg.optim.optimizer, cfg.model.model_size) or {}
+    chosen: dict[str, Any] = {}
+    for key in ("learning_rate", "weight_decay", "max_grad_norm"):
+        if key in cfg.explicit:
+            chosen[key] = {"value": getattr(cfg.training, key), "source": "user"}
+        elif key in tuned:
+            setattr(cfg.training, key, tuned[key])
+            chosen[key] = {"value": tuned[key], "source": f"tuned: {cfg.optim.tuned_hparams_file}"}
+        elif key in defaults:
+            setattr(cfg.training, key, defaults[key])
+            chosen[key] = {"value": defaults[key], "source": defaults.get("source", "registry default")}
+        else:
+            chosen[key] = {"value": getattr(cfg.training, key), "source": "transformers default"}
+    return chosen
+
+
+def prepare(cfg: RunConfig) -> Prepared:
+    """Tokenizer + packed datasets + a freshly initialised model, all from the recipe."""
+    from transformers import default_data_collator, set_seed
+
+    from .data import prepare_data
+    from .models import build_model
+
+    n_positions = cfg.model.n_positions or cfg.data.block_size
+    bundle = prepare_data(cfg.data, n_positions=n_positions)
+    set_seed(cfg.training.seed)  # the init depends only on the seed, not on what data loading consumed
+    model = build_model(
+        cfg.model.model_size,
+        bundle.vocab_size,
+        n_positions=n_positions,
+        bos_token_id=bundle.bos_token_id,
+        eos_token_id=bundle.eos_token_id,
+        pad_token_id=bundle.pad_token_id,
+        attn_implementation=cfg.model.attn_implementation,
+        pad_vocab_to_multiple_of=cfg.model.pad_vocab_to_multiple_of,
+        init_from=cfg.model.init_from,
+        dropout=cfg.model.dropout,
+    )
+    return Prepared(model, bundle.train, bundle.eval, default_data_collator, bundle.tokenizer, bundle)
+
+
+def git_state(path: Path | None = None) -> dict[str, Any]:
+    """Commit of the code that ran and whether its tree had uncommitted changes (None outside git)."""
+    where = path or Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
+                                timeout=10)
+        if commit.returncode != 0:
+            return {"commit": None, "dirty": None}
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                                capture_output=True, text=True, timeout=10)
+        return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def environment() -> dict[str, Any]:
+    """Versions and devices a reader needs to reproduce the figures."""
+    from importlib import metadata
+
+    import torch
+
+    versions = {}
+    for pkg in ("hf_optbench", "torch", "transformers", "accelerate", "datasets", "tokenizers", "evaluate",
+                "bitsandbytes", "lion-pytorch", "schedulefree", "pytorch-optimizer", "deepspeed", "wandb"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    cuda = torch.cuda.is_available()
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": versions,
+        "torch_cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name(0) if cuda else f"cpu ({platform.processor() or platform.machine()})",
+        "device_count": torch.cuda.device_count() if cuda else 1,
+        "cpu_threads": torch.get_num_threads(),
+    }
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _write_config(cfg: RunConfig, out: Path, hparams: dict[str, Any]) -> None:
+    import yaml
+
+    from .hub import scrub_secrets
+
+    resolved = scrub_secrets(cfg.to_dict())
+    resolved["_hyperparameter_sources"] = {k: v["source"] for k, v in hparams.items()}
+    (out / "config.yaml").write_text(
+        "# Resolved configuration of this run (recipe + CLI + defaults); secrets removed.\n"
+        + yaml.safe_dump(json.loads(json.dumps(resolved, default=str)), sort_keys=True),
+        encoding="utf-8",
+    )
+
+
+def _clear_previous(out: Path) -> None:
+    """--overwrite_output_dir: remove what a previous run wrote (only hf_optbench/Trainer outputs)."""
+    for name in RUN_FILES:
+        (out / name).unlink(missing_ok=True)
+    for child in out.glob("checkpoint-*"):
+        shutil.rmtree(child, ignore_errors=True)
+
+
+def _last_log(log_history: list[dict[str, Any]], key: str) -> float | None:
+    for row in reversed(log_history):
+        if key in row:
+            return row[key]
+    return None
+
+
+def train(cfg: RunConfig) -> dict[str, Any]:
+    """Run one benchmark run and return its summary (also written to ``output_dir/summary.json``)."""
+    import torch
+    from transformers import Trainer
+
+    from .callbacks import default_callbacks
+    from .metrics import flops_per_token
+    from .models import count_parameters
+    from .optimizers import build_optimizer, describe_optimizer, is_schedule_free
+    from .schedules import build_scheduler
+
+    args = cfg.training
+    out = Path(args.output_dir)
+    git = git_state()
+    if cfg.run.require_clean_git and git["dirty"]:
+        raise OptBenchError(
+            "require_clean_git is set and the hf_optbench source tree has uncommitted changes: commit them, "
+            "or drop --require_clean_git."
+        )
+    hparams = resolve_hyperparameters(cfg)
+    resume = args.resume_from_checkpoint
+    if isinstance(resume, str) and resume.lower() in ("true", "false"):
+        resume = resume.lower() == "true"
+    if resume is True and not any(out.glob("checkpoint-*")):
+        raise OptBenchError(
+            f"--resume_from_checkpoint true but '{out}' holds no checkpoint-* folder: start without it, or pass "
+            "the checkpoint path."
+        )
+
+    prepared = prepare(cfg)
+    model = prepared.model
+    optimizer = build_optimizer(
+        cfg.optim.optimizer,
+        model,
+        lr=args.learning_rate,
+        weight_decay=args.weight_decay,
+        model_size=cfg.model.model_size,
+        embedding_state_32bit=cfg.optim.embedding_state_32bit,
+        **cfg.optim.kwargs(),
+    )
+    schedule_free = is_schedule_free(optimizer)
+    schedule = "none" if schedule_free else cfg.optim.schedule
+    scheduler = build_scheduler(
+        schedule,
+        optimizer,
+        num_training_steps=args.max_steps,
+        warmup_steps=args.warmup_steps,
+        min_lr_ratio=cfg.optim.min_lr_ratio,
+        **cfg.optim.schedule_kwargs_dict(),
+    )
+
+    world_size = args.world_size
+    tokens_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * world_size \
+        * cfg.data.block_size
+    fpt = flops_per_token(model.config, seq_len=cfg.data.block_size)
+    callbacks = default_callbacks(cfg.bench, str(out), tokens_per_step=tokens_per_step, flops_per_token=fpt,
+                                  resume=bool(resume))
+    if schedule_free:
+        from .schedule_free import ScheduleFreeModeCallback
+
+        callbacks.append(ScheduleFreeModeCallback())
+    recorder = next(c for c in callbacks if hasattr(c, "summary"))
+
+    is_main = args.process_index == 0
+    if is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        if cfg.run.overwrite_output_dir and not resume:
+            _clear_previous(out)
+        _write_config(cfg, out, hparams)
+
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=prepared.train_dataset,
+        eval_dataset=prepared.eval_dataset,
+        data_collator=prepared.data_collator,
+        processing_class=prepared.tokenizer,
+        optimizers=(optimizer, scheduler),
+        callbacks=callbacks,
+    )
+
+    summary: dict[str, Any] = {
+        "optimizer": cfg.optim.optimizer,
+        "optimizer_impl": describe_optimizer(optimizer),
+        "model_size": cfg.model.model_size,
+        "num_params": count_parameters(model),
+        "num_params_non_embedding": count_parameters(model, exclude_embeddings=True),
+        "vocab_size": prepared.bundle.vocab_size,
+        "embedding_rows": model.get_input_embeddings().num_embeddings,
+        "block_size": cfg.data.block_size,
+        "micro_batch_size": args.per_device_train_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "world_size": world_size,
+        "tokens_per_step": tokens_per_step,
+        "seed": args.seed,
+        "learning_rate": args.learning_rate,
+        "weight_decay": args.weight_decay,
+        "max_grad_norm": args.max_grad_norm,
+        "hyperparameter_sources": {k: v["source"] for k, v in hparams.items()},
+        "schedule": schedule,
+        "schedule_kwargs": {"warmup_steps": args.warmup_steps, "min_lr_ratio": cfg.optim.min_lr_ratio,
+                            **cfg.optim.schedule_kwargs_dict()},
+        "embedding_state_32bit": cfg.optim.embedding_state_32bit,
+        "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+        "max_steps": args.max_steps,
+        "data": prepared.bundle.info,
+        "env": environment(),
+        "git": git,
+        "recipe": cfg.recipe_path,
+        "status": "failed",
+        "error": None,
+    }
+    started = time.time()
+    try:
+        result = trainer.train(resume_from_checkpoint=resume or None)
+        summary["train_runtime_s"] = result.metrics.get("train_runtime")
+        status = recorder.status
+        last_eval_step = next((row.get("step") for row in reversed(trainer.state.log_history)
+                               if "eval_loss" in row), None)
+        has_eval = prepared.eval_dataset is not None and len(prepared.eval_dataset) > 0
+        if status != "diverged" and has_eval and last_eval_step != trainer.state.global_step:
+            trainer.evaluate()  # the final eval loss is always measured at the last step
+        summary["status"] = status
+        trainer.save_state()
+    except Exception as exc:  # recorded, then re-raised: the run's measurements so far are kept on disk
+        summary["status"] = "oom" if "out of memory" in str(exc).lower() else "failed"
+        summary["error"] = f"{type(exc).__name__}: {exc}"
+        summary["traceback"] = traceback.format_exc(limit=20)
+        summary["train_runtime_s"] = time.time() - started
+        raise
+    finally:
+        state = trainer.state
+        summary["steps"] = state.global_step
+        summary["tokens_seen"] = state.global_step * tokens_per_step
+        summary["final_train_loss"] = _last_log(state.log_history, "loss")
+        summary["final_eval_loss"] = _last_log(state.log_history, "eval_loss")
+        summary.update(recorder.summary())
+        if recorder.status == "diverged":
+            summary["status"] = "diverged"
+        if is_main:
+            _write_json_atomic(out / "summary.json", summary)
+    if is_main and cfg.run.write_model_card:
+        from .hub import write_model_card
+
+        write_model_card(out)
+    if args.push_to_hub:
+        trainer.push_to_hub(commit_message=f"hf_optbench run: {cfg.optim.optimizer} {cfg.model.model_size}")
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        # Without this, 2 of 11 CPU runs aborted with SIGABRT at exit (STACK-FACTS, distributed on CPU).
+        torch.distributed.destroy_process_group()
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``python -m hf_optbench.run`` and ``accelerate launch -m hf_optbench.run``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        from .config import make_help_parser
+
+        make_help_parser().print_help()
+        return 0
+    try:
+        cfg = parse_args(argv)
+        summary = train(cfg)
+    except OptBenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(json.dumps({k: summary.get(k) for k in ("status", "optimizer", "model_size", "num_params", "steps",
+                                                  "final_train_loss", "final_eval_loss",
+                                                  "optimizer_state_bytes", "train_runtime_s")}))
+    return 0 if summary["status"] in ("completed", "diverged") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
