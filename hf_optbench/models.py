@@ -139,7 +139,10 @@ def build_model(
         )
         model = GPT2LMHeadModel(cfg)
     if pad_vocab_to_multiple_of > 1 or model.get_input_embeddings().num_embeddings != vocab_size:
-        model.resize_token_embeddings(vocab_size, pad_to_multiple_of=max(pad_vocab_to_multiple_of, 1))
+        # mean_resizing=False: the rows of a from-scratch model are random, so their mean and covariance carry no
+        # information; the new rows get the model's own init (std 0.02) like every other row.
+        model.resize_token_embeddings(vocab_size, pad_to_multiple_of=max(pad_vocab_to_multiple_of, 1),
+                                      mean_resizing=False)
     return model
 
 

@@ -158,6 +158,47 @@ def _clear_previous(out: Path) -> None:
         shutil.rmtree(child, ignore_errors=True)
 
 
+def _check_eval_split(cfg: RunConfig, prepared: Prepared) -> None:
+    """With dataloader_drop_last (kept so that every train step sees the same number of tokens) the eval loader
+    also drops its partial batch: an eval split smaller than one eval batch would silently evaluate nothing."""
+    args = cfg.training
+    n_eval = len(prepared.eval_dataset) if prepared.eval_dataset is not None else 0
+    per_eval_step = args.per_device_eval_batch_size * args.world_size
+    if args.eval_strategy != "no" and args.dataloader_drop_last and n_eval < per_eval_step:
+        raise OptBenchError(
+            f"the validation split holds {n_eval} blocks of {cfg.data.block_size} tokens, fewer than one eval batch "
+            f"(per_device_eval_batch_size {args.per_device_eval_batch_size} x {args.world_size} processes): "
+            "evaluation would see nothing. Lower per_device_eval_batch_size, enlarge the validation split, or use "
+            "more data."
+        )
+
+
+class ConsoleProgress:
+    """A line every ~10% of the run and at each evaluation, instead of transformers' dict per logged step
+    (logging_steps=1 would otherwise print every step)."""
+
+    def __new__(cls, max_steps: int):  # built lazily: transformers is imported inside functions only
+        from transformers import TrainerCallback
+
+        class _ConsoleProgress(TrainerCallback):
+            def __init__(self) -> None:
+                self.every = max(1, max_steps // 10)
+
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if not state.is_world_process_zero or not logs:
+                    return
+                if "eval_loss" in logs:
+                    print(f"[step {state.global_step}/{state.max_steps}] eval_loss {logs['eval_loss']:.4f}",
+                          flush=True)
+                elif "loss" in logs and (state.global_step % self.every == 0 or state.global_step == 1):
+                    grad = logs.get("grad_norm")
+                    grad_s = f" grad_norm {grad:.3g}" if isinstance(grad, (int, float)) else ""
+                    print(f"[step {state.global_step}/{state.max_steps}] loss {logs['loss']:.4f} "
+                          f"lr {logs.get('learning_rate', 0):.3g}{grad_s}", flush=True)
+
+        return _ConsoleProgress()
+
+
 def _last_log(log_history: list[dict[str, Any]], key: str) -> float | None:
     for row in reversed(log_history):
         if key in row:
@@ -173,7 +214,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
     from .callbacks import default_callbacks
     from .metrics import flops_per_token
     from .models import count_parameters
-    from .optimizers import build_optimizer, describe_optimizer, is_schedule_free
+    from .optimizers import build_optimizer, describe_optimizer, is_schedule_free, optimizer_callbacks
     from .schedules import build_scheduler
 
     args = cfg.training
@@ -195,6 +236,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
         )
 
     prepared = prepare(cfg)
+    _check_eval_split(cfg, prepared)
     model = prepared.model
     optimizer = build_optimizer(
         cfg.optim.optimizer,
@@ -222,11 +264,9 @@ def train(cfg: RunConfig) -> dict[str, Any]:
     fpt = flops_per_token(model.config, seq_len=cfg.data.block_size)
     callbacks = default_callbacks(cfg.bench, str(out), tokens_per_step=tokens_per_step, flops_per_token=fpt,
                                   resume=bool(resume))
-    if schedule_free:
-        from .schedule_free import ScheduleFreeModeCallback
-
-        callbacks.append(ScheduleFreeModeCallback())
+    callbacks += optimizer_callbacks(optimizer)  # schedule-free train/eval switch, Sophia's Hessian estimate
     recorder = next(c for c in callbacks if hasattr(c, "summary"))
+    callbacks.append(ConsoleProgress(args.max_steps))
 
     is_main = args.process_index == 0
     if is_main:
@@ -245,6 +285,10 @@ def train(cfg: RunConfig) -> dict[str, Any]:
         optimizers=(optimizer, scheduler),
         callbacks=callbacks,
     )
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)  # replaced by ConsoleProgress
+    trainer.remove_callback(ProgressCallback)
 
     summary: dict[str, Any] = {
         "optimizer": cfg.optim.optimizer,
