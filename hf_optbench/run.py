@@ -69,11 +69,13 @@ def prepare(cfg: RunConfig) -> Prepared:
     """Tokenizer + packed datasets + a freshly initialised model, all from the recipe."""
     from transformers import default_data_collator, set_seed
 
-    from .data import prepare_data
+    from .data import check_model_vocab, prepare_data
     from .models import build_model
 
     n_positions = cfg.model.n_positions or cfg.data.block_size
-    bundle = prepare_data(cfg.data, n_positions=n_positions)
+    # Rank 0 tokenizes and caches first; the other ranks then load the memory-mapped cache (run_clm's pattern).
+    with cfg.training.main_process_first(desc="tokenize and pack"):
+        bundle = prepare_data(cfg.data, n_positions=n_positions)
     set_seed(cfg.training.seed)  # the init depends only on the seed, not on what data loading consumed
     model = build_model(
         cfg.model.model_size,
@@ -87,6 +89,7 @@ def prepare(cfg: RunConfig) -> Prepared:
         init_from=cfg.model.init_from,
         dropout=cfg.model.dropout,
     )
+    check_model_vocab(bundle, model.config.vocab_size)
     return Prepared(model, bundle.train, bundle.eval, default_data_collator, bundle.tokenizer, bundle)
 
 
