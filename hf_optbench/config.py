@@ -87,7 +87,10 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "report_to": "none",
     "eval_strategy": "steps",
     "eval_steps": 50,
-    "save_strategy": "no",
+    "save_strategy": "steps",  # checkpoints by default: seed 001 lost a run when GPU credits ran out
+    "save_steps": 100,
+    "save_total_limit": 2,
+    "hub_private_repo": True,  # pushes are private unless the recipe says otherwise
     "per_device_train_batch_size": 8,
     "per_device_eval_batch_size": 8,
     "max_steps": 200,
@@ -236,6 +239,11 @@ def check_keys(recipe: dict[str, Any], cli_tokens: list[str], recipe_path: str |
                 raise OptBenchError(
                     f"'{key}' (in {source}) is a TrainingArguments option that hf_optbench replaces: "
                     f"use '{REPLACED_TRAINING_KEYS[key]}' instead (`hf-optbench optimizers` lists the choices)."
+                )
+            if key == "hub_token":
+                raise OptBenchError(
+                    f"'hub_token' (in {source}) would be written to disk (Trainer pickles its arguments into every "
+                    "checkpoint). Set the HF_TOKEN environment variable or run `hf auth login` instead."
                 )
             if key not in known:
                 raise _unknown_key_error(key, source, known)

@@ -153,6 +153,30 @@ def _write_config(cfg: RunConfig, out: Path, hparams: dict[str, Any]) -> None:
     )
 
 
+def resolve_resume_checkpoint(out: Path, move_incomplete: bool = True) -> str:
+    """``--resume_from_checkpoint true`` -> the newest *complete* checkpoint in ``out``.
+
+    transformers' get_last_checkpoint takes the highest-numbered folder even when a SIGKILL tore it mid-save
+    (resume then fails on a truncated safetensors header). A checkpoint is complete once trainer_state.json, written
+    last, is there; incomplete ones are moved aside (``*.incomplete``), never deleted.
+    """
+    import re
+
+    ckpts = sorted((p for p in out.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)),
+                   key=lambda p: int(p.name.split("-")[1]))
+    complete = [p for p in ckpts if (p / "trainer_state.json").is_file()]
+    if not complete:
+        raise OptBenchError(
+            f"--resume_from_checkpoint true but '{out}' holds no complete checkpoint-* folder: start without it "
+            "(with --overwrite_output_dir true if the folder has other results), or pass a checkpoint path."
+        )
+    if move_incomplete:
+        for p in ckpts:
+            if p not in complete and int(p.name.split("-")[1]) > int(complete[-1].name.split("-")[1]):
+                p.rename(p.with_name(p.name + ".incomplete"))
+    return str(complete[-1])
+
+
 def _clear_previous(out: Path) -> None:
     """--overwrite_output_dir: remove what a previous run wrote (only hf_optbench/Trainer outputs)."""
     for name in RUN_FILES:
@@ -212,13 +236,13 @@ def _last_log(log_history: list[dict[str, Any]], key: str) -> float | None:
 def train(cfg: RunConfig) -> dict[str, Any]:
     """Run one benchmark run and return its summary (also written to ``output_dir/summary.json``)."""
     import torch
-    from transformers import Trainer
 
     from .callbacks import default_callbacks
     from .metrics import flops_per_token
     from .models import count_parameters
     from .optimizers import build_optimizer, describe_optimizer, is_schedule_free, optimizer_callbacks
     from .schedules import build_scheduler
+    from .trainer import OptBenchTrainer
 
     args = cfg.training
     out = Path(args.output_dir)
@@ -232,11 +256,8 @@ def train(cfg: RunConfig) -> dict[str, Any]:
     resume = args.resume_from_checkpoint
     if isinstance(resume, str) and resume.lower() in ("true", "false"):
         resume = resume.lower() == "true"
-    if resume is True and not any(out.glob("checkpoint-*")):
-        raise OptBenchError(
-            f"--resume_from_checkpoint true but '{out}' holds no checkpoint-* folder: start without it, or pass "
-            "the checkpoint path."
-        )
+    if resume is True:
+        resume = resolve_resume_checkpoint(out, move_incomplete=args.process_index == 0)
 
     prepared = prepare(cfg)
     _check_eval_split(cfg, prepared)
@@ -278,7 +299,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
             _clear_previous(out)
         _write_config(cfg, out, hparams)
 
-    trainer = Trainer(
+    trainer = OptBenchTrainer(
         model=model,
         args=args,
         train_dataset=prepared.train_dataset,
@@ -295,7 +316,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
 
     summary: dict[str, Any] = {
         "optimizer": cfg.optim.optimizer,
-        "optimizer_impl": describe_optimizer(optimizer),
+        "optimizer_impl": describe_optimizer(optimizer),  # re-read after training: what actually stepped
         "model_size": cfg.model.model_size,
         "num_params": count_parameters(model),
         "num_params_non_embedding": count_parameters(model, exclude_embeddings=True),
@@ -349,6 +370,8 @@ def train(cfg: RunConfig) -> dict[str, Any]:
         summary["final_train_loss"] = _last_log(state.log_history, "loss")
         summary["final_eval_loss"] = _last_log(state.log_history, "eval_loss")
         summary.update(recorder.summary())
+        used = trainer.optimizer if trainer.optimizer is not None else optimizer
+        summary["optimizer_impl"] = describe_optimizer(used)
         if recorder.status == "diverged":
             summary["status"] = "diverged"
         if is_main:
@@ -357,8 +380,12 @@ def train(cfg: RunConfig) -> dict[str, Any]:
         from .hub import write_model_card
 
         write_model_card(out)
-    if args.push_to_hub:
-        trainer.push_to_hub(commit_message=f"hf_optbench run: {cfg.optim.optimizer} {cfg.model.model_size}")
+    if args.push_to_hub and is_main:
+        # Our own upload (weights, config, tokenizer, benchmark model card; never training_args.bin, which pickles
+        # the arguments) rather than trainer.push_to_hub(), which would replace the card with a generic one.
+        from .hub import push_run
+
+        push_run(out, args.hub_model_id or out.name, private=args.hub_private_repo is not False)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         # Without this, 2 of 11 CPU runs aborted with SIGABRT at exit (STACK-FACTS, distributed on CPU).
         torch.distributed.destroy_process_group()

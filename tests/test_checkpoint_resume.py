@@ -1,0 +1,210 @@
+"""No run's work is lost: a run killed with SIGKILL after its first checkpoint, resumed with
+`--resume_from_checkpoint true` in the same output_dir, ends with the same loss curve and weights as an
+uninterrupted run, and metrics.jsonl holds every step exactly once.
+
+Tolerance: on CPU with one thread the resumed run replays the same float32 operations in the same order (data
+order, RNG state, optimizer and scheduler state all restored from the checkpoint), so the comparison is exact
+(RESUME_ATOL = 0, measured 0.0 for the loss at every step and for every weight).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = "recipes/quickstart_cpu.yaml"
+STEPS, SAVE_EVERY = 12, 4
+RESUME_ATOL = 0.0
+ARGS = ["--max_steps", str(STEPS), "--save_strategy", "steps", "--save_steps", str(SAVE_EVERY),
+        "--eval_steps", str(STEPS), "--block_size", "64", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "2", "--seed", "0",
+        "--use_cpu", "true", "--write_model_card", "false", "--metrics_flush_every", "1"]
+
+pytestmark = pytest.mark.slow
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+
+
+def _cmd(out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "hf_optbench.run", RECIPE, "--output_dir", str(out), *ARGS, *extra]
+
+
+def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(_cmd(out, *extra), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return proc
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _checkpoint_done(out: Path, step: int) -> bool:
+    """trainer_state.json is written after the weights, optimizer, scheduler and RNG state."""
+    state = out / f"checkpoint-{step}" / "trainer_state.json"
+    try:
+        return json.loads(state.read_text())["global_step"] == step
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _last_complete_checkpoint(out: Path) -> int:
+    steps = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*")]
+    return max((s for s in steps if _checkpoint_done(out, s)), default=0)
+
+
+def _last_row_step(out: Path) -> int:
+    try:
+        return max((r["step"] for r in _rows(out) if r["kind"] == "train"), default=0)
+    except (OSError, ValueError):  # file absent, or a line half-written at this instant
+        return 0
+
+
+def _kill_between_checkpoints(out: Path) -> tuple[int, int]:
+    """Start a run and SIGKILL it once a checkpoint is complete AND metrics.jsonl already holds steps after it
+    (rows the resumed run must replace, not repeat). The process is frozen (SIGSTOP) while the condition is
+    checked, so the state inspected is the state killed. Returns (last complete checkpoint, last row step)."""
+    proc = subprocess.Popen(_cmd(out), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, "the run ended before it was killed: " + proc.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint within 300 s"
+            if _last_complete_checkpoint(out) >= SAVE_EVERY and _last_row_step(out) > _last_complete_checkpoint(out):
+                proc.send_signal(signal.SIGSTOP)
+                checkpoint, row = _last_complete_checkpoint(out), _last_row_step(out)
+                if row > checkpoint:
+                    proc.send_signal(signal.SIGKILL)
+                    break
+                proc.send_signal(signal.SIGCONT)  # a checkpoint completed in between: wait for the next rows
+            time.sleep(0.01)
+    finally:
+        proc.wait(timeout=60)
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    return checkpoint, row
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    base = tmp_path_factory.mktemp("resume")
+    timings = {}
+    t0 = time.perf_counter()
+    _run(base / "full")
+    timings["uninterrupted"] = time.perf_counter() - t0
+
+    killed = base / "killed"
+    t0 = time.perf_counter()
+    checkpoint, last_row = _kill_between_checkpoints(killed)
+    killed_rows = _rows(killed)
+    killed_summary = killed / "summary.json"
+    status = json.loads(killed_summary.read_text()).get("status") if killed_summary.is_file() else None
+    # a second copy, as if the kill had also hit the save of the next checkpoint: a checkpoint folder with a
+    # truncated weights file and no trainer_state.json. Resuming must skip it, not crash on it.
+    partial = base / "killed_mid_save"
+    shutil.copytree(killed, partial)
+    torn = partial / f"checkpoint-{checkpoint + SAVE_EVERY}"
+    torn.mkdir()
+    shutil.copy(partial / f"checkpoint-{checkpoint}" / "config.json", torn / "config.json")
+    (torn / "model.safetensors").write_bytes((partial / f"checkpoint-{checkpoint}" / "model.safetensors").read_bytes()[:100])
+    t_kill = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    _run(killed, "--resume_from_checkpoint", "true")
+    timings["killed_then_resumed"] = t_kill + time.perf_counter() - t0
+    print(f"\nkilled at step {last_row}, last complete checkpoint {checkpoint}; timings (s): "
+          + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
+    return {"full": base / "full", "resumed": killed, "killed_rows": killed_rows, "killed_status": status,
+            "checkpoint": checkpoint, "partial": partial, "timings": timings}
+
+
+def _train_rows(out: Path) -> list[dict]:
+    return [r for r in _rows(out) if r["kind"] == "train"]
+
+
+def test_the_kill_left_an_unfinished_run_with_rows_past_its_checkpoint(runs: dict) -> None:
+    assert runs["killed_status"] != "completed"
+    steps = [r["step"] for r in runs["killed_rows"] if r["kind"] == "train"]
+    assert steps and runs["checkpoint"] < steps[-1] < STEPS
+
+
+def test_metrics_jsonl_has_every_step_exactly_once(runs: dict) -> None:
+    steps = [r["step"] for r in _train_rows(runs["resumed"])]
+    assert steps == list(range(1, STEPS + 1)), steps
+    evals = [r["step"] for r in _rows(runs["resumed"]) if r["kind"] == "eval"]
+    assert len(evals) == len(set(evals)), f"duplicate eval rows {evals}"
+
+
+def test_resumed_loss_curve_equals_uninterrupted(runs: dict) -> None:
+    full = {r["step"]: r for r in _train_rows(runs["full"])}
+    resumed = {r["step"]: r for r in _train_rows(runs["resumed"])}
+    assert set(full) == set(resumed)
+    delta = max(abs(full[s]["loss"] - resumed[s]["loss"]) for s in full)
+    print(f"\nmax |loss(resumed) - loss(uninterrupted)| over {STEPS} steps: {delta:.3g}")
+    assert delta <= RESUME_ATOL
+    for s in full:
+        assert resumed[s]["lr"] == pytest.approx(full[s]["lr"], rel=1e-12)
+        assert resumed[s]["tokens"] == full[s]["tokens"]
+    s_full = json.loads((runs["full"] / "summary.json").read_text())
+    s_res = json.loads((runs["resumed"] / "summary.json").read_text())
+    assert s_res["status"] == "completed" and s_res["steps"] == STEPS
+    assert s_res["final_train_loss"] == s_full["final_train_loss"]
+    assert s_res["final_eval_loss"] == pytest.approx(s_full["final_eval_loss"], abs=RESUME_ATOL)
+
+
+def test_resume_skips_a_checkpoint_torn_by_the_kill(runs: dict) -> None:
+    """`--resume_from_checkpoint true` must pick the last COMPLETE checkpoint (Trainer's get_last_checkpoint
+    takes the highest-numbered folder, finished or not)."""
+    partial = runs["partial"]
+    proc = subprocess.run(_cmd(partial, "--resume_from_checkpoint", "true"), cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    full = {r["step"]: r["loss"] for r in _train_rows(runs["full"])}
+    resumed = {r["step"]: r["loss"] for r in _train_rows(partial)}
+    assert [r["step"] for r in _train_rows(partial)] == list(range(1, STEPS + 1))
+    assert max(abs(full[s] - resumed[s]) for s in full) <= RESUME_ATOL
+
+
+def test_final_weights_equal_uninterrupted(runs: dict) -> None:
+    from safetensors.torch import load_file
+
+    a = load_file(str(runs["full"] / f"checkpoint-{STEPS}" / "model.safetensors"))
+    b = load_file(str(runs["resumed"] / f"checkpoint-{STEPS}" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+    assert worst <= RESUME_ATOL, f"max weight difference {worst}"
+
+
+def test_checkpoints_are_safetensors_and_load_without_unpickling_code(runs: dict) -> None:
+    import torch
+    from transformers.trainer_pt_utils import safe_globals
+
+    checkpoints = sorted(runs["resumed"].glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert [int(p.name.split("-")[1]) for p in checkpoints][-1] == STEPS  # one at the end
+    for ck in checkpoints:
+        assert (ck / "model.safetensors").is_file(), ck
+        assert not (ck / "pytorch_model.bin").exists(), ck
+        # what Trainer loads on resume must load with weights_only=True (no arbitrary objects pickled); the
+        # allowlist is the one Trainer itself uses for rng_state.pth: numpy arrays and dtypes, data only
+        with safe_globals():
+            for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
+                torch.load(ck / name, map_location="cpu", weights_only=True)
+
+
+def test_resume_true_without_checkpoint_is_a_clear_error(tmp_path: Path, capsys, monkeypatch) -> None:
+    from hf_optbench import run
+
+    monkeypatch.chdir(ROOT)
+    rc = run.main([RECIPE, "--output_dir", str(tmp_path / "empty"), *ARGS, "--resume_from_checkpoint", "true"])
+    assert rc == 2 and "checkpoint" in capsys.readouterr().err
+    assert not (tmp_path / "empty" / "metrics.jsonl").exists()

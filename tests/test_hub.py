@@ -1,0 +1,322 @@
+"""hub.py: secrets scrubbing, model card from summary.json, the staged upload folder and its checks, the upload
+call (with the network replaced), and a real run that must not write a token anywhere."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hf_optbench import hub
+from hf_optbench.errors import OptBenchError
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE_TOKEN = "hf_" + "Ab3" * 12  # token-shaped, 39 characters, never valid
+SUMMARY = {
+    "optimizer": "lion",
+    "optimizer_impl": "lion_pytorch.Lion",
+    "model_size": "tiny",
+    "num_params": 123456,
+    "steps": 40,
+    "tokens_seen": 40960,
+    "tokens_per_step": 1024,
+    "final_train_loss": 5.4321,
+    "final_eval_loss": 5.6789,
+    "optimizer_state_bytes": 246912,
+    "optimizer_state_bytes_total": 493824,
+    "optimizer_state_bytes_per_param": 4.0,
+    "peak_memory_bytes": 3 * 2**30,
+    "peak_memory_kind": "cpu_peak_rss",
+    "tokens_per_s": 12345.6,
+    "step_time_median_s": 0.083,
+    "world_size": 2,
+    "seed": 0,
+    "status": "completed",
+    "learning_rate": 1e-4,
+    "data": {"source": "thai_sample"},
+    "env": {"packages": {"torch": "2.13.0", "transformers": "5.23.0"}, "device": "cpu", "device_count": 1},
+    "git": {"commit": "abc123", "dirty": False},
+    "recipe": "recipes/quickstart_cpu.yaml",
+}
+
+
+def _fake_run(tmp_path: Path, summary: dict | None = None, steps: tuple[int, ...] = (2, 10)) -> Path:
+    """A run directory as run.py leaves it: summary.json and checkpoints with safetensors weights next to the
+    pickled Trainer files that must never be uploaded."""
+    import torch
+    from safetensors.torch import save_file
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps(summary or SUMMARY))
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "loss": 6.0}\n')
+    for step in steps:
+        ck = run / f"checkpoint-{step}"
+        ck.mkdir()
+        save_file({"w": torch.full((4, 4), float(step))}, str(ck / "model.safetensors"))
+        (ck / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2}))
+        (ck / "generation_config.json").write_text(json.dumps({"bos_token_id": 0}))
+        (ck / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE"}}))
+        (ck / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
+        for pickled in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin"):
+            (ck / pickled).write_bytes(b"\x80\x04pickle")
+    return run
+
+
+# ---------------------------------------------------------------------------------------------- scrub_secrets
+
+
+def test_scrub_secrets_drops_secret_keys_and_redacts_token_strings() -> None:
+    cfg = {
+        "hub_token": "anything",
+        "learning_rate": 3e-4,
+        "eos_token": "<|endoftext|>",
+        "pad_token_id": 0,
+        "run_name": f"try {FAKE_TOKEN} x",
+        "nested": {"HF_TOKEN": "x", "list": [FAKE_TOKEN, "ok", (FAKE_TOKEN, 1)]},
+        "short": "hf_abc",
+    }
+    out = hub.scrub_secrets(cfg)
+    assert "hub_token" not in out and "HF_TOKEN" not in out["nested"]
+    assert out["learning_rate"] == 3e-4 and out["eos_token"] == "<|endoftext|>" and out["pad_token_id"] == 0
+    assert out["run_name"] == "try <redacted> x"
+    assert out["nested"]["list"] == ["<redacted>", "ok", ("<redacted>", 1)]
+    assert out["short"] == "hf_abc"  # too short to be a token
+    assert FAKE_TOKEN not in json.dumps(out, default=str)
+    assert cfg["hub_token"] == "anything", "the input must not be mutated"
+
+
+# ------------------------------------------------------------------------------------------------- model card
+
+
+def test_model_card_carries_the_benchmark_summary(tmp_path: Path) -> None:
+    from huggingface_hub import ModelCard
+
+    run = _fake_run(tmp_path)
+    path = hub.write_model_card(run, repo_id="me/tiny-lion")
+    card = ModelCard.load(path)
+    data = card.data.to_dict()
+    assert data["library_name"] == "transformers" and "hf-optbench" in data["tags"] and "lion" in data["tags"]
+    assert data["hf_optbench"]["optimizer"] == "lion" and data["hf_optbench"]["tokens_seen"] == 40960
+    metrics = {m["type"]: m["value"] for r in data["model-index"][0]["results"] for m in r["metrics"]}
+    assert metrics["loss"] == pytest.approx(5.6789)
+    assert metrics["perplexity"] == pytest.approx(math.exp(5.6789))
+    text = card.text
+    for expected in ("# tiny-lion", "lion_pytorch.Lion", "123,456", "40,960", "5.432", "5.679", "3.00 GiB",
+                     "482.25 KiB", "12,346 tokens/s", "hf-optbench run recipes/quickstart_cpu.yaml"):
+        assert expected in text, expected
+
+
+def test_model_card_with_missing_figures_says_na(tmp_path: Path) -> None:
+    run = _fake_run(tmp_path, summary={"optimizer": "adamw", "model_size": "tiny", "status": "failed",
+                                       "final_eval_loss": None, "mfu": None})
+    text = hub.write_model_card(run).read_text()
+    assert "| final eval loss | n/a |" in text and "| MFU | n/a |" in text
+    assert "model-index" not in text  # no eval result to publish
+
+
+def test_model_card_needs_a_summary(tmp_path: Path) -> None:
+    with pytest.raises(OptBenchError, match="summary.json"):
+        hub.write_model_card(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- upload folder
+
+
+def test_stage_takes_the_latest_checkpoint_and_no_pickles(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    run = _fake_run(tmp_path)
+    staged = hub.stage_upload_folder(run, repo_id="me/tiny-lion", token=FAKE_TOKEN)
+    assert staged == run / "hub_upload"
+    names = {p.name for p in staged.iterdir()} - {hub._STAGE_MARKER}
+    assert names == {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+                     "tokenizer_config.json", "README.md"}
+    assert float(load_file(str(staged / "model.safetensors"))["w"][0, 0]) == 10.0  # checkpoint-10, not -2
+    assert hub.check_upload_folder(staged, token=FAKE_TOKEN) == []
+    # staging again replaces the folder it made
+    assert hub.stage_upload_folder(run, token=FAKE_TOKEN) == staged
+
+
+def test_stage_refuses_a_token_in_any_file(tmp_path: Path) -> None:
+    run = _fake_run(tmp_path)
+    (run / "checkpoint-10" / "tokenizer_config.json").write_text(json.dumps({"token": FAKE_TOKEN}))
+    with pytest.raises(OptBenchError, match="tokenizer_config.json: contains a Hugging Face token"):
+        hub.stage_upload_folder(run, token="unrelated-value")
+
+
+def test_stage_refuses_the_known_token_even_if_not_hf_shaped(tmp_path: Path) -> None:
+    run = _fake_run(tmp_path)
+    (run / "checkpoint-10" / "config.json").write_text(json.dumps({"note": "my-org-secret-42"}))
+    with pytest.raises(OptBenchError, match="config.json: contains a Hugging Face token"):
+        hub.stage_upload_folder(run, token="my-org-secret-42")
+
+
+def test_check_flags_pickles_and_corrupt_safetensors(tmp_path: Path) -> None:
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x04")
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file")
+    problems = hub.check_upload_folder(folder, token=None)
+    assert any("pytorch_model.bin: pickled" in p for p in problems)
+    assert any("model.safetensors: not a readable safetensors" in p for p in problems)
+    assert "missing config.json" in problems and "missing README.md" in problems
+
+
+def test_stage_needs_safetensors_weights(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps(SUMMARY))
+    (run / "pytorch_model.bin").write_bytes(b"\x80\x04")
+    with pytest.raises(OptBenchError, match="no safetensors weights.*pytorch_model.bin"):
+        hub.stage_upload_folder(run)
+
+
+def test_stage_will_not_delete_a_folder_it_did_not_make(tmp_path: Path) -> None:
+    run = _fake_run(tmp_path)
+    mine = tmp_path / "precious"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("x")
+    with pytest.raises(OptBenchError, match="not made by hf-optbench"):
+        hub.stage_upload_folder(run, mine, token=FAKE_TOKEN)
+    assert (mine / "keep.txt").is_file()
+
+
+# ------------------------------------------------------------------------------------------------------ push
+
+
+@pytest.fixture
+def online(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lift the suite's HF_HUB_OFFLINE; the network itself stays unreachable (calls are recorded instead)."""
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+def test_push_offline_gives_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    run = _fake_run(tmp_path)
+    with pytest.raises(OptBenchError, match="HF_HUB_OFFLINE.*--dry-run"):
+        hub.push_run(run, "me/tiny-lion", token=FAKE_TOKEN)
+
+
+def test_push_without_token_gives_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, online) -> None:
+    import huggingface_hub
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+    with pytest.raises(OptBenchError, match="no Hugging Face token.*HF_TOKEN"):
+        hub.push_run(_fake_run(tmp_path), "me/tiny-lion")
+
+
+@pytest.mark.parametrize("repo_id", ["no-owner", "me/bad name", "me/x/y"])
+def test_push_rejects_bad_repo_ids(tmp_path: Path, repo_id: str) -> None:
+    with pytest.raises(OptBenchError, match="repo-id"):
+        hub.push_run(tmp_path, repo_id, token=FAKE_TOKEN)
+
+
+def test_push_calls_huggingface_hub_with_the_staged_folder_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   online, capsys) -> None:
+    from huggingface_hub import HfApi
+
+    calls: dict = {}
+
+    def create_repo(self, repo_id, **kw):
+        calls["create"] = (repo_id, kw, self.token)
+
+    def upload_folder(self, **kw):
+        calls["upload"] = dict(kw, files=sorted(p.name for p in Path(kw["folder_path"]).iterdir()))
+        return type("CommitInfo", (), {"commit_url": "https://huggingface.co/me/tiny-lion/commit/1"})()
+
+    monkeypatch.setattr(HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
+    run = _fake_run(tmp_path)
+
+    assert hub.cli_main([str(run), "--repo-id", "me/tiny-lion"]) == 0
+    repo_id, kw, token = calls["create"]
+    assert repo_id == "me/tiny-lion" and kw["private"] is True and kw["exist_ok"] is True and token == FAKE_TOKEN
+    up = calls["upload"]
+    assert up["repo_id"] == "me/tiny-lion" and Path(up["folder_path"]) == run / "hub_upload"
+    assert "model.safetensors" in up["files"] and "README.md" in up["files"]
+    assert not any(f.endswith((".bin", ".pt", ".pth")) for f in up["files"])
+    assert "lion" in up["commit_message"]
+    out = capsys.readouterr()
+    assert "private" in out.out and FAKE_TOKEN not in out.out + out.err
+
+    hub.cli_main([str(run), "--repo-id", "me/tiny-lion", "--public"])
+    assert calls["create"][1]["private"] is False
+
+
+def test_dry_run_stages_and_uploads_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from huggingface_hub import HfApi
+
+    def refuse(*a, **k):
+        raise AssertionError("a dry run must not call the Hub")
+
+    monkeypatch.setattr(HfApi, "upload_folder", refuse)
+    monkeypatch.setattr(HfApi, "create_repo", refuse)
+    run = _fake_run(tmp_path)
+    assert hub.cli_main([str(run), "--repo-id", "me/tiny-lion", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing uploaded" in out and "model.safetensors" in out and "README.md" in out
+
+
+# -------------------------------------------------------------------------------------------- a real run
+
+
+def _files_containing(root: Path, needle: str) -> list[str]:
+    data = needle.encode()
+    return [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and data in p.read_bytes()]
+
+
+@pytest.mark.slow
+def test_real_run_writes_no_token_and_stages_a_loadable_model(tmp_path: Path) -> None:
+    """With HF_TOKEN in the environment (how huggingface_hub finds it), no file of the run directory (pickles
+    included) may contain the token, and the staged folder loads with from_pretrained."""
+    out = tmp_path / "run"
+    env = dict(os.environ, HF_TOKEN=FAKE_TOKEN, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "hf_optbench.run", "recipes/quickstart_cpu.yaml", "--output_dir", str(out),
+           "--max_steps", "3", "--eval_steps", "3", "--block_size", "64", "--per_device_train_batch_size", "4",
+           "--per_device_eval_batch_size", "2",
+           "--save_strategy", "steps", "--save_steps", "3", "--hub_model_id", "me/tiny-adamw"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert FAKE_TOKEN not in proc.stdout + proc.stderr
+    assert _files_containing(out, FAKE_TOKEN) == []
+
+    staged = hub.stage_upload_folder(out, repo_id="me/tiny-adamw", token=FAKE_TOKEN)
+    assert _files_containing(staged, FAKE_TOKEN) == []
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(staged)
+    tok = AutoTokenizer.from_pretrained(staged)
+    summary = json.loads((out / "summary.json").read_text())
+    assert sum(p.numel() for p in model.parameters()) == summary["num_params"]
+    assert len(tok("สวัสดี")["input_ids"]) > 0
+
+
+@pytest.mark.slow
+def test_hub_token_on_the_command_line_is_refused_or_never_written(tmp_path: Path) -> None:
+    """--hub_token is TrainingArguments' field: either the CLI refuses it, or the token reaches no file
+    (TrainingArguments is pickled into training_args.bin in every checkpoint)."""
+    out = tmp_path / "run"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    env.pop("HF_TOKEN", None)
+    cmd = [sys.executable, "-m", "hf_optbench.run", "recipes/quickstart_cpu.yaml", "--output_dir", str(out),
+           "--max_steps", "2", "--eval_steps", "2", "--block_size", "64", "--per_device_train_batch_size", "4",
+           "--per_device_eval_batch_size", "2",
+           "--save_strategy", "steps", "--save_steps", "2", "--hub_token", FAKE_TOKEN]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert FAKE_TOKEN not in proc.stdout + proc.stderr
+    if proc.returncode == 2:
+        assert "hub_token" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _files_containing(out, FAKE_TOKEN) == []
