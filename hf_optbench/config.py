@@ -216,16 +216,17 @@ def _to_tokens(mapping: dict[str, Any]) -> list[str]:
     for key, value in mapping.items():
         if value is None:
             continue
+        # --key=value: a value such as -1e-3 would otherwise be read by argparse as an option.
         if isinstance(value, bool):
-            tokens += [f"--{key}", "true" if value else "false"]
+            tokens.append(f"--{key}={'true' if value else 'false'}")
         elif isinstance(value, dict):
-            tokens += [f"--{key}", json.dumps(value)]
+            tokens.append(f"--{key}={json.dumps(value)}")
         elif isinstance(value, (list, tuple)):
             if not value:
                 continue
             tokens += [f"--{key}", *[json.dumps(v) if isinstance(v, dict) else str(v) for v in value]]
         else:
-            tokens += [f"--{key}", str(value)]
+            tokens.append(f"--{key}={value}")
     return tokens
 
 
