@@ -29,6 +29,15 @@ _EXPORTS = {
     "default_callbacks": "callbacks",
     "plan_memory": "memory",
     "parse_args": "config",
+    "OptBenchTrainer": "trainer",
+    "BenchArguments": "bench_config",
+    "DataArguments": "data_config",
+    "OptimizerArguments": "optim_config",
+    "ModelArguments": "config",
+    "RunConfig": "config",
+    "optimizer_callbacks": "optimizers",
+    "describe_optimizer": "optimizers",
+    "prepare_data": "data",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
