@@ -291,6 +291,8 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     except (ValueError, TypeError) as exc:  # TrainingArguments.__post_init__ and friends
         raise OptBenchError(f"invalid arguments: {exc}") from exc
     model, run, data, optim, bench, training = parts
+    if optim.schedule in ("constant", "none") and "warmup_steps" not in explicit:
+        training.warmup_steps = 0  # our default warmup (0.1) belongs to the warmup schedules only
     if "output_dir" not in explicit:  # a readable, collision-free default instead of transformers' one
         training.output_dir = str(Path("runs") / f"{optim.optimizer}_{model.model_size}_s{training.seed}")
     cfg = RunConfig(model=model, run=run, data=data, optim=optim, bench=bench, training=training,

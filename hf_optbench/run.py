@@ -44,9 +44,18 @@ class Prepared:
 def resolve_hyperparameters(cfg: RunConfig) -> dict[str, Any]:
     """Fill learning_rate / weight_decay / max_grad_norm the user did not set: tuned file first, else the
     optimizer registry's cited default for this model size. Returns {key: (value, source)} for the summary."""
-    from .optimizers import lookup_tuned, optimizer_defaults
+    from .optimizers import is_dotted_path, lookup_tuned, optimizer_defaults
 
-    defaults = optimizer_defaults(cfg.optim.optimizer, cfg.model.model_size)
+    if is_dotted_path(cfg.optim.optimizer):
+        # No cited default exists for an arbitrary class: transformers' 5e-5 must not apply silently.
+        if "learning_rate" not in cfg.explicit:
+            raise OptBenchError(
+                f"optimizer '{cfg.optim.optimizer}' is a dotted path with no cited default learning rate: set "
+                "--learning_rate (e.g. find one with `hf-optbench find-lr RECIPE`)."
+            )
+        defaults: dict[str, Any] = {}
+    else:
+        defaults = optimizer_defaults(cfg.optim.optimizer, cfg.model.model_size)
     tuned = {}
     if cfg.optim.tuned_hparams_file:
         tuned = lookup_tuned(cfg.optim.tuned_hparams_file, cfg.optim.optimizer, cfg.model.model_size) or {}
@@ -241,7 +250,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
     from .metrics import flops_per_token
     from .models import count_parameters
     from .optimizers import build_optimizer, describe_optimizer, is_schedule_free, optimizer_callbacks
-    from .schedules import build_scheduler
+    from .schedules import build_scheduler, describe_scheduler
     from .trainer import OptBenchTrainer
 
     args = cfg.training
@@ -259,6 +268,11 @@ def train(cfg: RunConfig) -> dict[str, Any]:
     if resume is True:
         resume = resolve_resume_checkpoint(out, move_incomplete=args.process_index == 0)
 
+    if is_schedule_free(cfg.optim.optimizer) and "schedule" in cfg.explicit and cfg.optim.schedule != "none":
+        raise OptBenchError(
+            f"optimizer '{cfg.optim.optimizer}' is schedule-free (its warmup is inside the optimizer), but schedule "
+            f"'{cfg.optim.schedule}' was set: drop the schedule key or set it to none."
+        )
     prepared = prepare(cfg)
     _check_eval_split(cfg, prepared)
     model = prepared.model
@@ -333,6 +347,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
         "max_grad_norm": args.max_grad_norm,
         "hyperparameter_sources": {k: v["source"] for k, v in hparams.items()},
         "schedule": schedule,
+        "schedule_resolved": describe_scheduler(scheduler),
         "schedule_kwargs": {"warmup_steps": args.warmup_steps, "min_lr_ratio": cfg.optim.min_lr_ratio,
                             **cfg.optim.schedule_kwargs_dict()},
         "embedding_state_32bit": cfg.optim.embedding_state_32bit,

@@ -13,6 +13,18 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """One intra-op thread per test: on a 2-core machine small-tensor ops ran 20-70x slower with 2 threads while
+    other processes competed for the cores, and one thread makes timings and reductions repeatable."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """GPU-marked tests are skipped, with the reason, where no CUDA device exists."""
     try:

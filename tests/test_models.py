@@ -81,3 +81,18 @@ def test_init_from_local_checkpoint(tmp_path) -> None:
         assert torch.equal(p, q), n
     with pytest.raises(OptBenchError, match="init_from"):
         build_model("tiny", 256, init_from=str(tmp_path / "missing"))
+
+
+def test_trainer_loss_equals_the_models_own_loss(tmp_path) -> None:
+    """Regression: without loss_type the Trainer normalised by T labels instead of T-1 predictions."""
+    from transformers import Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    model = build_model("tiny", 128, n_positions=16)
+    ids = torch.randint(0, 128, (8, 16))
+    data = [{"input_ids": row, "labels": row} for row in ids]
+    with torch.no_grad():
+        own = model(input_ids=ids, labels=ids).loss.item()
+    args = TrainingArguments(str(tmp_path), per_device_eval_batch_size=8, use_cpu=True, report_to="none")
+    reported = Trainer(model=model, args=args, eval_dataset=data).evaluate()["eval_loss"]
+    assert reported == pytest.approx(own, rel=1e-6)
