@@ -210,7 +210,7 @@ def _cli_keys(tokens: list[str]) -> list[str]:
     return keys
 
 
-def _to_tokens(mapping: dict[str, Any]) -> list[str]:
+def to_tokens(mapping: dict[str, Any]) -> list[str]:
     """A YAML mapping as argparse tokens (lists -> nargs, dicts -> JSON strings, None -> key left at default)."""
     tokens: list[str] = []
     for key, value in mapping.items():
@@ -282,7 +282,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     recipe = load_recipe(recipe_path) if recipe_path else {}
     explicit = check_keys(recipe, cli_tokens, recipe_path)
 
-    tokens = _to_tokens(TRAINING_DEFAULTS) + _to_tokens(recipe) + cli_tokens
+    tokens = to_tokens(TRAINING_DEFAULTS) + to_tokens(recipe) + cli_tokens
     parser = _make_parser()
     try:
         parts = parser.parse_args_into_dataclasses(args=tokens, return_remaining_strings=False)

@@ -142,7 +142,7 @@ def environment() -> dict[str, Any]:
     }
 
 
-def _write_json_atomic(path: Path, obj: Any) -> None:
+def write_json_atomic(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
@@ -390,7 +390,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
         if recorder.status == "diverged":
             summary["status"] = "diverged"
         if is_main:
-            _write_json_atomic(out / "summary.json", summary)
+            write_json_atomic(out / "summary.json", summary)
     if is_main and cfg.run.write_model_card:
         from .hub import write_model_card
 

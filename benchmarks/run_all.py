@@ -1,0 +1,77 @@
+"""Run every benchmark in sequence and write their printed tables to benchmarks/RESULTS.md, headed by the date,
+the machine and the exact commands, so that the README's figures can be checked and rerun.
+
+    python benchmarks/run_all.py            # ~10-15 min on 2 CPU cores
+    python benchmarks/run_all.py --quick    # fewer rounds/steps, ~5 min
+
+Each benchmark is its own process (clean memory figures, no shared allocator state). Run it on a quiet machine:
+the figures are medians and ratios measured within one run, but other load still widens their spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+FULL = [
+    ("Harness overhead (hf_optbench vs a plain PyTorch loop)", ["bench_harness.py"]),
+    ("Callback overhead (with vs without our callbacks)", ["bench_callbacks.py"]),
+    ("Optimizer step cost on a GPT-2 124M parameter set", ["bench_optimizer_step.py", "--threads", "1"]),
+    ("Data pipeline: tokenize + pack throughput and peak RSS", ["bench_data.py"]),
+    ("CLI start-up", ["bench_startup.py"]),
+    ("GPU throughput and MFU", ["bench_gpu_mfu.py"]),
+]
+QUICK = {
+    "bench_harness.py": ["--rounds", "2", "--steps", "15"],
+    "bench_callbacks.py": ["--rounds", "3", "--steps", "25"],
+    "bench_data.py": ["--mb", "2", "--workers", "1"],
+    "bench_startup.py": ["--repeats", "3"],
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--output", default=str(HERE / "RESULTS.md"))
+    a = p.parse_args(argv)
+    import torch
+
+    lines = [
+        "# Benchmark results",
+        "",
+        f"- date: {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- machine: {platform.machine()}, {os.cpu_count()} CPU cores, "
+        f"{'CUDA ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}; "
+        f"python {platform.python_version()}, torch {torch.__version__}",
+        f"- command: `python benchmarks/run_all.py{' --quick' if a.quick else ''}`",
+        "",
+    ]
+    failed = 0
+    for title, cmd in FULL:
+        extra = QUICK.get(cmd[0], []) if a.quick else []
+        full_cmd = [sys.executable, str(HERE / cmd[0]), *cmd[1:], *extra]
+        shown = "python benchmarks/" + " ".join([cmd[0], *cmd[1:], *extra])
+        print(f"== {title}: {shown}", flush=True)
+        proc = subprocess.run(full_cmd, capture_output=True, text=True, cwd=HERE.parent)
+        out = proc.stdout.strip()
+        print(out, flush=True)
+        lines += [f"## {title}", "", f"`{shown}`", ""]
+        if proc.returncode != 0:
+            failed += 1
+            lines += ["```", f"FAILED (exit {proc.returncode})", proc.stderr.strip()[-3000:], "```", ""]
+        else:
+            lines += [out if "|" in out else f"```\n{out}\n```", ""]
+    Path(a.output).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"written: {a.output}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
