@@ -22,9 +22,9 @@ $(STAMP): pyproject.toml constraints.txt
 setup: $(STAMP)
 
 demo: setup
-	$(BIN)/hf-optbench sweep $(SWEEP) --output_dir $(DEMO_DIR)
+	$(BIN)/hf-optbench sweep $(SWEEP) --output-dir $(DEMO_DIR)
 	$(BIN)/hf-optbench report $(DEMO_DIR)
-	@echo "report: $(DEMO_DIR)/report.md ($(DEMO_DIR)/report.html)"
+	@echo "report: $(DEMO_DIR)/report/report.md (and report.html, summary.csv, *.png)"
 
 test: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
