@@ -16,6 +16,8 @@ Trainer without our callbacks) separates the two.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import statistics
@@ -28,12 +30,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator  # noqa: E402
+from transformers.trainer_callback import PrinterCallback, ProgressCallback  # noqa: E402
 
 from hf_optbench.bench_config import BenchArguments  # noqa: E402
 from hf_optbench.callbacks import default_callbacks  # noqa: E402
 from hf_optbench.models import build_model  # noqa: E402
 from hf_optbench.optimizers import build_optimizer  # noqa: E402
+from hf_optbench.run import ConsoleProgress  # noqa: E402
 from hf_optbench.schedules import build_scheduler  # noqa: E402
+from hf_optbench.trainer import OptBenchTrainer  # noqa: E402
 
 SHAPES = {
     # name: (model size, micro-batch, block size)
@@ -60,7 +65,7 @@ def _data(n_blocks: int, block: int, seed: int = 0) -> list[dict[str, torch.Tens
 
 
 def _deltas(stamps: list[float], skip: int) -> list[float]:
-    d = [b - a for a, b in zip(stamps, stamps[1:])]
+    d = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
     return d[skip:]
 
 
@@ -78,10 +83,19 @@ def trainer_steps(size: str, batch: int, block: int, steps: int, with_callbacks:
             disable_tqdm=True, dataloader_drop_last=True, max_grad_norm=1.0, seed=0,
         )
         callbacks: list = [clock]
-        if with_callbacks:
-            callbacks = default_callbacks(BenchArguments(), out, tokens_per_step=batch * block) + [clock]
-        Trainer(model=model, args=args, train_dataset=data, data_collator=default_data_collator,
-                optimizers=(opt, sched), callbacks=callbacks).train()
+        trainer_cls = Trainer
+        if with_callbacks:  # exactly what hf_optbench.run assembles
+            callbacks = default_callbacks(BenchArguments(), out, tokens_per_step=batch * block) + [
+                ConsoleProgress(steps), clock]
+            trainer_cls = OptBenchTrainer
+        trainer = trainer_cls(model=model, args=args, train_dataset=data, data_collator=default_data_collator,
+                              optimizers=(opt, sched), callbacks=callbacks)
+        # Both variants drop transformers' per-log printing (with logging_steps=1 it prints a dict every step);
+        # hf_optbench.run replaces it with ConsoleProgress, a line every ~10% of the run.
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+        with contextlib.redirect_stdout(io.StringIO()):  # keep this script's stdout to its result table
+            trainer.train()
     return _deltas(clock.stamps, skip)
 
 
@@ -112,7 +126,7 @@ def plain_steps(size: str, batch: int, block: int, steps: int, skip: int) -> lis
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of each variant")
+    p.add_argument("--rounds", type=int, default=6, help="interleaved rounds of each variant")
     p.add_argument("--steps", type=int, default=25, help="optimizer steps per variant per round")
     p.add_argument("--skip", type=int, default=3, help="first step intervals dropped per round (warm-up)")
     p.add_argument("--json", action="store_true")
@@ -121,10 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     for shape in a.shapes:
         size, batch, block = SHAPES[shape]
         times: dict[str, list[float]] = {"plain": [], "trainer": [], "hf_optbench": []}
-        for _ in range(a.rounds):  # interleaved so that machine noise hits every variant alike
-            times["plain"] += plain_steps(size, batch, block, a.steps, a.skip)
-            times["trainer"] += trainer_steps(size, batch, block, a.steps, False, a.skip)
-            times["hf_optbench"] += trainer_steps(size, batch, block, a.steps, True, a.skip)
+        shape_args = (size, batch, block, a.steps)
+        runners = {
+            "plain": lambda s=shape_args: plain_steps(*s, a.skip),
+            "trainer": lambda s=shape_args: trainer_steps(*s, False, a.skip),
+            "hf_optbench": lambda s=shape_args: trainer_steps(*s, True, a.skip),
+        }
+        order = list(runners)
+        for r in range(a.rounds):
+            # interleaved, and the order rotated every round: a variant that always ran last was measured ~8 ms/step
+            # slower on the tiny shape than the same code run first (allocator and cache state, not the code)
+            for name in order[r % 3:] + order[:r % 3]:
+                times[name] += runners[name]()
         med = {k: statistics.median(v) for k, v in times.items()}
         results.append({
             "shape": shape, "model_size": size, "micro_batch": batch, "block_size": block,
@@ -139,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, python {sys.version.split()[0]}")
         print("| shape | plain loop ms | Trainer ms | hf_optbench ms | ratio vs plain | Trainer fixed cost ms "
-              "| our callbacks ms |")
+              "| hf_optbench on top of Trainer ms |")
         print("|---|---|---|---|---|---|---|")
         for r in results:
             m = r["median_step_ms"]

@@ -60,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         shown = "python benchmarks/" + " ".join([cmd[0], *cmd[1:], *extra])
         print(f"== {title}: {shown}", flush=True)
         proc = subprocess.run(full_cmd, capture_output=True, text=True, cwd=HERE.parent)
-        out = proc.stdout.strip()
+        # drop library start-up chatter (DeepSpeed's accelerator banner is printed to stdout at import)
+        out = "\n".join(line for line in proc.stdout.splitlines()
+                        if not line.startswith("[20") and "real_accelerator" not in line).strip()
         print(out, flush=True)
         lines += [f"## {title}", "", f"`{shown}`", ""]
         if proc.returncode != 0:

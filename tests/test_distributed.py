@@ -137,3 +137,31 @@ def test_deepspeed_zero2_follows_our_schedule_and_matches_one_process(zero2_two:
     delta = _max_loss_delta(zero2_two, one_process)
     print(f"\nmax |loss(ZeRO-2, 2 procs) - loss(1 proc)|: {delta:.3g}")
     assert delta <= LOSS_ATOL
+
+
+# --- the GPU configs, launched for real where two or more CUDA devices exist (skipped here by marker) ---------
+GPU_COMMON = ["--optimizer", "lion", "--max_steps", "4", "--eval_steps", "4", "--block_size", "64",
+              "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "2", "--save_strategy", "no",
+              "--seed", "0", "--write_model_card", "false", "--use_cpu", "false"]
+
+
+@pytest.mark.gpu
+@pytest.mark.multi_gpu
+@pytest.mark.parametrize("config, precision", [("t4x2_ddp.yaml", ["--fp16", "true"]),
+                                               ("a100x4_zero3.yaml", ["--bf16", "true"])])
+def test_gpu_config_trains_with_our_optimizer(tmp_path: Path, config: str, precision: list[str]) -> None:
+    import torch
+
+    n_gpu = min(torch.cuda.device_count(), 4)
+    out = tmp_path / config.replace(".yaml", "")
+    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
+    cmd = [accelerate, "launch", "--config_file", f"accelerate_configs/{config}", "--num_processes", str(n_gpu),
+           "-m", "hf_optbench.run", RECIPE, "--output_dir", str(out), *GPU_COMMON, *precision]
+    proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["world_size"] == n_gpu
+    assert "Lion" in summary["optimizer_impl"]  # DeepSpeed must not swap in its own AdamW
+    assert summary["peak_memory_kind"] == "cuda_max_allocated"
+    assert summary["optimizer_state_bytes_total"] >= summary["optimizer_state_bytes"] > 0

@@ -10,27 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from fixtures.models import tiny_model
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.lr_finder import _split_own, find_lr_main, lr_range_test, suggest
 from hf_optbench.optimizers import build_optimizer
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny tensors: intra-op threads only add barrier waits (20-70x slower on this shared 2-core machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def tiny_model() -> GPT2LMHeadModel:
-    torch.manual_seed(0)
-    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=128, n_positions=64,
-                                      use_cache=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                      bos_token_id=0, eos_token_id=0))
 
 
 def batches(n: int = 8) -> list[dict[str, torch.Tensor]]:

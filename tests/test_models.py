@@ -77,7 +77,7 @@ def test_init_from_local_checkpoint(tmp_path) -> None:
     src = build_model("tiny", 256, n_positions=32)
     src.save_pretrained(tmp_path / "ckpt")
     loaded = build_model("tiny", 256, n_positions=32, init_from=str(tmp_path / "ckpt"))
-    for (n, p), (_, q) in zip(src.named_parameters(), loaded.named_parameters()):
+    for (n, p), (_, q) in zip(src.named_parameters(), loaded.named_parameters(), strict=True):
         assert torch.equal(p, q), n
     with pytest.raises(OptBenchError, match="init_from"):
         build_model("tiny", 256, init_from=str(tmp_path / "missing"))

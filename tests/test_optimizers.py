@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from fixtures.models import tiny_model
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optimizers import (
@@ -29,25 +29,9 @@ from hf_optbench.optimizers import (
     size_class_for_params,
 )
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny tensors: intra-op threads only add barrier waits (20-70x slower on this shared 2-core machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 CPU_OK = [n for n, s in OPTIMIZERS.items() if not s.requires_cuda]
 CUDA_ONLY = [n for n, s in OPTIMIZERS.items() if s.requires_cuda]
 SIZES = ("tiny", "mini", "midi", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
-
-
-def tiny_model(seed: int = 0, vocab: int = 128) -> GPT2LMHeadModel:
-    torch.manual_seed(seed)
-    cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=vocab, n_positions=64, use_cache=False,
-                     bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    return GPT2LMHeadModel(cfg)
 
 
 def batch(seed: int = 1, vocab: int = 128) -> torch.Tensor:

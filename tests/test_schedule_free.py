@@ -12,15 +12,6 @@ from hf_optbench.optimizers import build_optimizer
 from hf_optbench.schedule_free import ScheduleFreeModeCallback
 from hf_optbench.schedules import build_scheduler
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny tensors: intra-op threads only add barrier waits (20-70x slower on this shared 2-core machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 BETA1 = 0.9
 
 

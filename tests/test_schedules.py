@@ -11,15 +11,6 @@ import torch
 from hf_optbench.errors import OptBenchError
 from hf_optbench.schedules import SCHEDULES, build_scheduler, describe_scheduler, resolve_warmup_steps
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny tensors: intra-op threads only add barrier waits (20-70x slower on this shared 2-core machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 PEAK = 6e-4
 
 
