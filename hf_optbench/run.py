@@ -427,5 +427,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if summary["status"] in ("completed", "diverged") else 1
 
 
+def exit_process(code: int) -> None:
+    """End the process with ``code``; in a multi-process run, without interpreter finalization.
+
+    Why: Gloo's worker threads can still hold work objects when the interpreter is torn down, and their destruction
+    then aborts the process (SIGABRT, "terminate called without an active exception") after all results were
+    written, even after destroy_process_group() (seen here in CI; pytorch/pytorch PR #179291 describes the cause
+    and was abandoned upstream). Everything is already flushed to disk at this point; W&B is finished explicitly
+    because its own atexit hook would be skipped.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        wandb = sys.modules.get("wandb")
+        if wandb is not None and getattr(wandb, "run", None) is not None:
+            wandb.finish()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -345,7 +345,7 @@ def test_bench_config_imports_only_the_standard_library():
 
 _DIST_SCRIPT = textwrap.dedent(
     """
-    import json, sys, torch
+    import json, os, sys, torch
     import torch.distributed as dist
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments, default_data_collator
     from hf_optbench.bench_config import BenchArguments
@@ -368,6 +368,9 @@ _DIST_SCRIPT = textwrap.dedent(
     if args.process_index == 0:
         json.dump(s, open(out + "/rank0.json", "w"))
     dist.destroy_process_group()
+    # skip interpreter finalization, as hf_optbench.run.exit_process does: Gloo threads can abort it (SIGABRT)
+    sys.stdout.flush()
+    os._exit(0)
     """
 )
 
