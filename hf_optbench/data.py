@@ -616,9 +616,7 @@ def prepare_data(data_args: DataArguments, *, n_positions: int) -> DatasetBundle
         path = _store(datasets.DatasetDict(parts), info, cache_root, fp)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    cached = _load_cached(path)
-    assert cached is not None
-    return _bundle_from_cache(cached, tokenizer, vocab_size, False, path)
+    return _reload_fresh(path, tokenizer, vocab_size)
 
 
 def _check_split_sizes(data_args: DataArguments, split_stats: dict[str, dict[str, Any]], what: str) -> None:
@@ -708,9 +706,15 @@ def _prepare_synthetic(data_args: DataArguments, cache_root: str) -> DatasetBund
         path = _store(datasets.DatasetDict(parts), info, cache_root, fp)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return _reload_fresh(path, None, vocab)
+
+
+def _reload_fresh(path: str, tokenizer: Any, vocab_size: int) -> DatasetBundle:
+    """The bundle of a cache entry just written, read back memory-mapped like any later cache hit."""
     cached = _load_cached(path)
-    assert cached is not None
-    return _bundle_from_cache(cached, None, vocab, False, path)
+    if cached is None:
+        raise RuntimeError(f"the data cache entry just written at {path} could not be read back")
+    return _bundle_from_cache(cached, tokenizer, vocab_size, False, path)
 
 
 def check_model_vocab(bundle: DatasetBundle, model_vocab_size: int) -> None:
