@@ -425,3 +425,25 @@ def test_cuda_run_reports_allocator_peaks_and_mfu_from_the_table(tmp_path):
     if peak is not None:
         assert 0 < s["mfu"] < 1
     assert s["timed_steps"] == 6 and s["step_time_median_s"] > 0
+
+
+@pytest.mark.slow
+def test_wandb_offline_receives_optbench_keys(tmp_path, monkeypatch):
+    """W&B in offline mode (no network): the run file it writes holds the optbench/ metric names."""
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    recorder = OptBenchRecorder(tmp_path, BenchArguments(timing_warmup_steps=1), tokens_per_step=BATCH * SEQ)
+    args = training_args(tmp_path, max_steps=4, report_to="wandb")
+    trainer = Trainer(model=tiny_model(), args=args, train_dataset=token_data(32),
+                      data_collator=default_data_collator, callbacks=[recorder])
+    trainer.train()
+    import wandb
+
+    wandb.finish()
+    run_files = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(run_files) == 1, list(tmp_path.rglob("*"))
+    payload = run_files[0].read_bytes()
+    for key in ("optbench/step_time_s", "optbench/optimizer_state_bytes", "optbench/tokens"):
+        assert key.encode() in payload, key

@@ -85,3 +85,17 @@ def test_bad_input_exits_2_before_any_work(tmp_path: Path, monkeypatch, capsys, 
 def test_missing_recipe_exits_2(tmp_path: Path, capsys) -> None:
     assert run_mod.main([str(tmp_path / "missing.yaml")]) == 2
     assert "recipe file not found" in capsys.readouterr().err
+
+
+def test_tuned_learning_rate_file_drives_the_run_unless_the_user_sets_one(tmp_path: Path) -> None:
+    tuned = tmp_path / "tuned_hparams.yaml"
+    tuned.write_text(yaml.safe_dump({"adamw": {"tiny": {"learning_rate": 0.0123, "multiplier": 2.0}}}))
+    fast = ["--max_steps", "2", "--eval_steps", "2", "--per_device_train_batch_size", "2", "--block_size", "32",
+            "--save_strategy", "no", "--tuned_hparams_file", str(tuned)]
+    assert run_mod.main([QUICK, "--output_dir", str(tmp_path / "a"), *fast]) == 0
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["learning_rate"] == 0.0123
+    assert "tuned" in summary["hyperparameter_sources"]["learning_rate"]
+    assert run_mod.main([QUICK, "--output_dir", str(tmp_path / "b"), *fast, "--learning_rate", "0.002"]) == 0
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["learning_rate"] == 0.002 and summary["hyperparameter_sources"]["learning_rate"] == "user"
