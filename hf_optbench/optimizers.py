@@ -104,10 +104,6 @@ def _d_adamw(c: str) -> dict[str, Any]:
     return _adamw_base(c)
 
 
-def _d_bnb_adamw(c: str) -> dict[str, Any]:
-    d = _adamw_base(c)
-    d["_extra_cite"] = "bnb8bit"
-    return d
 
 
 def _d_lion(c: str) -> dict[str, Any]:
@@ -119,10 +115,16 @@ def _d_lion(c: str) -> dict[str, Any]:
     return d
 
 
-def _d_bnb_lion(c: str) -> dict[str, Any]:
-    d = _d_lion(c)
-    d["_extra_cite"] = "lion"
-    return d
+def _d_8bit(base: Callable[[str], dict[str, Any]]) -> Callable[[str], dict[str, Any]]:
+    """Defaults of an 8-bit bitsandbytes variant: the 32-bit optimizer's own values, with the 8-bit paper cited on
+    every key beside the 32-bit optimizer's sources (the paper keeps the 32-bit hyperparameters)."""
+
+    def defaults(c: str) -> dict[str, Any]:
+        d = base(c)
+        d["_also_cite"] = "bnb8bit"
+        return d
+
+    return defaults
 
 
 def _d_adafactor(c: str) -> dict[str, Any]:
@@ -214,19 +216,19 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
                       ("betas", "decoupled_weight_decay"),
                       "the same Lion update with torch._foreach ops (lion-pytorch's own foreach variant)",
                       package="lion-pytorch"),
-        OptimizerSpec("adamw_8bit", "bitsandbytes.optim.AdamW8bit", "_build_bnb", _d_bnb_adamw,
+        OptimizerSpec("adamw_8bit", "bitsandbytes.optim.AdamW8bit", "_build_bnb", _d_8bit(_d_adamw),
                       ("betas", "eps", "amsgrad", "min_8bit_size"),
                       "block-wise 8-bit AdamW state (Dettmers et al. 2022); embedding state 32-bit unless "
                       "embedding_state_32bit=false", package="bitsandbytes"),
-        OptimizerSpec("paged_adamw_8bit", "bitsandbytes.optim.PagedAdamW8bit", "_build_bnb", _d_bnb_adamw,
+        OptimizerSpec("paged_adamw_8bit", "bitsandbytes.optim.PagedAdamW8bit", "_build_bnb", _d_8bit(_d_adamw),
                       ("betas", "eps", "amsgrad", "min_8bit_size"),
                       "8-bit AdamW with state in CUDA unified (paged) memory", package="bitsandbytes",
                       requires_cuda=True),
-        OptimizerSpec("lion_8bit", "bitsandbytes.optim.Lion8bit", "_build_bnb", _d_bnb_lion,
+        OptimizerSpec("lion_8bit", "bitsandbytes.optim.Lion8bit", "_build_bnb", _d_8bit(_d_lion),
                       ("betas", "min_8bit_size"),
                       "block-wise 8-bit Lion state (bitsandbytes); embedding state 32-bit unless "
                       "embedding_state_32bit=false", package="bitsandbytes"),
-        OptimizerSpec("paged_lion_8bit", "bitsandbytes.optim.PagedLion8bit", "_build_bnb", _d_bnb_lion,
+        OptimizerSpec("paged_lion_8bit", "bitsandbytes.optim.PagedLion8bit", "_build_bnb", _d_8bit(_d_lion),
                       ("betas", "min_8bit_size"),
                       "8-bit Lion with state in CUDA unified (paged) memory", package="bitsandbytes",
                       requires_cuda=True),
@@ -332,14 +334,14 @@ def optimizer_defaults(name: str, model_size: str) -> dict[str, Any]:
     cls = size_class(model_size)
     raw = OPTIMIZERS[canonical].defaults(cls)
     cite, extra = raw.pop("_cite"), raw.pop("_extra_cite", None)
+    also = raw.pop("_also_cite", None)  # cited on every key (the 8-bit variants)
     derived = set(raw.pop("_derived", ()))
-    if extra == "bnb8bit":  # same values as the 32-bit optimizer, by the 8-bit paper's own recommendation
-        sources = {k: f"{CITATIONS[cite]} | {CITATIONS[extra]}" for k in raw}
-    else:
-        sources = {k: CITATIONS[extra] if k in derived else CITATIONS[cite] for k in raw}
+    sources = {k: CITATIONS[extra] if k in derived else CITATIONS[cite] for k in raw}
+    if also:
+        sources = {k: f"{v} | {CITATIONS[also]}" for k, v in sources.items()}
     raw["size_class"] = cls
     raw["sources"] = sources
-    raw["source"] = " | ".join([CITATIONS[cite]] + ([CITATIONS[extra]] if extra else []))
+    raw["source"] = " | ".join([CITATIONS[cite]] + [CITATIONS[c] for c in (extra, also) if c])
     return raw
 
 

@@ -364,3 +364,13 @@ def test_lr_grid_brackets_the_default():
 
     assert lr_grid("adamw", "gpt2") == [1.5e-4, 3e-4, 6e-4, 1.2e-3, 2.4e-3]
     assert lr_grid("lion", "gpt2-medium", factors=(0.5, 1.0, 2.0)) == [5e-5, 1e-4, 2e-4]
+
+
+@pytest.mark.parametrize("eight_bit, base", [("adamw_8bit", "adamw"), ("lion_8bit", "lion"),
+                                             ("paged_adamw_8bit", "adamw"), ("paged_lion_8bit", "lion")])
+def test_8bit_defaults_are_the_32bit_values_and_cite_both_sources(eight_bit: str, base: str) -> None:
+    d8, d32 = optimizer_defaults(eight_bit, "gpt2"), optimizer_defaults(base, "gpt2")
+    values = {k: v for k, v in d8.items() if k not in ("source", "sources", "size_class")}
+    assert values == {k: v for k, v in d32.items() if k not in ("source", "sources", "size_class")}
+    assert d8["source"] == f"{d32['source']} | {CITATIONS['bnb8bit']}"
+    assert all(d8["sources"][k] == f"{d32['sources'][k]} | {CITATIONS['bnb8bit']}" for k in d32["sources"])
