@@ -23,7 +23,6 @@ Target (issue 4): the callbacks cost < 1% of the median step time.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import statistics
@@ -46,10 +45,9 @@ from transformers import (  # noqa: E402
 )
 
 from hf_optbench.bench_config import BenchArguments  # noqa: E402
-from hf_optbench.callbacks import OptBenchRecorder, default_callbacks  # noqa: E402
+from hf_optbench.callbacks import default_callbacks  # noqa: E402
 
-_EVENTS = ("on_train_begin", "on_step_begin", "on_optimizer_step", "on_step_end", "on_log", "on_evaluate",
-           "on_save", "on_train_end")
+from callback_probes import EveryOtherStep, SelfTimer, split_toggled  # noqa: E402  (beside this script)
 
 
 class _StepClock(TrainerCallback):
@@ -60,51 +58,6 @@ class _StepClock(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.stamps.append(time.perf_counter())
-
-
-class _EveryOtherStep(TrainerCallback):
-    """Hands the recorder the events of even intervals only. Interval N runs from step N-1's end to step N's end:
-    it holds step N-1's on_log, then step N's on_step_begin ... on_step_end."""
-
-    def __init__(self, recorder: OptBenchRecorder) -> None:
-        self.recorder = recorder
-
-    def __getattribute__(self, name):
-        if name not in _EVENTS:
-            return super().__getattribute__(name)
-        recorder = super().__getattribute__("recorder")
-
-        def forward(args, state, control, **kwargs):
-            interval = state.global_step if name == "on_step_end" else state.global_step + 1
-            if name in ("on_train_begin", "on_train_end") or interval % 2 == 0:
-                return getattr(recorder, name)(args, state, control, **kwargs)
-            return None
-
-        return forward
-
-
-def _time_methods(recorder: OptBenchRecorder, per_step: list[float], once: list[float]) -> None:
-    """Wrap the recorder's event methods: per-step events add to per_step[-1] (a new entry at each step begin),
-    train begin/end to once (one-off costs: file set-up, end-of-run memory walk, summary.json)."""
-    for name in _EVENTS:
-        method = getattr(recorder, name)
-
-        @functools.wraps(method)
-        def timed(*a, _m=method, _name=name, **kw):
-            t = time.perf_counter()
-            try:
-                return _m(*a, **kw)
-            finally:
-                spent = time.perf_counter() - t
-                if _name in ("on_train_begin", "on_train_end"):
-                    once.append(spent)
-                else:
-                    if _name == "on_step_begin":
-                        per_step.append(0.0)
-                    if per_step:
-                        per_step[-1] += spent
-
-        setattr(recorder, name, timed)
 
 
 def run_once(shape: dict, steps: int, variant: str) -> dict:
@@ -118,8 +71,7 @@ def run_once(shape: dict, steps: int, variant: str) -> dict:
     ids = torch.randint(0, shape["vocab"], (shape["batch"] * (steps + 1), shape["block"]), generator=g)
     data = [{"input_ids": r, "labels": r} for r in ids]
     clock = _StepClock()
-    self_time: list[float] = []
-    once: list[float] = []
+    timer = SelfTimer()
     with tempfile.TemporaryDirectory() as out:
         args = TrainingArguments(
             out, max_steps=steps, per_device_train_batch_size=shape["batch"], use_cpu=True, report_to="none",
@@ -130,16 +82,14 @@ def run_once(shape: dict, steps: int, variant: str) -> dict:
         if variant != "without":
             recorder = default_callbacks(BenchArguments(target_losses=[8.0, 7.0]), out,
                                          tokens_per_step=shape["batch"] * shape["block"])[0]
-            if variant == "with":
-                _time_methods(recorder, self_time, once)
-            callbacks = [recorder if variant == "with" else _EveryOtherStep(recorder), clock]
+            callbacks = [timer.wrap(recorder) if variant == "with" else EveryOtherStep(recorder), clock]
         trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=default_data_collator,
                           callbacks=callbacks)
         trainer.remove_callback(PrinterCallback)  # the per-step print is the same on every side: keep stdout clean
         trainer.train()
     intervals = [b - a for a, b in zip(clock.stamps, clock.stamps[1:], strict=False)]
-    # self_time[0] is step 1 (with the one-off optimizer-state walk)
-    return {"intervals": intervals, "self": self_time[1:], "once": sum(once)}
+    # per_step[0] is step 1 (with the one-off optimizer-state walk)
+    return {"intervals": intervals, "self": timer.per_step[1:], "once": sum(timer.once)}
 
 
 def measure(shape: dict, rounds: int, steps: int, skip: int) -> dict:
@@ -159,10 +109,8 @@ def measure(shape: dict, rounds: int, steps: int, skip: int) -> dict:
                 self_time += res["self"][skip:]
                 once.append(res["once"])
         round_ratios.append(medians["with"] / medians["without"])
-        res = run_once(shape, steps, "toggled")
-        for i, dt in enumerate(res["intervals"]):
-            if i >= skip:
-                toggled["on" if (i + 2) % 2 == 0 else "off"].append(dt)
+        for k, v in split_toggled(run_once(shape, steps, "toggled")["intervals"], skip).items():
+            toggled[k] += v
     med = {k: statistics.median(v) for k, v in times.items()}
     tog = {k: statistics.median(v) for k, v in toggled.items()}
     round_ratios.sort()

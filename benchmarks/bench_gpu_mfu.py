@@ -1,114 +1,168 @@
-"""GPU throughput and MFU for gpt2 and gpt2-medium: SDPA attention, bf16 autocast, torch.compile, and the
-micro-batch doubled until memory is nearly full (seed 004's utilization experiment). Skipped (exit 0, says so)
-where no CUDA device exists.
+"""GPU throughput and MFU for gpt2 and gpt2-medium: SDPA attention, bf16, torch.compile, and the micro-batch
+doubled until memory is nearly full (seed 004's utilization experiment). Skipped (exit 0, says so) where no CUDA
+device exists.
+
+Two variants per size, at the same micro-batch, interleaved: nanoGPT's plain loop (bf16 autocast, compiled model)
+and an hf_optbench run (``OptBenchTrainer`` + our callbacks with ``bf16=True, torch_compile=True`` and a loss log
+every step, as a GPU recipe runs). Their ratio is the harness's cost on a GPU, where the Trainer's per-step host
+work and loss sync matter more than on a CPU. The micro-batch is the largest power of two whose eager step fits
+(compiled steps need no more memory than eager ones), searched with the plain loop.
 
     python benchmarks/bench_gpu_mfu.py [--sizes gpt2 gpt2-medium] [--block 1024] [--steps 30] [--trace DIR]
+    python benchmarks/bench_gpu_mfu.py --device cpu --sizes tiny --batch 2 --block 64 --steps 4 --no-compile \
+        --dtype fp32        # a smoke check of the code path on a machine without a GPU (MFU n/a)
 
-MFU = FLOPs per token (6N + 12*L*H*Q*T, PaLM appendix B) x tokens/s / the device's dense bf16 peak from
-hf_optbench.metrics' table; a device missing from the table gets MFU "n/a" rather than a guessed peak.
+MFU = FLOPs per token (6N + 12*L*H*Q*T, PaLM appendix B) x tokens/s / the device's dense peak for the dtype from
+hf_optbench.metrics' table; a device missing from the table gets MFU null rather than a guessed peak.
 Target (issue 8): MFU >= 40% on an A100/H100-class GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import statistics
 import sys
-import time
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_harness import plain_steps, trainer_steps  # noqa: E402  (beside this script)
+
+VOCAB = 50_266  # flax-community/gpt2-base-thai's tokenizer; build_model pads the embedding to 50,304 rows
 
 
-def _measure(size: str, block: int, batch: int, steps: int, compile_: bool, trace: str | None) -> dict:
-    import torch
-
-    from hf_optbench.metrics import flops_per_token
-    from hf_optbench.models import build_model
-    from hf_optbench.optimizers import build_optimizer
-
-    torch.manual_seed(0)
-    model = build_model(size, 50_266, n_positions=block).cuda()
-    opt = build_optimizer("adamw", model, lr=6e-4, weight_decay=0.1, model_size=size)
-    step_model = torch.compile(model) if compile_ else model
-    x = torch.randint(0, 50_266, (batch, block), device="cuda")
-
-    def step() -> None:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = step_model(input_ids=x, labels=x).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    for _ in range(3):  # compile + allocator warm-up, excluded
-        step()
-    torch.cuda.synchronize()
-    times = []
-    prof = None
-    if trace:
-        from torch.profiler import ProfilerActivity, profile
-
-        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-        prof.__enter__()
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    if prof is not None:
-        prof.__exit__(None, None, None)
-        prof.export_chrome_trace(f"{trace}/{size}_b{batch}.json")
-    med = statistics.median(times)
-    tokens_per_s = batch * block / med
-    fpt = flops_per_token(model.config, seq_len=block)
-    return {"size": size, "micro_batch": batch, "block": block, "compile": compile_,
-            "median_step_s": round(med, 4), "tokens_per_s": round(tokens_per_s),
-            "flops_per_token": fpt, "achieved_tflops": round(fpt * tokens_per_s / 1e12, 1),
-            "max_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
+def _free() -> None:
+    """Between runs: drop compiled graphs (each run compiles a new model object; dynamo counts those recompiles of
+    the same forward against its cache_size_limit and silently falls back to eager past it) and cached memory."""
+    torch._dynamo.reset()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
-def _largest_batch(size: str, block: int, compile_: bool) -> int:
-    """Double the micro-batch until a step runs out of memory; keep the last that fitted (power of two)."""
-    import torch
-
+def largest_batch(size: str, block: int, bf16: bool, limit: int = 256) -> int:
+    """Double the micro-batch until an eager step runs out of memory; the last that fitted (0 if none did)."""
     batch, best = 1, 0
-    while batch <= 256:
+    while batch <= limit:
         try:
-            _measure(size, block, batch, 1, compile_, None)
-            best = batch
-            batch *= 2
+            plain_steps(size, batch, block, VOCAB, 2, 0, device="cuda", bf16=bf16, compile_=False)
+            best, batch = batch, batch * 2
         except torch.OutOfMemoryError:
             break
         finally:
-            torch.cuda.empty_cache()
+            _free()
     return best
+
+
+def _row(variant: str, size: str, batch: int, block: int, intervals: list[float], fpt: float,
+         peak: float | None) -> dict[str, Any]:
+    med = statistics.median(intervals)
+    tokens_per_s = batch * block / med
+    achieved = fpt * tokens_per_s
+    return {"variant": variant, "size": size, "micro_batch": batch, "block": block, "steps": len(intervals),
+            "median_step_s": round(med, 5), "tokens_per_s": round(tokens_per_s), "flops_per_token": fpt,
+            "achieved_tflops": round(achieved / 1e12, 2), "mfu": round(achieved / peak, 4) if peak else None}
+
+
+def measure(size: str, batch: int, block: int, steps: int, device: str, bf16: bool, compile_: bool,
+            rounds: int, trace: str | None) -> list[dict[str, Any]]:
+    from hf_optbench.metrics import device_peak_flops, flops_per_token
+    from hf_optbench.models import build_config, padded_vocab_size
+
+    # the model's own shape: build_model pads the embedding to a multiple of 64 rows (the matmuls run at that width)
+    fpt = flops_per_token(build_config(size, padded_vocab_size(VOCAB, 64), n_positions=block), seq_len=block)
+    name = torch.cuda.get_device_name(0) if device.startswith("cuda") else None
+    peak = device_peak_flops(name, "bf16" if bf16 else "tf32")
+    skip = 3  # compile and allocator warm-up
+    times: dict[str, list[float]] = {"plain": [], "hf_optbench": []}
+    peak_mem: dict[str, float] = {}
+    for r in range(rounds):
+        for variant in (("plain", "hf_optbench") if r % 2 == 0 else ("hf_optbench", "plain")):
+            if device.startswith("cuda"):
+                torch.cuda.reset_peak_memory_stats()
+            if variant == "plain":
+                times[variant] += plain_steps(size, batch, block, VOCAB, steps + skip, skip, device=device,
+                                              bf16=bf16, compile_=compile_)
+            else:
+                res = trainer_steps(size, batch, block, VOCAB, steps + skip, "hf_optbench", skip, device=device,
+                                    bf16=bf16, compile_=compile_)
+                times[variant] += res["intervals"][skip:]
+            if device.startswith("cuda"):
+                peak_mem[variant] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+            _free()
+    rows = [_row(v, size, batch, block, t, fpt, peak) for v, t in times.items()]
+    for row in rows:
+        row.update(device=name or device, dtype="bf16" if bf16 else "fp32/tf32", compile=compile_,
+                   max_allocated_gib=peak_mem.get(row["variant"]))
+    rows[1]["ratio_vs_plain"] = round(rows[1]["median_step_s"] / rows[0]["median_step_s"], 4)
+    if trace:
+        _trace(size, batch, block, device, bf16, compile_, trace)
+    return rows
+
+
+def _trace(size: str, batch: int, block: int, device: str, bf16: bool, compile_: bool, directory: str) -> None:
+    """A torch.profiler chrome trace of a few plain-loop steps (open in chrome://tracing or Perfetto)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    os.makedirs(directory, exist_ok=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    plain_steps(size, batch, block, VOCAB, 3, 0, device=device, bf16=bf16, compile_=compile_)  # compile outside
+    with profile(activities=activities) as prof:
+        plain_steps(size, batch, block, VOCAB, 4, 0, device=device, bf16=bf16, compile_=compile_)
+    prof.export_chrome_trace(os.path.join(directory, f"{size}_b{batch}.json"))
+    _free()
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", nargs="+", default=["gpt2", "gpt2-medium"])
     p.add_argument("--block", type=int, default=1024)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--batch", type=int, default=0, help="micro-batch; 0 = largest power of two that fits")
+    p.add_argument("--steps", type=int, default=30, help="timed steps per variant per round")
+    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the two variants")
+    p.add_argument("--batch", type=int, default=0, help="micro-batch; 0 = largest power of two that fits (CUDA)")
+    p.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a smoke check of the code path)")
+    p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--trace", default=None, help="directory for torch.profiler chrome traces")
+    p.add_argument("--json", help="also write the rows to this JSON file")
     a = p.parse_args(argv)
-    import torch
-
-    if not torch.cuda.is_available():
-        print("skipped: no CUDA device (this benchmark measures GPU throughput and MFU)")
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        print("skipped: no CUDA device (this benchmark measures GPU throughput and MFU; --device cpu runs a smoke "
+              "check of its code path)")
         return 0
-    from hf_optbench.metrics import device_peak_flops
-
-    name = torch.cuda.get_device_name(0)
-    peak = device_peak_flops(name, "bf16")
+    if a.device == "cpu" and not a.batch:
+        p.error("--device cpu needs --batch (the fill-memory search is for GPUs)")
+    bf16 = a.dtype == "bf16"
+    if not bf16 and a.device.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 on a GPU means TF32 matmuls, as the peak assumes
     rows = []
     for size in a.sizes:
-        batch = a.batch or _largest_batch(size, a.block, not a.no_compile)
-        r = _measure(size, a.block, batch, a.steps, not a.no_compile, a.trace)
-        r["device"] = name
-        r["mfu"] = round(r["achieved_tflops"] * 1e12 / peak, 3) if peak else None
-        rows.append(r)
-    print(json.dumps(rows, indent=2))
+        batch = a.batch or largest_batch(size, a.block, bf16)
+        if batch == 0:
+            print(f"{size}: not even a micro-batch of 1 fits at block {a.block}; skipped")
+            continue
+        try:
+            rows += measure(size, batch, a.block, a.steps, a.device, bf16, not a.no_compile, a.rounds, a.trace)
+        except torch.OutOfMemoryError:  # the Trainer's step can need a little more than the searched eager one
+            _free()
+            print(f"{size}: micro-batch {batch} ran out of memory in the timed runs; measuring at {batch // 2}")
+            rows += measure(size, batch // 2, a.block, a.steps, a.device, bf16, not a.no_compile, a.rounds, a.trace)
+    print(f"torch {torch.__version__}; {rows[0]['device'] if rows else a.device}")
+    print("| size | variant | micro-batch x block | median step s | tokens/s | TFLOP/s | MFU | vs plain | "
+          "max allocated GiB |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
+        print(f"| {r['size']} | {r['variant']} | {r['micro_batch']} x {r['block']} | {r['median_step_s']} | "
+              f"{r['tokens_per_s']} | {r['achieved_tflops']} | {mfu} | {r.get('ratio_vs_plain', '')} | "
+              f"{r['max_allocated_gib'] if r['max_allocated_gib'] is not None else '-'} |")
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=2)
     return 0
 
 

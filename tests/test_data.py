@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures.data_fixtures import BUILTIN_TOKENIZER, thai_documents, write_c4_layout, write_jsonl
 
 from hf_optbench import data as data_mod
 from hf_optbench.data import (
@@ -22,6 +21,8 @@ from hf_optbench.data import (
 from hf_optbench.data_config import DataArguments
 from hf_optbench.errors import OptBenchError
 from hf_optbench.tokenization import load_tokenizer
+
+from fixtures.data_fixtures import BUILTIN_TOKENIZER, thai_documents, write_c4_layout, write_jsonl
 
 
 @pytest.fixture(scope="module")

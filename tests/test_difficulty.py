@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-from fixtures.data_fixtures import BUILTIN_TOKENIZER
 
 from hf_optbench.data_config import DataArguments
 from hf_optbench.difficulty import (
@@ -18,6 +17,8 @@ from hf_optbench.difficulty import (
     synthetic_ratio,
 )
 from hf_optbench.errors import OptBenchError
+
+from fixtures.data_fixtures import BUILTIN_TOKENIZER
 
 
 def test_ratio_scale_random_vs_constant():

@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fixtures.models import tiny_model
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.lr_finder import _split_own, find_lr_main, lr_range_test, suggest
 from hf_optbench.optimizers import build_optimizer
+
+from fixtures.models import tiny_model
 
 
 def batches(n: int = 8) -> list[dict[str, torch.Tensor]]:

@@ -6,11 +6,12 @@ import copy
 
 import pytest
 import torch
-from fixtures.models import tiny_model
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.muon import split_muon_params
 from hf_optbench.optimizers import build_optimizer, param_groups
+
+from fixtures.models import tiny_model
 
 
 def step(model, opt, seed):

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 import torch
-from fixtures.models import tiny_model
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optimizers import (
@@ -28,6 +27,8 @@ from hf_optbench.optimizers import (
     resolve_optimizer_name,
     size_class_for_params,
 )
+
+from fixtures.models import tiny_model
 
 CPU_OK = [n for n, s in OPTIMIZERS.items() if not s.requires_cuda]
 CUDA_ONLY = [n for n, s in OPTIMIZERS.items() if s.requires_cuda]

@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from fixtures.sweep_fixture import build_fixture_sweep
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.report import analyse, build_report, cli_main, load_runs, parse_targets, read_metrics
+
+from fixtures.sweep_fixture import build_fixture_sweep
 
 
 @pytest.fixture(scope="module")

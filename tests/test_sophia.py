@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fixtures.models import tiny_model
 from transformers import Trainer, TrainingArguments
 from transformers.optimization import get_constant_schedule
 
 from hf_optbench.optimizers import build_optimizer
 from hf_optbench.sophia import SophiaG, SophiaGHessianCallback, gnb_hessian_update
+
+from fixtures.models import tiny_model
 
 
 def test_update_matches_the_sophia_repository_rule():

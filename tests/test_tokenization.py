@@ -6,7 +6,6 @@ import json
 import time
 
 import pytest
-from fixtures.data_fixtures import BUILTIN_TOKENIZER, thai_documents, write_c4_layout, write_jsonl
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.tokenization import (
@@ -18,6 +17,8 @@ from hf_optbench.tokenization import (
     tokens_per_char,
     train_tokenizer,
 )
+
+from fixtures.data_fixtures import BUILTIN_TOKENIZER, thai_documents, write_c4_layout, write_jsonl
 
 SAMPLE = "ฝนตกหนักมาก น้ำในคลองเต็มแล้ว 123 ๑๒๓ ok!\nพรุ่งนี้ไปตลาดกัน"
 

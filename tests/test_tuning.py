@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fixtures.sweep_fixture import build_fixture_sweep
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.tuning import cli_main, select_best, write_tuned
+
+from fixtures.sweep_fixture import build_fixture_sweep
 
 
 def _rec(opt: str, mult: float, seed: int, loss: float | None, status: str = "completed",

@@ -1,0 +1,191 @@
+"""benchmarks/: the probes measure what they claim, and the scripts run end to end on tiny settings (so the
+README's rerun commands keep working). Timings themselves are not asserted here: this machine is too noisy for
+that; the benchmarks report them as ratios measured within one run."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import TrainerCallback, TrainerControl, TrainerState
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import callback_probes  # noqa: E402
+import pinned_malloc  # noqa: E402
+
+
+class _Log(TrainerCallback):
+    def __init__(self, sleep: float = 0.0) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.sleep = sleep
+
+    def _note(self, name: str, state: TrainerState) -> None:
+        self.calls.append((name, state.global_step))
+        time.sleep(self.sleep)
+
+    def on_train_begin(self, args, state, control, **kw):
+        self._note("train_begin", state)
+
+    def on_step_begin(self, args, state, control, **kw):
+        self._note("step_begin", state)
+
+    def on_step_end(self, args, state, control, **kw):
+        self._note("step_end", state)
+
+    def on_log(self, args, state, control, **kw):
+        self._note("log", state)
+
+
+def _json_out(text: str):
+    """The JSON a benchmark printed, after any library start-up chatter on stdout (DeepSpeed's accelerator line)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line in ("[", "{"))
+    return json.loads("\n".join(lines[start:]))
+
+
+def _drive(cb: TrainerCallback, steps: int) -> None:
+    """The event order of Trainer's loop: train begin, then per step begin, end (global_step advanced), log."""
+    state, control = TrainerState(), TrainerControl()
+    cb.on_train_begin(None, state, control)
+    for step in range(1, steps + 1):
+        cb.on_step_begin(None, state, control)
+        state.global_step = step
+        cb.on_step_end(None, state, control)
+        cb.on_log(None, state, control, logs={"loss": 1.0})
+    cb.on_train_end(None, state, control)
+
+
+def test_every_other_step_forwards_whole_even_intervals_only():
+    inner = _Log()
+    _drive(callback_probes.EveryOtherStep(inner), steps=6)
+    # interval N = step N-1's log + step N's begin/end; even intervals are forwarded, train begin always
+    assert inner.calls == [
+        ("train_begin", 0),
+        ("log", 1), ("step_begin", 1), ("step_end", 2),
+        ("log", 3), ("step_begin", 3), ("step_end", 4),
+        ("log", 5), ("step_begin", 5), ("step_end", 6),
+    ]
+
+
+def test_split_toggled_pairs_interval_parity_with_the_gate():
+    # index i is the interval ending at step i + 2: even i -> even interval -> the gate forwarded it
+    assert callback_probes.split_toggled([10, 20, 11, 21, 12, 22], skip=2) == {"on": [11, 12], "off": [21, 22]}
+
+
+def test_self_timer_opens_one_entry_per_step_across_callbacks():
+    timer = callback_probes.SelfTimer()
+    a, b = timer.wrap(_Log(sleep=0.002)), timer.wrap(_Log(sleep=0.001))
+    state, control = TrainerState(), TrainerControl()
+    a.on_train_begin(None, state, control)
+    for step in range(1, 4):
+        for cb in (a, b):
+            cb.on_step_begin(None, state, control)
+        state.global_step = step
+        for cb in (a, b):
+            cb.on_step_end(None, state, control)
+    assert len(timer.per_step) == 3  # b's step begin did not open entries of its own
+    assert all(t >= 2 * (0.002 + 0.001) for t in timer.per_step)  # both callbacks' begin and end counted
+    assert len(timer.once) == 1 and timer.once[0] >= 0.002
+    assert [c[0] for c in a.calls].count("step_end") == 3  # the wrapped methods still ran
+
+
+def test_malloc_pin_reexecs_once_with_the_pinned_tunables(monkeypatch):
+    seen = []
+    monkeypatch.setattr(pinned_malloc.os, "execve", lambda exe, argv, env: seen.append((exe, argv, env)))
+    monkeypatch.setattr(pinned_malloc.platform, "libc_ver", lambda: ("glibc", "2.36"))
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.cpu.x86_shstk=0")
+    assert pinned_malloc.malloc_setting() == "default"
+    pinned_malloc.reexec_pinned("bench.py", ["--rounds", "1"])
+    (exe, argv, env), = seen
+    assert argv == [sys.executable, "bench.py", "--rounds", "1"]
+    assert env["GLIBC_TUNABLES"] == "glibc.cpu.x86_shstk=0:" + pinned_malloc.PINNED  # the user's tunable kept
+
+    monkeypatch.setenv("GLIBC_TUNABLES", env["GLIBC_TUNABLES"])
+    assert pinned_malloc.malloc_setting() == "pinned"
+    pinned_malloc.reexec_pinned("bench.py", [])
+    monkeypatch.setattr(pinned_malloc.platform, "libc_ver", lambda: ("musl", ""))
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    assert pinned_malloc.malloc_setting() == "n/a (not glibc)"
+    pinned_malloc.reexec_pinned("bench.py", [])
+    assert len(seen) == 1  # neither an already pinned process nor a non-glibc one is re-executed
+
+
+def test_bench_harness_measures_all_variants_and_our_own_time(capsys):
+    import bench_harness
+
+    steps, skip = 8, 1
+    assert bench_harness.main(["--shapes", "tiny-b1-s16", "--rounds", "1", "--steps", str(steps), "--skip",
+                               str(skip), "--malloc", "default", "--json"]) == 0
+    (res,) = _json_out(capsys.readouterr().out)
+    assert res["steps_measured"] == {"plain": steps - 1 - skip, "trainer": steps - 1 - skip,
+                                     "hf_optbench": steps - 1 - skip}
+    assert all(v > 0 for v in res["median_step_ms"].values())
+    ours = res["ours_on_top_ms"]
+    assert sum(ours["toggled_steps"].values()) == steps - 1 - skip and min(ours["toggled_steps"].values()) > 0
+    assert 0 < ours["self_median"] < res["median_step_ms"]["hf_optbench"]  # our callbacks ran and were timed
+
+
+def test_bench_callbacks_runs(capsys):
+    import bench_callbacks
+
+    assert bench_callbacks.main(["--rounds", "1", "--steps", "8", "--skip", "1", "--vocab", "128", "--json"]) == 0
+    res = _json_out(capsys.readouterr().out)
+    assert res["toggled_steps"]["steps"]["on"] > 0 and res["toggled_steps"]["steps"]["off"] > 0
+    assert res["self_time"]["median_us_per_step"] > 0
+
+
+def test_bench_gpu_mfu_code_path_runs_on_cpu(tmp_path, capsys):
+    import bench_gpu_mfu
+
+    out = tmp_path / "rows.json"
+    assert bench_gpu_mfu.main(["--device", "cpu", "--sizes", "tiny", "--batch", "2", "--block", "32", "--steps", "3",
+                               "--rounds", "1", "--no-compile", "--dtype", "fp32", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [r["variant"] for r in rows] == ["plain", "hf_optbench"]
+    assert all(r["tokens_per_s"] > 0 and r["mfu"] is None for r in rows)  # no peak is listed for a CPU
+    assert rows[1]["ratio_vs_plain"] > 0
+    assert "| tiny | hf_optbench | 2 x 32 |" in capsys.readouterr().out
+
+
+def test_bench_gpu_mfu_cpu_needs_an_explicit_batch():
+    import bench_gpu_mfu
+
+    with pytest.raises(SystemExit):
+        bench_gpu_mfu.main(["--device", "cpu", "--sizes", "tiny"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this checks the no-GPU path")
+def test_bench_gpu_mfu_says_skipped_without_cuda(capsys):
+    import bench_gpu_mfu
+
+    assert bench_gpu_mfu.main([]) == 0
+    assert capsys.readouterr().out.startswith("skipped: no CUDA device")
+
+
+@pytest.mark.gpu
+def test_bench_gpu_mfu_on_cuda_reports_mfu(tmp_path):
+    import bench_gpu_mfu
+
+    out = tmp_path / "rows.json"
+    assert bench_gpu_mfu.main(["--sizes", "gpt2", "--block", "256", "--batch", "8", "--steps", "5", "--rounds", "1",
+                               "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert all(r["max_allocated_gib"] > 0 for r in rows)
+    if any(r["mfu"] is None for r in rows):
+        pytest.skip(f"{rows[0]['device']} is not in hf_optbench.metrics.DEVICE_PEAK_FLOPS")
+    assert all(0 < r["mfu"] < 1 for r in rows)
+
+
+def test_bench_startup_runs(capsys):
+    import bench_startup
+
+    assert bench_startup.main(["--repeats", "1", "--json"]) == 0
+    rows = {r["command"]: r for r in _json_out(capsys.readouterr().out)}
+    assert rows["hf-optbench --help"]["heavy_modules_imported"] == ""  # the start-up target's premise
+    assert rows["hf-optbench validate RECIPE"]["heavy_modules_imported"] == ""
