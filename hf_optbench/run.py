@@ -139,6 +139,8 @@ def environment() -> dict[str, Any]:
         "device": torch.cuda.get_device_name(0) if cuda else f"cpu ({platform.processor() or platform.machine()})",
         "device_count": torch.cuda.device_count() if cuda else 1,
         "cpu_threads": torch.get_num_threads(),
+        # glibc malloc settings move CPU step times by ~25% (README, benchmark 1), so a run records them
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
     }
 
 

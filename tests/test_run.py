@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,7 @@ def test_run_directory_holds_the_promised_files(finished_run: Path) -> None:
     assert summary["train_runtime_s"] > 0
     assert summary["optimizer_state_bytes"] > 0
     assert summary["env"]["packages"]["transformers"]
+    assert summary["env"]["glibc_tunables"] == os.environ.get("GLIBC_TUNABLES")
     assert "commit" in summary["git"] and "dirty" in summary["git"]
     assert summary["hyperparameter_sources"]["learning_rate"] != "user"
     rows = [json.loads(line) for line in (finished_run / "metrics.jsonl").read_text().splitlines()]
