@@ -153,6 +153,19 @@ def test_bench_gpu_mfu_code_path_runs_on_cpu(tmp_path, capsys):
     assert "| tiny | hf_optbench | 2 x 32 |" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+def test_bench_gpu_mfu_compiled_bf16_path_runs_on_cpu(tmp_path):
+    """What the GPU run sets (bf16 autocast in the loop, Trainer bf16=True + torch_compile=True) through inductor on
+    CPU: the nearest check of the GPU path on a machine without one (~50 s, most of it compiling)."""
+    import bench_gpu_mfu
+
+    out = tmp_path / "rows.json"
+    assert bench_gpu_mfu.main(["--device", "cpu", "--sizes", "tiny", "--batch", "2", "--block", "32", "--steps", "2",
+                               "--rounds", "1", "--dtype", "bf16", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert all(r["compile"] and r["dtype"] == "bf16" and r["tokens_per_s"] > 0 for r in rows)
+
+
 def test_bench_gpu_mfu_cpu_needs_an_explicit_batch():
     import bench_gpu_mfu
 
