@@ -88,9 +88,8 @@ def measure(size: str, batch: int, block: int, steps: int, device: str, bf16: bo
                 times[variant] += plain_steps(size, batch, block, VOCAB, steps + skip, skip, device=device,
                                               bf16=bf16, compile_=compile_)
             else:
-                res = trainer_steps(size, batch, block, VOCAB, steps + skip, "hf_optbench", skip, device=device,
-                                    bf16=bf16, compile_=compile_)
-                times[variant] += res["intervals"][skip:]
+                times[variant] += trainer_steps(size, batch, block, VOCAB, steps + skip, "hf_optbench", skip,
+                                                device=device, bf16=bf16, compile_=compile_)["intervals"]
             if device.startswith("cuda"):
                 peak_mem[variant] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
             _free()

@@ -52,7 +52,7 @@ from pinned_malloc import malloc_setting, reexec_pinned  # noqa: E402
 SHAPES = {
     # name: (model size, micro-batch, block size, vocabulary)
     "tiny": ("tiny", 8, 128, 4096),
-    # almost no compute (a step of ~2 ms): what remains is the per-step fixed cost, measured with little noise
+    # almost no compute (a step of 3-4 ms here): what remains is the per-step fixed cost, measured with little noise
     "tiny-b1-s16": ("tiny", 1, 16, 128),
     "mini-b16-s256": ("mini", 16, 256, 4096),
 }
@@ -88,7 +88,8 @@ def trainer_steps(
     bf16: bool = False, compile_: bool = False,
 ) -> dict[str, list[float]]:
     """variant: "trainer" (stock Trainer), "hf_optbench" (what hf_optbench.run assembles, its callbacks timed) or
-    "toggled" (the same with our callbacks gated to every other step). Returns step intervals and self times.
+    "toggled" (the same with our callbacks gated to every other step). Returns step intervals and self times, the
+    first ``skip`` of each dropped (as ``plain_steps`` drops them).
     ``bf16``/``compile_`` set TrainingArguments' ``bf16``/``torch_compile`` (what a GPU recipe sets)."""
     torch.manual_seed(0)
     model = build_model(size, vocab, n_positions=block).to(device)
@@ -119,7 +120,7 @@ def trainer_steps(
         trainer.remove_callback(ProgressCallback)
         with contextlib.redirect_stdout(io.StringIO()):  # keep this script's stdout to its result table
             trainer.train()
-    return {"intervals": _deltas(clock.stamps, 0), "self": timer.per_step[1 + skip:]}
+    return {"intervals": _deltas(clock.stamps, skip), "self": timer.per_step[1 + skip:]}
 
 
 def plain_steps(
@@ -163,7 +164,7 @@ def measure(shape: str, rounds: int, steps: int, skip: int) -> dict:
     dims = (size, batch, block, vocab, steps)
     runners = {
         "plain": lambda: plain_steps(*dims, skip),
-        "trainer": lambda: trainer_steps(*dims, "trainer", skip)["intervals"][skip:],
+        "trainer": lambda: trainer_steps(*dims, "trainer", skip)["intervals"],
         "hf_optbench": lambda: trainer_steps(*dims, "hf_optbench", skip),
     }
     times: dict[str, list[float]] = {k: [] for k in runners}
@@ -179,11 +180,12 @@ def measure(shape: str, rounds: int, steps: int, skip: int) -> dict:
             res = runners[name]()
             if name == "hf_optbench":
                 self_time += res["self"]
-                res = res["intervals"][skip:]
+                res = res["intervals"]
             times[name] += res
             medians[name] = statistics.median(res)
         per_round.append(medians)
-        for k, v in split_toggled(trainer_steps(*dims, "toggled", skip)["intervals"], skip).items():
+        # kept whole (skip 0): split_toggled reads each interval's parity from its index, then drops the warm-up
+        for k, v in split_toggled(trainer_steps(*dims, "toggled", 0)["intervals"], skip).items():
             toggled[k] += v
     med = {k: statistics.median(v) for k, v in times.items()}
     ours_unpaired = sorted(m["hf_optbench"] - m["trainer"] for m in per_round)
