@@ -21,10 +21,14 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
+# The demo tunes, then compares (recipes/sweeps/cpu_demo.yaml: grid -> $(DEMO_DIR)/tuning, tuned_hparams.yaml, then
+# the comparison seeds). It keeps no checkpoints; its packed data goes to $HF_OPTBENCH_CACHE/data (default
+# ~/.cache/hf_optbench/data): run `HF_OPTBENCH_CACHE=/elsewhere make demo` to put it elsewhere.
 demo: setup
 	$(BIN)/hf-optbench sweep $(SWEEP) --output-dir $(DEMO_DIR)
 	$(BIN)/hf-optbench report $(DEMO_DIR)
 	@echo "report: $(DEMO_DIR)/report/report.md (and report.html, summary.csv, *.png)"
+	@echo "tuned learning rates: $(DEMO_DIR)/tuned_hparams.yaml; data cache: $${HF_OPTBENCH_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/hf_optbench}/data"
 
 test: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

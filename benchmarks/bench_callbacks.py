@@ -44,8 +44,8 @@ from transformers import (  # noqa: E402
     default_data_collator,
 )
 
-from hf_optbench.bench_config import BenchArguments  # noqa: E402
-from hf_optbench.callbacks import default_callbacks  # noqa: E402
+from hf_optbench.config.bench_args import BenchArguments  # noqa: E402
+from hf_optbench.measure.recorder import default_callbacks  # noqa: E402
 
 from callback_probes import EveryOtherStep, SelfTimer, split_toggled  # noqa: E402  (beside this script)
 

@@ -32,7 +32,7 @@ DOCS_PER_FILE = 5000
 
 def build_corpus(root: Path, megabytes: float, seed: int = 0) -> int:
     """Write about ``megabytes`` MB (UTF-8) of Thai documents in the c4 layout; returns the document count."""
-    from hf_optbench.data import THAI_SAMPLE_FILE
+    from hf_optbench.data.sources import THAI_SAMPLE_FILE
 
     phrases = []
     for line in THAI_SAMPLE_FILE.read_text(encoding="utf-8").splitlines():
@@ -88,8 +88,8 @@ def child(corpus: str, cache: str, workers: int) -> None:
     import torch  # noqa: F401
     import transformers  # noqa: F401
 
-    from hf_optbench.data import prepare_data
-    from hf_optbench.data_config import DataArguments
+    from hf_optbench.config.data_args import DataArguments
+    from hf_optbench.data.pipeline import prepare_data
 
     args = DataArguments(
         data_source="local", data_files=[corpus], tokenizer_name="builtin:thai-bpe-2k", block_size=128,

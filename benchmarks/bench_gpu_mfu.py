@@ -1,9 +1,9 @@
 """GPU throughput and MFU for gpt2 and gpt2-medium: SDPA attention, bf16, torch.compile, and the micro-batch
-doubled until memory is nearly full (seed 004's utilization experiment). Skipped (exit 0, says so) where no CUDA
+doubled until memory is nearly full (the largest micro-batch that fits, as GPU-utilization studies use). Skipped (exit 0, says so) where no CUDA
 device exists.
 
 Two variants per size, at the same micro-batch, interleaved: nanoGPT's plain loop (bf16 autocast, compiled model)
-and an hf_optbench run (``OptBenchTrainer`` + our callbacks with ``bf16=True, torch_compile=True`` and a loss log
+and an hf_optbench run (a stock ``Trainer`` + our callbacks with ``bf16=True, torch_compile=True`` and a loss log
 every step, as a GPU recipe runs). Their ratio is the harness's cost on a GPU, where the Trainer's per-step host
 work and loss sync matter more than on a CPU. The micro-batch is the largest power of two whose eager step fits
 (compiled steps need no more memory than eager ones), searched with the plain loop.
@@ -13,7 +13,7 @@ work and loss sync matter more than on a CPU. The micro-batch is the largest pow
         --dtype fp32        # a smoke check of the code path on a machine without a GPU (MFU n/a)
 
 MFU = FLOPs per token (6N + 12*L*H*Q*T, PaLM appendix B) x tokens/s / the device's dense peak for the dtype from
-hf_optbench.metrics' table; a device missing from the table gets MFU null rather than a guessed peak.
+hf_optbench.measure.metrics' table; a device missing from the table gets MFU null rather than a guessed peak.
 Target (issue 8): MFU >= 40% on an A100/H100-class GPU.
 """
 
@@ -70,7 +70,7 @@ def _row(variant: str, size: str, batch: int, block: int, intervals: list[float]
 
 def measure(size: str, batch: int, block: int, steps: int, device: str, bf16: bool, compile_: bool,
             rounds: int, trace: str | None) -> list[dict[str, Any]]:
-    from hf_optbench.metrics import device_peak_flops, flops_per_token
+    from hf_optbench.measure.metrics import device_peak_flops, flops_per_token
     from hf_optbench.models import build_config, padded_vocab_size
 
     # the model's own shape: build_model pads the embedding to a multiple of 64 rows (the matmuls run at that width)

@@ -38,13 +38,12 @@ import torch  # noqa: E402
 from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator  # noqa: E402
 from transformers.trainer_callback import PrinterCallback, ProgressCallback  # noqa: E402
 
-from hf_optbench.bench_config import BenchArguments  # noqa: E402
-from hf_optbench.callbacks import default_callbacks  # noqa: E402
+from hf_optbench.config.bench_args import BenchArguments  # noqa: E402
+from hf_optbench.measure.recorder import default_callbacks  # noqa: E402
 from hf_optbench.models import build_model  # noqa: E402
-from hf_optbench.optimizers import build_optimizer  # noqa: E402
+from hf_optbench.optim.registry import build_optimizer  # noqa: E402
+from hf_optbench.optim.schedules import build_scheduler  # noqa: E402
 from hf_optbench.run import ConsoleProgress  # noqa: E402
-from hf_optbench.schedules import build_scheduler  # noqa: E402
-from hf_optbench.trainer import OptBenchTrainer  # noqa: E402
 
 from callback_probes import EveryOtherStep, SelfTimer, split_toggled  # noqa: E402  (beside this script)
 from pinned_malloc import malloc_setting, reexec_pinned  # noqa: E402
@@ -105,15 +104,13 @@ def trainer_steps(
             torch_compile=compile_,
         )
         callbacks: list = [clock]
-        trainer_cls = Trainer
         timer = SelfTimer()
         if variant != "trainer":  # exactly what hf_optbench.run assembles
             ours = [*default_callbacks(BenchArguments(), out, tokens_per_step=batch * block), ConsoleProgress(steps)]
             ours = [timer.wrap(cb) for cb in ours] if variant == "hf_optbench" else [EveryOtherStep(*ours)]
             callbacks = [*ours, clock]
-            trainer_cls = OptBenchTrainer
-        trainer = trainer_cls(model=model, args=args, train_dataset=data, data_collator=default_data_collator,
-                              optimizers=(opt, sched), callbacks=callbacks)
+        trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=default_data_collator,
+                          optimizers=(opt, sched), callbacks=callbacks)
         # Both variants drop transformers' per-log printing (with logging_steps=1 it prints a dict every step);
         # hf_optbench.run replaces it with ConsoleProgress, a line every ~10% of the run.
         trainer.remove_callback(PrinterCallback)

@@ -1,7 +1,7 @@
 """Cost of one ``optimizer.step()`` on GPT-2 124M's parameter set, per optimizer implementation (issue 8, item 3).
 
 No forward/backward: the parameters of a real ``GPT2LMHeadModel`` (gpt2 shape, vocab padded to 50,304, tied
-head) get fixed random gradients, and each optimizer from ``hf_optbench.optimizers.build_optimizer`` steps on
+head) get fixed random gradients, and each optimizer from ``hf_optbench.optim.registry.build_optimizer`` steps on
 them. Reported per row: median seconds per step after warm-up steps, and optimizer-state bytes per parameter
 (every tensor in ``optimizer.state``, quantisation maps and absmax included). One process, optimizers built one
 after another (state bytes are exact; they do not depend on allocator history).
@@ -38,7 +38,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
-from hf_optbench.optimizers import build_optimizer, describe_optimizer, param_groups  # noqa: E402
+from hf_optbench.optim.registry import build_optimizer, describe_optimizer, param_groups  # noqa: E402
 
 # row -> (registry name, extra kwargs)
 ROWS: dict[str, tuple[str, dict]] = {

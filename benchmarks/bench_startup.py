@@ -1,6 +1,7 @@
-"""Start-up cost of the CLI: `hf-optbench --help` and recipe validation must not import torch/transformers
-eagerly (target: under 1 s each). Each command runs in a fresh interpreter, N times; the median is reported,
-next to a bare `python -c pass` and `python -c "import torch"` measured in the same run for scale.
+"""Start-up cost of the CLI: `hf-optbench --help`, `hf-optbench run --help` and recipe validation must not import
+torch/transformers eagerly (targets: under 1 s; `run --help` under 0.5 s and 80 lines). Each command runs in a fresh
+interpreter, N times; the median is reported with the lines it printed, next to a bare `python -c pass`,
+`python -c "import torch"` and `run --help-all` (every TrainingArguments field, through transformers) for scale.
 
     python benchmarks/bench_startup.py [--repeats 5]
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -25,20 +27,25 @@ COMMANDS = {
     "import torch": [sys.executable, "-c", "import torch"],
     "hf-optbench --help": [sys.executable, "-c", PROBE.format(args=["--help"])],
     "hf-optbench validate RECIPE": [sys.executable, "-c", PROBE.format(args=["validate", RECIPE])],
+    "hf-optbench run --help": [sys.executable, "-c", PROBE.format(args=["run", "--help"])],
+    "hf-optbench run --help-all": [sys.executable, "-c", PROBE.format(args=["run", "--help-all"])],
 }
 
 
-def time_command(cmd: list[str], repeats: int) -> tuple[float, str]:
+def time_command(cmd: list[str], repeats: int) -> tuple[float, str, int]:
+    """(median wall seconds, heavy modules imported, lines printed besides the probe's own)."""
     times, out = [], ""
     for _ in range(repeats):
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        # COLUMNS=80: help text laid out for the narrowest terminal, where it is longest
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "80"})
         times.append(time.perf_counter() - t0)
         if proc.returncode != 0:
             raise SystemExit(f"{cmd} failed: {proc.stderr[-2000:]}")
         out = proc.stdout
     heavy = next((line[6:] for line in out.splitlines() if line.startswith("HEAVY=")), "")
-    return statistics.median(times), heavy
+    lines = sum(1 for line in out.splitlines() if not line.startswith("HEAVY="))
+    return statistics.median(times), heavy, lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,17 +55,17 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     rows = []
     for name, cmd in COMMANDS.items():
-        median, heavy = time_command(cmd, a.repeats)
-        rows.append({"command": name, "median_s": round(median, 3),
+        median, heavy, lines = time_command(cmd, a.repeats)
+        rows.append({"command": name, "median_s": round(median, 3), "lines": lines,
                      "heavy_modules_imported": heavy if name.startswith("hf-optbench") else None})
     if a.json:
         print(json.dumps(rows, indent=2))
     else:
-        print("| command | median wall s | torch/transformers/datasets imported |")
-        print("|---|---|---|")
+        print("| command | median wall s | lines printed | torch/transformers/datasets imported |")
+        print("|---|---|---|---|")
         for r in rows:
             heavy = "-" if r["heavy_modules_imported"] is None else (r["heavy_modules_imported"] or "none")
-            print(f"| {r['command']} | {r['median_s']} | {heavy} |")
+            print(f"| {r['command']} | {r['median_s']} | {r['lines']} | {heavy} |")
     return 0
 
 

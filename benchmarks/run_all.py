@@ -26,6 +26,9 @@ FULL = [
     ("Optimizer step cost on a GPT-2 124M parameter set", ["bench_optimizer_step.py", "--threads", "1"]),
     ("Data pipeline: tokenize + pack throughput and peak RSS", ["bench_data.py"]),
     ("CLI start-up", ["bench_startup.py"]),
+    ("Data cache checksums: write + verify cost", ["bench_cache_verify.py"]),
+    ("Verdict error rates (simulation)", ["verdict_rates.py"]),
+    ("Per-run fixed cost of a local sweep (subprocess vs warm worker)", ["bench_run_overhead.py"]),
     ("GPU throughput and MFU", ["bench_gpu_mfu.py"]),
 ]
 QUICK = {
@@ -33,6 +36,9 @@ QUICK = {
     "bench_callbacks.py": ["--rounds", "3", "--steps", "25"],
     "bench_data.py": ["--mb", "2", "--workers", "1"],
     "bench_startup.py": ["--repeats", "3"],
+    "bench_cache_verify.py": ["--mb", "5", "--repeats", "2"],
+    "verdict_rates.py": ["--trials", "200"],
+    "bench_run_overhead.py": ["--pairs", "2"],
 }
 
 

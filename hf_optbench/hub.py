@@ -1,251 +1,65 @@
-"""Share a finished run on the Hugging Face Hub: model card from its benchmark summary, a checked upload folder,
-and the upload itself through ``huggingface_hub``.
+"""Share a run on the Hugging Face Hub: a checked upload folder, and the upload itself through ``huggingface_hub``.
+The model card comes from :mod:`hf_optbench.card`, the secret and pickle checks from :mod:`hf_optbench.redact`;
+``hf-optbench push`` is :mod:`hf_optbench.cli.push`.
 
     hf-optbench push runs/lion_gpt2_s0 --repo-id me/gpt2-lion-bench --dry-run   # stage + check, no network
     hf-optbench push runs/lion_gpt2_s0 --repo-id me/gpt2-lion-bench             # upload (private by default)
+    hf-optbench run RECIPE.yaml --push_to_hub true --hub_model_id me/name       # upload at the end of the run
 
-Why a staged folder instead of uploading ``output_dir``: a run directory also holds pickled files
-(``training_args.bin``, ``optimizer.pt``, ``rng_state.pth``) and the optimizer state of every checkpoint. The Hub
-gets exactly the files a user needs to load the model (safetensors weights, config, tokenizer, card), and each
-is checked for pickles and token strings before anything leaves the machine.
+Why a staged folder instead of ``output_dir``: a run directory also holds pickles (``training_args.bin``,
+``optimizer.pt``, ``rng_state.pth``). The Hub gets the files a user needs to load the model and read the benchmark
+(safetensors weights, config, tokenizer, card, ``metrics.jsonl``, ``summary.json``), each checked by name and by
+content for pickles and token strings before anything leaves the machine.
 
-Secrets: the token comes from ``HF_TOKEN`` or the login cache (``hf auth login``) through
-``huggingface_hub.get_token()``; it is never accepted on the command line, never printed, and
-:func:`scrub_secrets` removes it from anything the run writes (``config.yaml``).
+``--push_to_hub true`` in a run: only hf_optbench talks to the Hub. The Trainer gets its arguments with
+``push_to_hub`` off (:func:`trainer_arguments`), since the stock Trainer would create the repo at init and upload
+``output_dir`` (pickles included) at every save. :func:`check_push_possible` refuses, before any work, a push that
+cannot happen (offline, no token, a hub_strategy that uploads pickled checkpoints). ``hub_strategy`` ``end``
+uploads once, after the run; ``every_save`` also uploads each checkpoint's staged set while training continues
+(:func:`hub_callbacks`), skipping one while the previous upload runs unless ``hub_always_push``.
+
+The token comes from ``HF_TOKEN`` or ``hf auth login`` (``huggingface_hub.get_token()``), never the command line.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
+import logging
 import os
-import re
 import shutil
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import OptBenchError
+from hf_optbench.card import build_model_card, progress_summary, write_model_card
+from hf_optbench.errors import OptBenchError
+from hf_optbench.redact import PICKLE_SUFFIXES, redact_text, scrub_secrets, upload_file_problems
+from hf_optbench.rundir import METRICS_FILE, SUMMARY_FILE, read_summary, write_json_atomic
 
-# An HF user-access token is "hf_" followed by ~34 letters/digits; 30+ catches it without matching identifiers.
-HF_TOKEN_RE = re.compile(r"hf_[A-Za-z0-9]{30,}")
-REDACTED = "<redacted>"
-# Keys whose value is a secret whatever it looks like (TrainingArguments.hub_token, W&B keys, ...).
-SECRET_KEYS = frozenset({"hub_token", "hf_token", "token", "use_auth_token", "push_to_hub_token",
-                         "wandb_api_key", "api_key", "password", "secret"})
+# write_model_card and scrub_secrets have lived here since the first release: still importable from hf_optbench.hub.
+__all__ = ["DEFAULT_STAGE_DIRNAME", "HubTarget", "build_model_card", "check_push_possible", "check_upload_folder",
+           "find_weights_dir", "hub_callbacks", "push_run", "scrub_secrets", "stage_upload_folder",
+           "trainer_arguments", "write_model_card"]
+
+logger = logging.getLogger(__name__)
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 MODEL_FILES = ("config.json", "generation_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                    "merges.txt", "added_tokens.json", "chat_template.jinja", "tokenizer.model")
-# Suffixes of files that torch/pickle would deserialise by executing code: never part of an upload.
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 DEFAULT_STAGE_DIRNAME = "hub_upload"
-_STAGE_MARKER = ".hf_optbench_stage"
-
-
-# --------------------------------------------------------------------------------------------------- secrets
-
-
-def _is_secret_key(key: Any) -> bool:
-    return isinstance(key, str) and key.lower() in SECRET_KEYS
-
-
-def scrub_secrets(obj: Any) -> Any:
-    """A copy of ``obj`` (dicts/lists/tuples/strings, nested) without secrets.
-
-    Keys in :data:`SECRET_KEYS` (``hub_token``, ...) are dropped entirely, and every substring that looks like an
-    HF token (``hf_`` + 30 or more letters/digits) is replaced by ``<redacted>``, wherever it appears (a token
-    pasted into ``run_name`` or a URL is caught too). Other objects are returned unchanged.
-    """
-    if isinstance(obj, dict):
-        return {k: scrub_secrets(v) for k, v in obj.items() if not _is_secret_key(k)}
-    if isinstance(obj, list):
-        return [scrub_secrets(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(scrub_secrets(v) for v in obj)
-    if isinstance(obj, str):
-        return HF_TOKEN_RE.sub(REDACTED, obj)
-    return obj
+STEP_STAGE_DIRNAME = "hub_upload_steps"  # one folder per checkpoint upload in flight (hub_strategy every_save)
+STAGE_MARKER = ".hf_optbench_stage"
+# transformers' hub_strategy values that upload the resumable checkpoint (optimizer.pt, rng_state.pth,
+# training_args.bin: pickles) to the repo; hf_optbench uploads safetensors only, so they are refused.
+PICKLING_STRATEGIES = ("checkpoint", "all_checkpoints")
 
 
 def _known_token() -> str | None:
     """The token huggingface_hub would use (env or login cache), to search staged files for it literally."""
-    try:
-        from huggingface_hub import get_token
-    except ImportError:  # pragma: no cover - huggingface_hub is a core dependency
-        return os.environ.get("HF_TOKEN")
+    from huggingface_hub import get_token
+
     return get_token()
-
-
-# ------------------------------------------------------------------------------------------------ model card
-
-
-def _read_summary(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "summary.json"
-    if not path.is_file():
-        raise OptBenchError(
-            f"'{run_dir}' has no summary.json: it is not an hf_optbench run directory, or the run has not "
-            "finished. Point at a run's output_dir (the folder holding summary.json and metrics.jsonl)."
-        )
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise OptBenchError(f"{path} is not valid JSON ({exc}): re-run or repair the run directory.") from exc
-
-
-def _fmt_int(v: Any) -> str:
-    return f"{int(v):,}" if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else "n/a"
-
-
-def _fmt_float(v: Any, digits: int = 4) -> str:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        return f"{v:,.0f}" if abs(v) >= 10**digits else f"{v:.{digits}g}"
-    return "n/a"
-
-
-def _fmt_bytes(v: Any) -> str:
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-        return "n/a"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(v) >= size:
-            return f"{v / size:.2f} {unit} ({int(v):,} B)"
-    return f"{int(v):,} B"
-
-
-def _fmt_seconds(v: Any) -> str:
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-        return "n/a"
-    return f"{v:.1f} s" if v < 120 else f"{v / 60:.1f} min"
-
-
-def _dataset_name(summary: dict[str, Any]) -> str:
-    data = summary.get("data")
-    if isinstance(data, dict):
-        for key in ("name", "source", "description", "data_source"):
-            if isinstance(data.get(key), str) and data[key]:
-                return data[key]
-    return str(data) if isinstance(data, str) and data else "custom"
-
-
-def benchmark_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
-    """(label, value) rows of the card's benchmark table, each value formatted from ``summary.json``."""
-    state_total = summary.get("optimizer_state_bytes_total", summary.get("optimizer_state_bytes"))
-    return [
-        ("optimizer", f"`{summary.get('optimizer', 'n/a')}` ({summary.get('optimizer_impl', 'n/a')})"),
-        ("model size", f"{summary.get('model_size', 'n/a')} ({_fmt_int(summary.get('num_params'))} parameters)"),
-        ("steps", _fmt_int(summary.get("steps"))),
-        ("tokens seen", _fmt_int(summary.get("tokens_seen"))),
-        ("tokens per step", _fmt_int(summary.get("tokens_per_step"))),
-        ("final train loss", _fmt_float(summary.get("final_train_loss"))),
-        ("final eval loss", _fmt_float(summary.get("final_eval_loss"))),
-        ("optimizer state (all ranks)", _fmt_bytes(state_total)),
-        ("optimizer state per rank", _fmt_bytes(summary.get("optimizer_state_bytes"))),
-        ("optimizer state bytes / parameter", _fmt_float(summary.get("optimizer_state_bytes_per_param"), 3)),
-        (f"peak memory ({summary.get('peak_memory_kind', 'n/a')})", _fmt_bytes(summary.get("peak_memory_bytes"))),
-        ("throughput", f"{_fmt_float(summary.get('tokens_per_s'), 4)} tokens/s"),
-        ("median step time", _fmt_seconds(summary.get("step_time_median_s"))),
-        ("MFU", _fmt_float(summary.get("mfu"), 3)),
-        ("loss spikes", _fmt_int(summary.get("loss_spikes"))),
-        ("train runtime", _fmt_seconds(summary.get("train_runtime_s"))),
-        ("status", str(summary.get("status", "n/a"))),
-    ]
-
-
-def build_model_card(run_dir: str | os.PathLike[str], repo_id: str | None = None) -> Any:
-    """A ``huggingface_hub.ModelCard`` for a run: YAML metadata (tags, model-index with the eval loss, an
-    ``hf_optbench`` block of the key figures) and a Markdown body with the benchmark summary."""
-    from huggingface_hub import EvalResult, ModelCard, ModelCardData
-
-    run_dir = Path(run_dir)
-    s = scrub_secrets(_read_summary(run_dir))
-    optimizer = str(s.get("optimizer", "unknown"))
-    size = str(s.get("model_size", "unknown"))
-    name = repo_id.split("/")[-1] if repo_id else f"gpt2-{size}-{optimizer}-hf-optbench"
-    eval_results = None
-    eval_loss = s.get("final_eval_loss")
-    if isinstance(eval_loss, (int, float)) and math.isfinite(eval_loss):
-        dataset = _dataset_name(s)
-        eval_results = [
-            EvalResult(task_type="text-generation", dataset_type=dataset, dataset_name=dataset,
-                       metric_type="loss", metric_name="eval loss", metric_value=float(eval_loss)),
-        ]
-        if eval_loss < 50:  # exp() of a diverged loss is not a number worth showing
-            eval_results.append(
-                EvalResult(task_type="text-generation", dataset_type=dataset, dataset_name=dataset,
-                           metric_type="perplexity", metric_name="eval perplexity",
-                           metric_value=float(math.exp(eval_loss))))
-    key_figures = {k: s.get(k) for k in (
-        "optimizer", "optimizer_impl", "model_size", "num_params", "steps", "tokens_seen", "final_train_loss",
-        "final_eval_loss", "optimizer_state_bytes", "optimizer_state_bytes_total", "peak_memory_bytes",
-        "peak_memory_kind", "tokens_per_s", "world_size", "seed", "status") if k in s}
-    card_data = ModelCardData(
-        library_name="transformers",
-        pipeline_tag="text-generation",
-        model_name=name,
-        tags=["hf-optbench", "optimizer-benchmark", "gpt2", "pretraining", optimizer],
-        eval_results=eval_results,
-        hf_optbench=key_figures,
-    )
-    env = s.get("env") if isinstance(s.get("env"), dict) else {}
-    packages = env.get("packages") if isinstance(env.get("packages"), dict) else {}
-    git = s.get("git") if isinstance(s.get("git"), dict) else {}
-    table = "\n".join(f"| {label} | {value} |" for label, value in benchmark_rows(s))
-    setup = [
-        ("learning rate", _fmt_float(s.get("learning_rate"))),
-        ("weight decay", _fmt_float(s.get("weight_decay"))),
-        ("schedule", f"{s.get('schedule', 'n/a')} {json.dumps(s.get('schedule_kwargs', {}), sort_keys=True)}"),
-        ("micro batch x accumulation x processes",
-         f"{s.get('micro_batch_size', 'n/a')} x {s.get('gradient_accumulation_steps', 'n/a')} x "
-         f"{s.get('world_size', 'n/a')}"),
-        ("block size", str(s.get("block_size", "n/a"))),
-        ("precision", str(s.get("precision", "n/a"))),
-        ("seed", str(s.get("seed", "n/a"))),
-        ("data", _dataset_name(s)),
-        ("device", f"{env.get('device', 'n/a')} x {env.get('device_count', 'n/a')}"),
-        ("torch / transformers", f"{packages.get('torch', 'n/a')} / {packages.get('transformers', 'n/a')}"),
-        ("hf_optbench commit", f"{git.get('commit') or 'n/a'}{' (uncommitted changes)' if git.get('dirty') else ''}"),
-    ]
-    setup_table = "\n".join(f"| {label} | {value} |" for label, value in setup)
-    recipe = s.get("recipe")
-    reproduce = f"hf-optbench run {recipe}" if recipe else "hf-optbench run RECIPE.yaml"
-    body = f"""
-# {name}
-
-GPT-2 `{size}` trained from scratch with `{optimizer}` by hf_optbench, an optimizer benchmark for GPT-2
-pretraining. This checkpoint is a benchmark artefact: its purpose is the measurement below
-(memory, speed, convergence of one optimizer at one size), not text generation quality.
-
-## Benchmark summary
-
-| measure | value |
-|---|---|
-{table}
-
-## Training setup
-
-| setting | value |
-|---|---|
-{setup_table}
-
-## Reproduce
-
-```
-{reproduce}
-```
-
-Figures come from this run's `summary.json`; the per-step curves are in its `metrics.jsonl`.
-"""
-    return ModelCard(f"---\n{card_data.to_yaml()}\n---\n{body}")
-
-
-def write_model_card(run_dir: str | os.PathLike[str], repo_id: str | None = None) -> Path:
-    """Write ``README.md`` (the model card) into ``run_dir`` from its ``summary.json``; returns its path."""
-    path = Path(run_dir) / "README.md"
-    card = build_model_card(run_dir, repo_id=repo_id)
-    path.write_text(str(card), encoding="utf-8")
-    return path
 
 
 # ------------------------------------------------------------------------------------------- upload folder
@@ -287,25 +101,9 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-def _file_contains_token(path: Path, token: str | None, chunk: int = 8 << 20) -> bool:
-    """Stream the file (weights can be GBs) looking for a token-like string or ``token`` itself."""
-    needle = token.encode() if token else None
-    overlap = 256  # longer than any token, so a match split across two chunks is still seen
-    tail = b""
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            window = tail + block
-            if HF_TOKEN_RE.search(window.decode("latin-1")) or (needle and needle in window):
-                return True
-            tail = window[-overlap:]
-    return False
-
-
 def check_upload_folder(folder: str | os.PathLike[str], token: str | None = None) -> list[str]:
-    """Problems that must stop an upload (empty list = fine): missing weights/config/card, pickled files,
-    unreadable safetensors, or any file containing an HF-token-like string or ``token`` itself."""
-    from safetensors import safe_open
-
+    """Problems that must stop an upload (empty list = fine): missing weights/config/card, pickled files (by
+    name or by content), unreadable safetensors, or any file containing an HF-token-like string or ``token``."""
     folder = Path(folder)
     problems: list[str] = []
     if not _has_weights(folder):
@@ -313,47 +111,13 @@ def check_upload_folder(folder: str | os.PathLike[str], token: str | None = None
     for name in ("config.json", "README.md"):
         if not (folder / name).is_file():
             problems.append(f"missing {name}")
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        rel = path.relative_to(folder)
-        if path.name == _STAGE_MARKER:
-            continue
-        if path.suffix in PICKLE_SUFFIXES:
-            problems.append(f"{rel}: pickled file (loading it can run code); only safetensors are uploaded")
-        if path.suffix == ".safetensors":
-            try:
-                with safe_open(str(path), framework="pt") as f:
-                    f.keys()
-            except Exception as exc:  # safetensors raises its own error types
-                problems.append(f"{rel}: not a readable safetensors file ({exc})")
-        if _file_contains_token(path, token):
-            problems.append(f"{rel}: contains a Hugging Face token")
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != STAGE_MARKER):
+        problems += upload_file_problems(path, path.relative_to(folder), token)
     return problems
 
 
-def stage_upload_folder(run_dir: str | os.PathLike[str], dest: str | os.PathLike[str] | None = None, *,
-                        repo_id: str | None = None, token: str | None = None) -> Path:
-    """Assemble exactly what an upload of this run would send, and check it.
-
-    The folder (default ``run_dir/hub_upload``) holds the final safetensors weights (and shard index), config.json,
-    generation_config.json if any, the tokenizer files, and README.md (the benchmark model card). Raises
-    OptBenchError listing the problems if :func:`check_upload_folder` finds any (e.g. a token string).
-    """
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise OptBenchError(f"run directory '{run_dir}' does not exist: pass a run's output_dir.")
-    card = build_model_card(run_dir, repo_id=repo_id)  # fails early without summary.json
-    source = find_weights_dir(run_dir)
-    dest = Path(dest) if dest is not None else run_dir / DEFAULT_STAGE_DIRNAME
-    if dest.exists():
-        if not (dest / _STAGE_MARKER).is_file():
-            raise OptBenchError(
-                f"staging folder '{dest}' exists and was not made by hf-optbench: choose another --stage-dir, "
-                "or remove it."
-            )
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
-    (dest / _STAGE_MARKER).write_text("made by hf_optbench.hub.stage_upload_folder\n", encoding="utf-8")
-
+def _files_to_upload(source: Path, run_dir: Path) -> list[Path]:
+    """Weights (with every shard the index names), model config and tokenizer files of the model in ``source``."""
     files: list[Path] = [source / n for n in WEIGHT_FILES + MODEL_FILES if (source / n).is_file()]
     index = source / "model.safetensors.index.json"
     if index.is_file():
@@ -364,12 +128,37 @@ def stage_upload_folder(run_dir: str | os.PathLike[str], dest: str | os.PathLike
             if (where / name).is_file():
                 files.append(where / name)
                 break
-    for src in files:
+    return files
+
+
+def _new_stage_dir(dest: Path) -> None:
+    if dest.exists():
+        if not (dest / STAGE_MARKER).is_file():
+            raise OptBenchError(
+                f"staging folder '{dest}' exists and was not made by hf-optbench: choose another --stage-dir, "
+                "or remove it."
+            )
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    (dest / STAGE_MARKER).write_text("made by hf_optbench.hub\n", encoding="utf-8")
+
+
+def _assemble(run_dir: Path, dest: Path, source: Path, *, with_summary: bool) -> None:
+    """Link the model files of ``source`` into a fresh ``dest``; copy ``metrics.jsonl`` (a snapshot: the run may
+    still append to it); with ``with_summary``, write the scrubbed ``summary.json``. Fast: nothing is read."""
+    _new_stage_dir(dest)
+    for src in _files_to_upload(source, run_dir):
         if not src.is_file():
             raise OptBenchError(f"'{src}' is listed in the shard index but missing: the checkpoint is incomplete.")
         _link_or_copy(src, dest / src.name)
-    (dest / "README.md").write_text(str(card), encoding="utf-8")
+    if (run_dir / METRICS_FILE).is_file():
+        shutil.copyfile(run_dir / METRICS_FILE, dest / METRICS_FILE)
+    if with_summary:
+        write_json_atomic(dest / SUMMARY_FILE, scrub_secrets(read_summary(run_dir, required=True)))
 
+
+def _finish_stage(dest: Path, card: Any, token: str | None) -> Path:
+    (dest / "README.md").write_text(str(card), encoding="utf-8")
     problems = check_upload_folder(dest, token=token if token is not None else _known_token())
     if problems:
         raise OptBenchError(
@@ -379,7 +168,35 @@ def stage_upload_folder(run_dir: str | os.PathLike[str], dest: str | os.PathLike
     return dest
 
 
-# ------------------------------------------------------------------------------------------------- upload
+def stage_upload_folder(run_dir: str | os.PathLike[str], dest: str | os.PathLike[str] | None = None, *,
+                        repo_id: str | None = None, token: str | None = None) -> Path:
+    """Assemble exactly what an upload of this finished run sends, and check it.
+
+    The folder (default ``run_dir/hub_upload``) holds the final safetensors weights (and shard index), config.json,
+    generation_config.json if any, the tokenizer files, ``metrics.jsonl``, ``summary.json`` (secrets removed) and
+    README.md (the benchmark model card). Raises OptBenchError listing the problems :func:`check_upload_folder`
+    finds (e.g. a token string)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise OptBenchError(f"run directory '{run_dir}' does not exist: pass a run's output_dir.")
+    card = build_model_card(run_dir, repo_id=repo_id)  # fails early without summary.json
+    dest = Path(dest) if dest is not None else run_dir / DEFAULT_STAGE_DIRNAME
+    _assemble(run_dir, dest, find_weights_dir(run_dir), with_summary=True)
+    return _finish_stage(dest, card, token)
+
+
+# ------------------------------------------------------------------------------------------ push_to_hub
+
+
+@dataclass(frozen=True)
+class HubTarget:
+    """Where and when a run's ``--push_to_hub true`` uploads (never the token: it is read when uploading)."""
+
+    repo_id: str  # may lack the owner: the token's user is then the owner, as with the Trainer
+    private: bool
+    every_save: bool  # hub_strategy every_save: each checkpoint as well as the end
+    revision: str | None = None
+    always_push: bool = False
 
 
 def _hub_offline() -> bool:
@@ -389,71 +206,194 @@ def _hub_offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE) or flag.strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
-def push_run(run_dir: str | os.PathLike[str], repo_id: str, private: bool = True, token: str | None = None, *,
-             commit_message: str | None = None, stage_dir: str | os.PathLike[str] | None = None) -> str:
-    """Stage, check and upload a run to ``repo_id`` (created private unless ``private=False``); returns the commit
-    URL. The token is ``token`` or huggingface_hub's (``HF_TOKEN`` / login cache)."""
-    from huggingface_hub import HfApi, get_token
+def _validate_repo_id(repo_id: str, key: str) -> None:
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
         validate_repo_id(repo_id)
     except HFValidationError as exc:
-        raise OptBenchError(f"invalid --repo-id '{repo_id}': {exc}. Use 'user-or-org/model-name'.") from exc
-    if "/" not in repo_id:
+        raise OptBenchError(f"invalid {key} '{repo_id}': {exc} Use 'user-or-org/model-name'.") from None
+
+
+def _require_token(what: str) -> str:
+    from huggingface_hub import get_token
+
+    try:
+        token = get_token()
+    except Exception as exc:  # an OIDC exchange (HF_OIDC_RESOURCE) that failed raises its own types
+        raise OptBenchError(f"could not obtain a Hugging Face token ({type(exc).__name__}): {what}") from None
+    if not token:
+        raise OptBenchError(f"no Hugging Face token: set HF_TOKEN in the environment or run `hf auth login` (tokens "
+                            f"are never taken on the command line or in a recipe). {what}")
+    return token
+
+
+def check_push_possible(args: Any, output_dir: str | os.PathLike[str] | None = None) -> HubTarget | None:
+    """None without ``args.push_to_hub``; else the :class:`HubTarget`, or an OptBenchError (exit 2) when the push
+    cannot happen: HF_HUB_OFFLINE set, no token, a hub_strategy that uploads pickled checkpoints, a bad
+    hub_model_id. No network: every rank may call it, before any data or model work."""
+    if not getattr(args, "push_to_hub", False):
+        return None
+    strategy = str(getattr(args.hub_strategy, "value", args.hub_strategy) or "every_save")
+    if strategy in PICKLING_STRATEGIES:
+        raise OptBenchError(
+            f"hub_strategy '{strategy}' uploads the resumable checkpoint (optimizer.pt, rng_state.pth, "
+            "training_args.bin: pickles), which hf_optbench never uploads. Use hub_strategy every_save (the "
+            "safetensors weights at each checkpoint) or end (once, after the run)."
+        )
+    repo_id = args.hub_model_id or Path(output_dir if output_dir is not None else args.output_dir).name
+    _validate_repo_id(repo_id, "hub_model_id" if args.hub_model_id else "hub_model_id (default: output_dir's name)")
+    fix = "Or set push_to_hub false and upload later with `hf-optbench push RUN_DIR --repo-id ID`."
+    if _hub_offline():
+        raise OptBenchError(f"push_to_hub is set but HF_HUB_OFFLINE is on, so nothing could be uploaded: unset "
+                            f"HF_HUB_OFFLINE. {fix}")
+    _require_token(fix)
+    return HubTarget(repo_id, private=getattr(args, "hub_private_repo", True) is not False,
+                     every_save=strategy == "every_save", revision=getattr(args, "hub_revision", None),
+                     always_push=bool(getattr(args, "hub_always_push", False)))
+
+
+def trainer_arguments(args: Any) -> Any:
+    """The TrainingArguments to hand the Trainer: ``args`` itself, or without push_to_hub a shallow copy with
+    ``push_to_hub=False`` (the user's ``args``, and config.yaml, keep what was asked)."""
+    if not getattr(args, "push_to_hub", False):
+        return args
+    import copy
+
+    for_trainer = copy.copy(args)
+    for_trainer.push_to_hub = False
+    return for_trainer
+
+
+def _hub_errors() -> tuple[type[BaseException], ...]:
+    import httpx  # huggingface_hub 1.x+ talks HTTP through httpx
+
+    return (OSError, ValueError, httpx.HTTPError)
+
+
+def _upload(api: Any, target: HubTarget, folder: Path, message: str, run_dir: Path) -> Any:
+    """create_repo (exist_ok), the branch when ``revision`` is set, and upload_folder; Hub errors become one line."""
+    repo_id = target.repo_id
+    try:
+        if "/" not in repo_id:  # the Trainer's rule: a bare name goes to the token's user
+            repo_id = f"{api.whoami()['name']}/{repo_id}"
+        api.create_repo(repo_id, private=target.private, exist_ok=True, repo_type="model")
+        if target.revision:
+            api.create_branch(repo_id, branch=target.revision, exist_ok=True, repo_type="model")
+        return api.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message=message,
+                                 repo_type="model", revision=target.revision, ignore_patterns=[STAGE_MARKER])
+    except _hub_errors() as exc:
+        detail = redact_text(" ".join(str(exc).split()), [t for t in [_known_token()] if t])
+        raise OptBenchError(
+            f"upload to the Hub repo '{repo_id}' failed ({type(exc).__name__}: {detail}). The run directory is "
+            f"intact: retry with `hf-optbench push {run_dir} --repo-id {repo_id}`."
+        ) from None
+
+
+def push_run(run_dir: str | os.PathLike[str], repo_id: str, private: bool = True, token: str | None = None, *,
+             commit_message: str | None = None, stage_dir: str | os.PathLike[str] | None = None,
+             revision: str | None = None, owner_from_token: bool = False) -> str:
+    """Stage, check and upload a finished run to ``repo_id`` (created private unless ``private=False``); returns
+    the commit URL. The token is ``token`` or huggingface_hub's (``HF_TOKEN`` / login cache). A ``repo_id``
+    without owner is refused unless ``owner_from_token`` (the run's push_to_hub, like the Trainer)."""
+    from huggingface_hub import HfApi
+
+    _validate_repo_id(repo_id, "--repo-id")
+    if "/" not in repo_id and not owner_from_token:
         raise OptBenchError(f"--repo-id '{repo_id}' names no owner: use 'user-or-org/{repo_id}'.")
     if _hub_offline():
         raise OptBenchError(
             "HF_HUB_OFFLINE is set, so nothing can be uploaded: unset it to push, or pass --dry-run to stage "
             "and check the upload folder only."
         )
-    token = token or get_token()
-    if not token:
-        raise OptBenchError(
-            "no Hugging Face token: set HF_TOKEN in the environment or run `hf auth login` (tokens are never "
-            "taken on the command line), or pass --dry-run to stage and check only."
-        )
+    token = token or _require_token("Or pass --dry-run to stage and check only.")
     staged = stage_upload_folder(run_dir, stage_dir, repo_id=repo_id, token=token)
-    summary = _read_summary(Path(run_dir))
+    summary = read_summary(Path(run_dir), required=True)
     message = commit_message or (
         f"hf_optbench: {summary.get('optimizer', '?')} {summary.get('model_size', '?')}, "
         f"{summary.get('steps', '?')} steps")
-    api = HfApi(token=token)
-    api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-    info = api.upload_folder(repo_id=repo_id, folder_path=str(staged), commit_message=message,
-                             repo_type="model", ignore_patterns=[_STAGE_MARKER])
+    target = HubTarget(repo_id, private=private, every_save=False, revision=revision)
+    info = _upload(HfApi(token=token), target, staged, message, Path(run_dir))
     return str(getattr(info, "commit_url", info))
 
 
-# ---------------------------------------------------------------------------------------------------- CLI
+# ------------------------------------------------------------------------------------- checkpoint uploads
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="hf-optbench push",
-        description="Upload a run (safetensors weights, config, tokenizer, benchmark model card) to the Hub. "
-                    "The token comes from HF_TOKEN or `hf auth login`, never from the command line.",
-    )
-    p.add_argument("run_dir", help="the run's output_dir (holds summary.json)")
-    p.add_argument("--repo-id", required=True, help="target repository, 'user-or-org/name'")
-    p.add_argument("--public", action="store_true", help="create the repository public (default: private)")
-    p.add_argument("--dry-run", action="store_true", help="stage and check the upload folder, upload nothing")
-    p.add_argument("--stage-dir", default=None, help=f"where to stage (default RUN_DIR/{DEFAULT_STAGE_DIRNAME})")
-    p.add_argument("--commit-message", default=None, help="commit message on the Hub")
-    return p
+class CheckpointUploads:
+    """hub_strategy every_save: each checkpoint's staged set, uploaded in the background (huggingface_hub's
+    ``run_as_future``: one worker thread, in order) so that training does not wait on the network.
+
+    :meth:`submit` (at each save, main process) only links files, since the Trainer may rotate the checkpoint
+    away at its next save; the card, the checks and the upload run in the worker. :meth:`wait` joins them."""
+
+    def __init__(self, target: HubTarget, run_dir: str | os.PathLike[str]) -> None:
+        self.target, self.run_dir = target, Path(run_dir)
+        self.jobs: list[tuple[int, Any, Path]] = []  # (step, Future, staged folder)
+        self.skipped: list[int] = []
+        self._api: Any = None
+
+    def submit(self, step: int, log_history: list[dict[str, Any]]) -> None:
+        """Queue the upload of ``checkpoint-<step>``; skipped while the previous one runs, unless always_push."""
+        from huggingface_hub import HfApi
+
+        checkpoint = self.run_dir / f"checkpoint-{step}"
+        if self.jobs and not self.jobs[-1][1].done() and not self.target.always_push:
+            logger.info("hub: checkpoint-%d not uploaded, the previous upload is still running "
+                        "(hub_always_push false)", step)
+            self.skipped.append(step)
+            return
+        dest = self.run_dir / STEP_STAGE_DIRNAME / f"step-{step}"
+        try:
+            _assemble(self.run_dir, dest, checkpoint, with_summary=False)
+        except (OptBenchError, OSError) as exc:  # the run goes on: the final upload will report what is wrong
+            logger.error("hub: checkpoint-%d not uploaded: %s", step, exc)
+            return
+        summary = progress_summary(self.run_dir, step, log_history)
+        self._api = self._api or HfApi()
+        future = self._api.run_as_future(self._stage_and_upload, dest, summary, step)
+        self.jobs.append((step, future, dest))
+
+    def _stage_and_upload(self, dest: Path, summary: dict[str, Any], step: int) -> Any:
+        _finish_stage(dest, build_model_card(self.run_dir, self.target.repo_id, summary=summary), None)
+        return _upload(self._api, self.target, dest, f"hf_optbench: checkpoint at step {step}", self.run_dir)
+
+    def wait(self) -> list[int]:
+        """Join every upload and remove its staged folder; returns the steps uploaded (a failure is logged: the
+        final upload follows and reports its own)."""
+        uploaded = []
+        for step, future, dest in self.jobs:
+            try:
+                future.result()
+                uploaded.append(step)
+            except Exception as exc:  # noqa: BLE001 - a worker's failure of any kind must not end the run
+                logger.warning("hub: upload of checkpoint-%d failed: %s", step, exc)
+            shutil.rmtree(dest, ignore_errors=True)
+        self.jobs.clear()
+        parent = self.run_dir / STEP_STAGE_DIRNAME
+        if parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+        return uploaded
 
 
-def cli_main(argv: list[str] | None = None) -> int:
-    """``hf-optbench push RUN_DIR --repo-id ID [--public] [--dry-run]``."""
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    if args.dry_run:
-        staged = stage_upload_folder(args.run_dir, args.stage_dir, repo_id=args.repo_id)
-        names = sorted(p.name for p in staged.iterdir() if p.name != _STAGE_MARKER)
-        print(f"staged {len(names)} files in {staged} (checks passed; nothing uploaded):")
-        for name in names:
-            print(f"  {name}")
-        return 0
-    url = push_run(args.run_dir, args.repo_id, private=not args.public, stage_dir=args.stage_dir,
-                   commit_message=args.commit_message)
-    print(f"uploaded to https://huggingface.co/{args.repo_id} ({'public' if args.public else 'private'}): {url}")
-    return 0
+def hub_callbacks(args: Any, output_dir: str | os.PathLike[str]) -> list[Any]:
+    """The TrainerCallbacks of ``push_to_hub`` with hub_strategy every_save (a checkpoint upload at each save,
+    joined at train end); [] otherwise. The upload at the end of the run is :func:`push_run` (after summary.json)."""
+    target = check_push_possible(args, output_dir)
+    if target is None or not target.every_save:
+        return []
+    from transformers import TrainerCallback
+
+    class HubCheckpointUpload(TrainerCallback):
+        def __init__(self, uploads: CheckpointUploads) -> None:
+            self.uploads = uploads
+
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                self.uploads.submit(state.global_step, state.log_history)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                self.uploads.wait()
+
+    return [HubCheckpointUpload(CheckpointUploads(target, output_dir))]

@@ -4,29 +4,46 @@
     accelerate launch --config_file accelerate_configs/t4x2_ddp.yaml -m hf_optbench.run recipes/lion_gpt2_large.yaml
     hf-optbench run recipes/quickstart_cpu.yaml
 
-The optimizer and schedule are built here and handed to a stock ``transformers.Trainer`` through
-``optimizers=(optimizer, scheduler)``: no Trainer subclass, so every Trainer feature (accumulation, mixed
-precision, DDP/DeepSpeed through Accelerate, checkpoints, report_to) keeps working unchanged.
+The optimizer and schedule are built here and handed to a stock ``transformers.Trainer`` through its own hooks
+(``optimizer_cls_and_kwargs``, and ``lr_scheduler_type`` set to the same schedule; see :mod:`hf_optbench.trainer`),
+which survive DeepSpeed's re-initialisation; there is no Trainer subclass. Our measurement callbacks are attached
+with :func:`hf_optbench.measure.recorder.attach_callbacks`, ahead of the report_to integrations.
+
+:func:`train` is a sequence of named steps, one job each. Elsewhere in the run layer: what is checked before
+transformers is imported (no other run owns output_dir, the hardware fits the precision) in
+:mod:`hf_optbench.preflight` with the directory lock in :mod:`hf_optbench.runlock`, the training time over a
+killed-and-resumed run's processes in :mod:`hf_optbench.segments`, the output_dir set-up
+(resume, overwrite, config.yaml) in :mod:`hf_optbench.run_output`, summary.json in :mod:`hf_optbench.run_summary`,
+code and environment provenance in :mod:`hf_optbench.provenance`, the model card in :mod:`hf_optbench.card` and
+the upload in :mod:`hf_optbench.hub`. Missing hyperparameters are filled by
+:func:`hf_optbench.config.hparams.resolve_hyperparameters`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import platform
-import shutil
-import subprocess
 import sys
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import RunConfig, parse_args
-from .errors import OptBenchError
+from hf_optbench.config.hparams import resolve_hyperparameters
+from hf_optbench.config.parse import RunConfig, parse_args
+from hf_optbench.console import ConsoleProgress
+from hf_optbench.errors import OptBenchError
+from hf_optbench.hub import check_push_possible, hub_callbacks, trainer_arguments
+from hf_optbench.preflight import own_output_dir, preflight
+from hf_optbench.provenance import environment, git_state
+from hf_optbench.run_output import prepare_output_dir, print_result, resolve_resume, resolve_resume_checkpoint
+from hf_optbench.run_summary import build_summary, finish_summary, record_failure
+from hf_optbench.rundir import FINISHED_STATUSES, write_json_atomic
+from hf_optbench.runlock import RunLock, is_launch_main_process
 
-RUN_FILES = ("summary.json", "metrics.jsonl", "config.yaml", "trainer_state.json", "README.md")
+# environment, git_state and resolve_hyperparameters live elsewhere but are part of this module's API (sweeps
+# and find-lr import them from here; tests replace run.git_state).
+__all__ = ["ConsoleProgress", "Prepared", "environment", "exit_process", "git_state", "main", "prepare",
+           "resolve_hyperparameters", "resolve_resume_checkpoint", "train"]
 
 
 @dataclass
@@ -41,45 +58,12 @@ class Prepared:
     bundle: Any
 
 
-def resolve_hyperparameters(cfg: RunConfig) -> dict[str, Any]:
-    """Fill learning_rate / weight_decay / max_grad_norm the user did not set: tuned file first, else the
-    optimizer registry's cited default for this model size. Returns {key: (value, source)} for the summary."""
-    from .optimizers import is_dotted_path, lookup_tuned, optimizer_defaults
-
-    if is_dotted_path(cfg.optim.optimizer):
-        # No cited default exists for an arbitrary class: transformers' 5e-5 must not apply silently.
-        if "learning_rate" not in cfg.explicit:
-            raise OptBenchError(
-                f"optimizer '{cfg.optim.optimizer}' is a dotted path with no cited default learning rate: set "
-                "--learning_rate (e.g. find one with `hf-optbench find-lr RECIPE`)."
-            )
-        defaults: dict[str, Any] = {}
-    else:
-        defaults = optimizer_defaults(cfg.optim.optimizer, cfg.model.model_size)
-    tuned = {}
-    if cfg.optim.tuned_hparams_file:
-        tuned = lookup_tuned(cfg.optim.tuned_hparams_file, cfg.optim.optimizer, cfg.model.model_size) or {}
-    chosen: dict[str, Any] = {}
-    for key in ("learning_rate", "weight_decay", "max_grad_norm"):
-        if key in cfg.explicit:
-            chosen[key] = {"value": getattr(cfg.training, key), "source": "user"}
-        elif key in tuned:
-            setattr(cfg.training, key, tuned[key])
-            chosen[key] = {"value": tuned[key], "source": f"tuned: {cfg.optim.tuned_hparams_file}"}
-        elif key in defaults:
-            setattr(cfg.training, key, defaults[key])
-            chosen[key] = {"value": defaults[key], "source": defaults.get("source", "registry default")}
-        else:
-            chosen[key] = {"value": getattr(cfg.training, key), "source": "transformers default"}
-    return chosen
-
-
 def prepare(cfg: RunConfig) -> Prepared:
     """Tokenizer + packed datasets + a freshly initialised model, all from the recipe."""
     from transformers import default_data_collator, set_seed
 
-    from .data import check_model_vocab, prepare_data
-    from .models import build_model
+    from hf_optbench.data.pipeline import check_model_vocab, prepare_data
+    from hf_optbench.models import build_model
 
     n_positions = cfg.model.n_positions or cfg.data.block_size
     # Rank 0 tokenizes and caches first; the other ranks then load the memory-mapped cache (run_clm's pattern).
@@ -102,182 +86,49 @@ def prepare(cfg: RunConfig) -> Prepared:
     return Prepared(model, bundle.train, bundle.eval, default_data_collator, bundle.tokenizer, bundle)
 
 
-def git_state(path: Path | None = None) -> dict[str, Any]:
-    """Commit of the code that ran and whether its tree had uncommitted changes (None outside git)."""
-    where = path or Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
-                                timeout=10)
-        if commit.returncode != 0:
-            return {"commit": None, "dirty": None}
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
-                                capture_output=True, text=True, timeout=10)
-        return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-
-
-def environment() -> dict[str, Any]:
-    """Versions and devices a reader needs to reproduce the figures."""
-    from importlib import metadata
-
-    import torch
-
-    versions = {}
-    for pkg in ("hf_optbench", "torch", "transformers", "accelerate", "datasets", "tokenizers", "evaluate",
-                "bitsandbytes", "lion-pytorch", "schedulefree", "pytorch-optimizer", "deepspeed", "wandb"):
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            versions[pkg] = None
-    cuda = torch.cuda.is_available()
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "packages": versions,
-        "torch_cuda": torch.version.cuda,
-        "device": torch.cuda.get_device_name(0) if cuda else f"cpu ({platform.processor() or platform.machine()})",
-        "device_count": torch.cuda.device_count() if cuda else 1,
-        "cpu_threads": torch.get_num_threads(),
-        # glibc malloc settings move CPU step times by ~25% (README, benchmark 1), so a run records them
-        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
-    }
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _write_config(cfg: RunConfig, out: Path, hparams: dict[str, Any]) -> None:
-    import yaml
-
-    from .hub import scrub_secrets
-
-    resolved = scrub_secrets(cfg.to_dict())
-    resolved["_hyperparameter_sources"] = {k: v["source"] for k, v in hparams.items()}
-    (out / "config.yaml").write_text(
-        "# Resolved configuration of this run (recipe + CLI + defaults); secrets removed.\n"
-        + yaml.safe_dump(json.loads(json.dumps(resolved, default=str)), sort_keys=True),
-        encoding="utf-8",
-    )
-
-
-def resolve_resume_checkpoint(out: Path, move_incomplete: bool = True) -> str:
-    """``--resume_from_checkpoint true`` -> the newest *complete* checkpoint in ``out``.
-
-    transformers' get_last_checkpoint takes the highest-numbered folder even when a SIGKILL tore it mid-save
-    (resume then fails on a truncated safetensors header). A checkpoint is complete once trainer_state.json, written
-    last, is there; incomplete ones are moved aside (``*.incomplete``), never deleted.
-    """
-    import re
-
-    ckpts = sorted((p for p in out.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)),
-                   key=lambda p: int(p.name.split("-")[1]))
-    complete = [p for p in ckpts if (p / "trainer_state.json").is_file()]
-    if not complete:
-        raise OptBenchError(
-            f"--resume_from_checkpoint true but '{out}' holds no complete checkpoint-* folder: start without it "
-            "(with --overwrite_output_dir true if the folder has other results), or pass a checkpoint path."
-        )
-    if move_incomplete:
-        for p in ckpts:
-            if p not in complete and int(p.name.split("-")[1]) > int(complete[-1].name.split("-")[1]):
-                p.rename(p.with_name(p.name + ".incomplete"))
-    return str(complete[-1])
-
-
-def _clear_previous(out: Path) -> None:
-    """--overwrite_output_dir: remove what a previous run wrote (only hf_optbench/Trainer outputs)."""
-    for name in RUN_FILES:
-        (out / name).unlink(missing_ok=True)
-    for child in out.glob("checkpoint-*"):
-        shutil.rmtree(child, ignore_errors=True)
-
-
 def _check_eval_split(cfg: RunConfig, prepared: Prepared) -> None:
     """With dataloader_drop_last (kept so that every train step sees the same number of tokens) the eval loader
-    also drops its partial batch: an eval split smaller than one eval batch would silently evaluate nothing."""
+    also drops its partial batch: an eval (or tuning) split smaller than one eval batch would silently evaluate
+    nothing."""
     args = cfg.training
-    n_eval = len(prepared.eval_dataset) if prepared.eval_dataset is not None else 0
     per_eval_step = args.per_device_eval_batch_size * args.world_size
-    if args.eval_strategy != "no" and args.dataloader_drop_last and n_eval < per_eval_step:
-        raise OptBenchError(
-            f"the validation split holds {n_eval} blocks of {cfg.data.block_size} tokens, fewer than one eval batch "
-            f"(per_device_eval_batch_size {args.per_device_eval_batch_size} x {args.world_size} processes): "
-            "evaluation would see nothing. Lower per_device_eval_batch_size, enlarge the validation split, or use "
-            "more data."
-        )
+    tuning = tuning_dataset(prepared)
+    splits = [("validation", prepared.eval_dataset, args.eval_strategy != "no", "the validation split"),
+              ("tuning", tuning, tuning is not None, "tuning_blocks")]
+    for name, dataset, used, grow in splits:
+        n = len(dataset) if dataset is not None else 0
+        if used and args.dataloader_drop_last and n < per_eval_step:
+            raise OptBenchError(
+                f"the {name} split holds {n} blocks of {cfg.data.block_size} tokens, fewer than one eval batch "
+                f"(per_device_eval_batch_size {args.per_device_eval_batch_size} x {args.world_size} processes): "
+                f"evaluation would see nothing. Lower per_device_eval_batch_size, enlarge {grow}, or use more data."
+            )
 
 
-class ConsoleProgress:
-    """A line every ~10% of the run and at each evaluation, instead of transformers' dict per logged step
-    (logging_steps=1 would otherwise print every step)."""
-
-    def __new__(cls, max_steps: int):  # built lazily: transformers is imported inside functions only
-        from transformers import TrainerCallback
-
-        class _ConsoleProgress(TrainerCallback):
-            def __init__(self) -> None:
-                self.every = max(1, max_steps // 10)
-
-            def on_log(self, args, state, control, logs=None, **kwargs):
-                if not state.is_world_process_zero or not logs:
-                    return
-                if "eval_loss" in logs:
-                    print(f"[step {state.global_step}/{state.max_steps}] eval_loss {logs['eval_loss']:.4f}",
-                          flush=True)
-                elif "loss" in logs and (state.global_step % self.every == 0 or state.global_step == 1):
-                    grad = logs.get("grad_norm")
-                    grad_s = f" grad_norm {grad:.3g}" if isinstance(grad, (int, float)) else ""
-                    print(f"[step {state.global_step}/{state.max_steps}] loss {logs['loss']:.4f} "
-                          f"lr {logs.get('learning_rate', 0):.3g}{grad_s}", flush=True)
-
-        return _ConsoleProgress()
+def tuning_dataset(prepared: Prepared) -> Any:
+    """The held-out split learning rates are selected on (disjoint from train and eval), or None without one."""
+    tuning = getattr(prepared.bundle, "tuning", None)
+    return tuning if tuning is not None and len(tuning) > 0 else None
 
 
-def _last_log(log_history: list[dict[str, Any]], key: str) -> float | None:
-    for row in reversed(log_history):
-        if key in row:
-            return row[key]
-    return None
-
-
-def train(cfg: RunConfig) -> dict[str, Any]:
-    """Run one benchmark run and return its summary (also written to ``output_dir/summary.json``)."""
-    import torch
-
-    from .callbacks import default_callbacks
-    from .metrics import flops_per_token
-    from .models import count_parameters
-    from .optimizers import build_optimizer, describe_optimizer, is_schedule_free, optimizer_callbacks
-    from .schedules import build_scheduler, describe_scheduler
-    from .trainer import OptBenchTrainer
-
-    args = cfg.training
-    out = Path(args.output_dir)
+def _check_git(cfg: RunConfig) -> dict[str, Any]:
+    """The code's git state, for the summary; with require_clean_git, refuse a tree with uncommitted changes."""
     git = git_state()
     if cfg.run.require_clean_git and git["dirty"]:
         raise OptBenchError(
             "require_clean_git is set and the hf_optbench source tree has uncommitted changes: commit them, "
             "or drop --require_clean_git."
         )
-    hparams = resolve_hyperparameters(cfg)
-    resume = args.resume_from_checkpoint
-    if isinstance(resume, str) and resume.lower() in ("true", "false"):
-        resume = resume.lower() == "true"
-    if resume is True:
-        resume = resolve_resume_checkpoint(out, move_incomplete=args.process_index == 0)
+    return git
 
-    if is_schedule_free(cfg.optim.optimizer) and "schedule" in cfg.explicit and cfg.optim.schedule != "none":
-        raise OptBenchError(
-            f"optimizer '{cfg.optim.optimizer}' is schedule-free (its warmup is inside the optimizer), but schedule "
-            f"'{cfg.optim.schedule}' was set: drop the schedule key or set it to none."
-        )
-    prepared = prepare(cfg)
-    _check_eval_split(cfg, prepared)
-    model = prepared.model
+
+def build_optimization(cfg: RunConfig, model: Any) -> tuple[Any, Any, str]:
+    """(optimizer, scheduler, schedule name) for the model; a schedule-free optimizer gets schedule "none" (its
+    warmup is inside the optimizer)."""
+    from hf_optbench.optim.registry import build_optimizer, is_schedule_free
+    from hf_optbench.optim.schedules import build_scheduler
+
+    args = cfg.training
     optimizer = build_optimizer(
         cfg.optim.optimizer,
         model,
@@ -287,8 +138,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
         embedding_state_32bit=cfg.optim.embedding_state_32bit,
         **cfg.optim.kwargs(),
     )
-    schedule_free = is_schedule_free(optimizer)
-    schedule = "none" if schedule_free else cfg.optim.schedule
+    schedule = "none" if is_schedule_free(optimizer) else cfg.optim.schedule
     scheduler = build_scheduler(
         schedule,
         optimizer,
@@ -297,136 +147,216 @@ def train(cfg: RunConfig) -> dict[str, Any]:
         min_lr_ratio=cfg.optim.min_lr_ratio,
         **cfg.optim.schedule_kwargs_dict(),
     )
+    return optimizer, scheduler, schedule
 
-    world_size = args.world_size
-    tokens_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * world_size \
+
+def tokens_per_optimizer_step(cfg: RunConfig) -> int:
+    """Tokens one optimizer step sees over all processes (micro-batch x accumulation x world size x block)."""
+    args = cfg.training
+    return args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size \
         * cfg.data.block_size
+
+
+def _build_callbacks(cfg: RunConfig, out: Path, model: Any, optimizer: Any, tokens_per_step: int,
+                     resume: Any) -> tuple[list[Any], Any]:
+    """(callbacks, the recorder among them): measurements, the optimizer's own callbacks, console progress."""
+    from hf_optbench.measure.metrics import flops_per_token
+    from hf_optbench.measure.recorder import default_callbacks
+    from hf_optbench.optim.registry import optimizer_callbacks
+
     fpt = flops_per_token(model.config, seq_len=cfg.data.block_size)
     callbacks = default_callbacks(cfg.bench, str(out), tokens_per_step=tokens_per_step, flops_per_token=fpt,
                                   resume=bool(resume))
     callbacks += optimizer_callbacks(optimizer)  # schedule-free train/eval switch, Sophia's Hessian estimate
     recorder = next(c for c in callbacks if hasattr(c, "summary"))
-    callbacks.append(ConsoleProgress(args.max_steps))
+    callbacks.append(ConsoleProgress(cfg.training.max_steps))
+    return callbacks, recorder
 
-    is_main = args.process_index == 0
-    if is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        if cfg.run.overwrite_output_dir and not resume:
-            _clear_previous(out)
-        _write_config(cfg, out, hparams)
 
-    trainer = OptBenchTrainer(
-        model=model,
-        args=args,
+def _build_trainer(cfg: RunConfig, prepared: Prepared, optimizer: Any, scheduler: Any, callbacks: list[Any]) -> Any:
+    """A stock Trainer: our optimizer through ``optimizer_cls_and_kwargs`` and our schedule through
+    TrainingArguments (both survive DeepSpeed's re-init, :mod:`hf_optbench.trainer`), eval accuracy
+    (:mod:`hf_optbench.eval_metrics`), our callbacks before the report_to integrations (``attach_callbacks``: they
+    then receive the optbench/ figures) and the ``hf_optbench`` tracker config after them
+    (:mod:`hf_optbench.tracking`); transformers' per-step printers removed."""
+    from transformers import Trainer
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from hf_optbench.eval_metrics import eval_metric_kwargs
+    from hf_optbench.measure.recorder import attach_callbacks
+    from hf_optbench.tracking import attach_tracker_config, tracker_config
+    from hf_optbench.trainer import stock_trainer_kwargs
+
+    given = stock_trainer_kwargs(cfg.training, optimizer, scheduler)  # also sets args.optim / lr_scheduler_type
+    has_eval = prepared.eval_dataset is not None and len(prepared.eval_dataset) > 0
+    trainer = Trainer(
+        model=prepared.model,
+        args=trainer_arguments(cfg.training),  # push_to_hub off: only hf_optbench.hub uploads (the staged set)
         train_dataset=prepared.train_dataset,
         eval_dataset=prepared.eval_dataset,
         data_collator=prepared.data_collator,
         processing_class=prepared.tokenizer,
-        optimizers=(optimizer, scheduler),
-        callbacks=callbacks,
+        **given,
+        **(eval_metric_kwargs() if has_eval else {}),
     )
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
+    if trainer.is_deepspeed_enabled and given["optimizers"][1] is not None:
+        raise OptBenchError(
+            f"schedule '{cfg.optim.schedule}' has no transformers lr_scheduler_type, which DeepSpeed rebuilds the "
+            "schedule from: use gpt3_cosine, wsd, constant_with_warmup or constant with DeepSpeed."
+        )
     trainer.remove_callback(PrinterCallback)  # replaced by ConsoleProgress
     trainer.remove_callback(ProgressCallback)
+    attach_callbacks(trainer, callbacks)  # recorder, optimizer callbacks, console progress, ... in this order
+    extra = {"model_size": cfg.model.model_size, "seed": cfg.training.seed,
+             "tokens_per_step": tokens_per_optimizer_step(cfg), "block_size": cfg.data.block_size}
+    attach_tracker_config(trainer, tracker_config(optimizer, scheduler, hparams=resolve_hyperparameters(cfg),
+                                                  extra=extra))
+    return trainer
 
-    summary: dict[str, Any] = {
-        "optimizer": cfg.optim.optimizer,
-        "optimizer_impl": describe_optimizer(optimizer),  # re-read after training: what actually stepped
-        "model_size": cfg.model.model_size,
-        "num_params": count_parameters(model),
-        "num_params_non_embedding": count_parameters(model, exclude_embeddings=True),
-        "vocab_size": prepared.bundle.vocab_size,
-        "embedding_rows": model.get_input_embeddings().num_embeddings,
-        "block_size": cfg.data.block_size,
-        "micro_batch_size": args.per_device_train_batch_size,
-        "gradient_accumulation_steps": args.gradient_accumulation_steps,
-        "world_size": world_size,
-        "tokens_per_step": tokens_per_step,
-        "seed": args.seed,
-        "learning_rate": args.learning_rate,
-        "weight_decay": args.weight_decay,
-        "max_grad_norm": args.max_grad_norm,
-        "hyperparameter_sources": {k: v["source"] for k, v in hparams.items()},
-        "schedule": schedule,
-        "schedule_resolved": describe_scheduler(scheduler),
-        "schedule_kwargs": {"warmup_steps": args.warmup_steps, "min_lr_ratio": cfg.optim.min_lr_ratio,
-                            **cfg.optim.schedule_kwargs_dict()},
-        "embedding_state_32bit": cfg.optim.embedding_state_32bit,
-        "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
-        "max_steps": args.max_steps,
-        "data": prepared.bundle.info,
-        "env": environment(),
-        "git": git,
-        "recipe": cfg.recipe_path,
-        "status": "failed",
-        "error": None,
-    }
+
+def _fit(trainer: Any, prepared: Prepared, recorder: Any, resume: Any, summary: dict[str, Any]) -> None:
+    """trainer.train(), then a final evaluation at the last step if the schedule of evals missed it, and the
+    final loss on the tuning split."""
+    trainer.train(resume_from_checkpoint=resume or None)
+    status = recorder.status
+    last_eval_step = next((row.get("step") for row in reversed(trainer.state.log_history)
+                           if "eval_loss" in row), None)
+    has_eval = prepared.eval_dataset is not None and len(prepared.eval_dataset) > 0
+    if status != "diverged" and has_eval and last_eval_step != trainer.state.global_step:
+        trainer.evaluate()  # the final eval loss is always measured at the last step
+    summary["final_tuning_loss"] = _tuning_loss(trainer, prepared) if status != "diverged" else None
+    summary["status"] = status
+    trainer.save_state()
+
+
+def _tuning_loss(trainer: Any, prepared: Prepared) -> float | None:
+    """The final model's loss on the tuning split, or None without one.
+
+    Through ``evaluation_loop`` (what ``evaluate`` runs, every rank taking part in the gather) rather than
+    ``evaluate``, which would log it and call ``on_evaluate``: the tuning loss selects learning rates and must not
+    appear among the reported eval metrics (metrics.jsonl, log history, report_to). ``get_test_dataloader``
+    because ``get_eval_dataloader`` hands back the cached eval loader when workers persist.
+    """
+    tuning = tuning_dataset(prepared)
+    if tuning is None:
+        return None
+    output = trainer.evaluation_loop(trainer.get_test_dataloader(tuning), description="Tuning",
+                                     prediction_loss_only=True, metric_key_prefix="tuning")
+    loss = output.metrics.get("tuning_loss")
+    return float(loss) if loss is not None else None
+
+
+def _train_and_record(trainer: Any, prepared: Prepared, recorder: Any, optimizer: Any, *, resume: Any,
+                      summary: dict[str, Any], tokens_per_step: int, summary_path: Path | None,
+                      segments: Any) -> None:
+    """Train, and write summary.json (to ``summary_path``, main process) whatever happens: a failure is recorded,
+    then re-raised, so the run's measurements so far are kept on disk. ``train_runtime_s`` is the whole run's:
+    the sum of its segments (every process that trained it, see :mod:`hf_optbench.segments`)."""
     started = time.time()
+    segments.start_clock()
     try:
-        result = trainer.train(resume_from_checkpoint=resume or None)
-        summary["train_runtime_s"] = result.metrics.get("train_runtime")
-        status = recorder.status
-        last_eval_step = next((row.get("step") for row in reversed(trainer.state.log_history)
-                               if "eval_loss" in row), None)
-        has_eval = prepared.eval_dataset is not None and len(prepared.eval_dataset) > 0
-        if status != "diverged" and has_eval and last_eval_step != trainer.state.global_step:
-            trainer.evaluate()  # the final eval loss is always measured at the last step
-        summary["status"] = status
-        trainer.save_state()
-    except Exception as exc:  # recorded, then re-raised: the run's measurements so far are kept on disk
-        summary["status"] = "oom" if "out of memory" in str(exc).lower() else "failed"
-        summary["error"] = f"{type(exc).__name__}: {exc}"
-        summary["traceback"] = traceback.format_exc(limit=20)
-        summary["train_runtime_s"] = time.time() - started
+        _fit(trainer, prepared, recorder, resume, summary)
+    except Exception as exc:
+        record_failure(summary, exc, started)
+        segments.close(trainer.state, write=summary_path is not None)
         raise
     finally:
-        state = trainer.state
-        summary["steps"] = state.global_step
-        summary["tokens_seen"] = state.global_step * tokens_per_step
-        summary["final_train_loss"] = _last_log(state.log_history, "loss")
-        summary["final_eval_loss"] = _last_log(state.log_history, "eval_loss")
-        summary.update(recorder.summary())
         used = trainer.optimizer if trainer.optimizer is not None else optimizer
-        summary["optimizer_impl"] = describe_optimizer(used)
-        if recorder.status == "diverged":
-            summary["status"] = "diverged"
-        if is_main:
-            write_json_atomic(out / "summary.json", summary)
-    if is_main and cfg.run.write_model_card:
-        from .hub import write_model_card
+        finish_summary(summary, trainer.state, recorder, used, tokens_per_step)
+        if segments.current is not None:
+            summary.update(segments.summary())
+        if summary_path is not None:
+            write_json_atomic(summary_path, summary)
+
+
+def _publish(cfg: RunConfig, out: Path) -> None:
+    """Main process only: the model card (README.md) and, with push_to_hub, the upload."""
+    args = cfg.training
+    if cfg.run.write_model_card:
+        from hf_optbench.card import write_model_card
 
         write_model_card(out)
-    if args.push_to_hub and is_main:
-        # Our own upload (weights, config, tokenizer, benchmark model card; never training_args.bin, which pickles
-        # the arguments) rather than trainer.push_to_hub(), which would replace the card with a generic one.
-        from .hub import push_run
+    if args.push_to_hub:
+        # Our own upload of the staged set (safetensors weights, config, tokenizer, card, metrics, summary; never
+        # training_args.bin, which pickles the arguments) rather than trainer.push_to_hub(), which uploads output_dir.
+        from hf_optbench.hub import check_push_possible, push_run
 
-        push_run(out, args.hub_model_id or out.name, private=args.hub_private_repo is not False)
+        target = check_push_possible(args, out)
+        push_run(out, target.repo_id, private=target.private, revision=target.revision, owner_from_token=True)
+
+
+def _teardown_distributed() -> None:
+    """Destroy the process group: measured here, 2 of 11 two-process CPU (gloo) runs aborted with SIGABRT at exit
+    without destroy_process_group()."""
+    import torch
+
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        # Without this, 2 of 11 CPU runs aborted with SIGABRT at exit (STACK-FACTS, distributed on CPU).
         torch.distributed.destroy_process_group()
+
+
+def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
+    """Run one benchmark run and return its summary (also written to ``output_dir/summary.json``). The main
+    process owns output_dir for the whole run (``lock``, or one taken here before any data or model work)."""
+    from hf_optbench.segments import SegmentRecorder
+
+    args = cfg.training
+    out = Path(args.output_dir)
+    is_main = args.process_index == 0
+    check_push_possible(args, out)  # push_to_hub offline / without a token / pickling hub_strategy: exit 2 now
+    owner = own_output_dir(cfg, lock)
+    try:
+        git = _check_git(cfg)
+        hparams = resolve_hyperparameters(cfg)
+        resume = resolve_resume(cfg, out)
+
+        prepared = prepare(cfg)
+        _check_eval_split(cfg, prepared)
+        optimizer, scheduler, schedule = build_optimization(cfg, prepared.model)
+        tokens_per_step = tokens_per_optimizer_step(cfg)
+        callbacks, recorder = _build_callbacks(cfg, out, prepared.model, optimizer, tokens_per_step, resume)
+        callbacks += hub_callbacks(args, out)  # hub_strategy every_save: hf_optbench's own checkpoint uploads
+        segments = SegmentRecorder(out, resume=bool(resume))
+        callbacks.append(segments)
+        if is_main:
+            prepare_output_dir(cfg, out, hparams, resume)
+        trainer = _build_trainer(cfg, prepared, optimizer, scheduler, callbacks)
+
+        summary = build_summary(cfg, prepared, optimizer, scheduler, schedule=schedule, hparams=hparams,
+                                tokens_per_step=tokens_per_step, git=git)
+        _train_and_record(trainer, prepared, recorder, optimizer, resume=resume, summary=summary,
+                          tokens_per_step=tokens_per_step, summary_path=out / "summary.json" if is_main else None,
+                          segments=segments)
+        if is_main:
+            _publish(cfg, out)
+    finally:
+        if owner is not None and owner is not lock:
+            owner.release()
+    _teardown_distributed()
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for ``python -m hf_optbench.run`` and ``accelerate launch -m hf_optbench.run``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("-h", "--help"):
-        from .config import make_help_parser
+    if argv and argv[0] in ("-h", "--help", "--help-all"):
+        from hf_optbench.config.help import print_run_help
 
-        make_help_parser().print_help()
-        return 0
+        return print_run_help(full=argv[0] == "--help-all", prog="python -m hf_optbench.run")
+    lock = None
     try:
+        preflight(argv)
         cfg = parse_args(argv)
-        summary = train(cfg)
+        lock = own_output_dir(cfg)  # before any data or model work; released when the run ends
+        summary = train(cfg, lock=lock)
     except OptBenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    print(json.dumps({k: summary.get(k) for k in ("status", "optimizer", "model_size", "num_params", "steps",
-                                                  "final_train_loss", "final_eval_loss",
-                                                  "optimizer_state_bytes", "train_runtime_s")}))
-    return 0 if summary["status"] in ("completed", "diverged") else 1
+    finally:
+        if lock is not None:
+            lock.release()
+    if is_launch_main_process():
+        print_result(summary, Path(cfg.training.output_dir))
+    return 0 if summary["status"] in FINISHED_STATUSES else 1
 
 
 def exit_process(code: int) -> None:

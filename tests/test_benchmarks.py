@@ -191,7 +191,7 @@ def test_bench_gpu_mfu_on_cuda_reports_mfu(tmp_path):
     rows = json.loads(out.read_text())
     assert all(r["max_allocated_gib"] > 0 for r in rows)
     if any(r["mfu"] is None for r in rows):
-        pytest.skip(f"{rows[0]['device']} is not in hf_optbench.metrics.DEVICE_PEAK_FLOPS")
+        pytest.skip(f"{rows[0]['device']} is not in hf_optbench.measure.metrics.DEVICE_PEAK_FLOPS")
     assert all(0 < r["mfu"] < 1 for r in rows)
 
 

@@ -70,10 +70,10 @@ def _last_row_step(out: Path) -> int:
         return 0
 
 
-def _kill_between_checkpoints(out: Path) -> tuple[int, int]:
+def _kill_between_checkpoints(out: Path) -> tuple[int, int, int]:
     """Start a run and SIGKILL it once a checkpoint is complete AND metrics.jsonl already holds steps after it
     (rows the resumed run must replace, not repeat). The process is frozen (SIGSTOP) while the condition is
-    checked, so the state inspected is the state killed. Returns (last complete checkpoint, last row step)."""
+    checked, so the state inspected is the state killed. Returns (last complete checkpoint, last row step, pid)."""
     proc = subprocess.Popen(_cmd(out), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 300
@@ -92,7 +92,7 @@ def _kill_between_checkpoints(out: Path) -> tuple[int, int]:
         proc.wait(timeout=60)
         proc.stderr.close()
     assert proc.returncode == -signal.SIGKILL
-    return checkpoint, row
+    return checkpoint, row, proc.pid
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +105,9 @@ def runs(tmp_path_factory) -> dict:
 
     killed = base / "killed"
     t0 = time.perf_counter()
-    checkpoint, last_row = _kill_between_checkpoints(killed)
+    checkpoint, last_row, killed_pid = _kill_between_checkpoints(killed)
     killed_rows = _rows(killed)
+    lock_left = (killed / "run.lock").read_text()
     killed_summary = killed / "summary.json"
     status = json.loads(killed_summary.read_text()).get("status") if killed_summary.is_file() else None
     # a second copy, as if the kill had also hit the save of the next checkpoint: a checkpoint folder with a
@@ -125,7 +126,8 @@ def runs(tmp_path_factory) -> dict:
     print(f"\nkilled at step {last_row}, last complete checkpoint {checkpoint}; timings (s): "
           + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
     return {"full": base / "full", "resumed": killed, "killed_rows": killed_rows, "killed_status": status,
-            "checkpoint": checkpoint, "partial": partial, "timings": timings}
+            "checkpoint": checkpoint, "partial": partial, "timings": timings, "killed_pid": killed_pid,
+            "lock_left": lock_left}
 
 
 def _train_rows(out: Path) -> list[dict]:
@@ -208,3 +210,73 @@ def test_resume_true_without_checkpoint_is_a_clear_error(tmp_path: Path, capsys,
     rc = run.main([RECIPE, "--output_dir", str(tmp_path / "empty"), *ARGS, "--resume_from_checkpoint", "true"])
     assert rc == 2 and "checkpoint" in capsys.readouterr().err
     assert not (tmp_path / "empty" / "metrics.jsonl").exists()
+
+
+def test_a_lock_left_by_the_killed_run_does_not_block_its_resume(runs: dict) -> None:
+    assert runs["lock_left"].startswith(f"pid {runs['killed_pid']} ")  # the dead owner was still named
+    assert json.loads((runs["resumed"] / "summary.json").read_text())["status"] == "completed"
+    assert not (runs["resumed"] / "run.lock").exists()  # released (and removed) by the resumed run at its end
+
+
+def test_summary_covers_every_segment_of_a_resumed_run(runs: dict) -> None:
+    """train_runtime_s of a resumed run is the whole run's (the sum of its segments), not the last segment's."""
+    full = json.loads((runs["full"] / "summary.json").read_text())
+    assert [(s["start_step"], s["end_step"]) for s in full["train_segments"]] == [(0, STEPS)]
+    resumed = json.loads((runs["resumed"] / "summary.json").read_text())
+    segments = resumed["train_segments"]
+    assert [(s["start_step"], s["end_step"]) for s in segments] == [(0, runs["checkpoint"]),
+                                                                     (runs["checkpoint"], STEPS)]
+    assert all(s["runtime_s"] > 0 for s in segments)
+    assert resumed["train_runtime_s"] == pytest.approx(sum(s["runtime_s"] for s in segments), rel=1e-9)
+    print(f"\ntrain_runtime_s: uninterrupted {full['train_runtime_s']:.2f}, killed + resumed "
+          f"{resumed['train_runtime_s']:.2f} (segments " + ", ".join(f"{s['runtime_s']:.2f}" for s in segments) + ")")
+
+
+def test_torn_checkpoint_is_moved_out_of_the_checkpoint_namespace(runs: dict) -> None:
+    partial = runs["partial"]
+    torn = list((partial / "torn_checkpoints").glob(f"checkpoint-{runs['checkpoint'] + SAVE_EVERY}.*"))
+    assert len(torn) == 1 and (torn[0] / "model.safetensors").is_file()
+    assert not list(partial.glob("checkpoint-*.*"))
+
+
+def _fake_checkpoint(out: Path, step: int, complete: bool) -> Path:
+    ck = out / f"checkpoint-{step}"
+    ck.mkdir(parents=True)
+    (ck / "model.safetensors").write_bytes(b"weights of step %d" % step)
+    if complete:
+        (ck / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return ck
+
+
+def test_a_torn_checkpoint_survives_save_total_limit_rotation(tmp_path: Path) -> None:
+    """Trainer's rotation (save_total_limit) globs checkpoint-* and reads the number in any such name: a torn copy
+    left there as checkpoint-12.incomplete was counted and deleted by the resumed run's next save."""
+    from transformers.trainer_utils import rotate_checkpoints
+
+    from hf_optbench.run_output import resolve_resume_checkpoint
+
+    out = tmp_path / "run"
+    _fake_checkpoint(out, 4, complete=True)
+    _fake_checkpoint(out, 8, complete=True)
+    _fake_checkpoint(out, 12, complete=False)
+    assert resolve_resume_checkpoint(out) == str(out / "checkpoint-8")
+    _fake_checkpoint(out, 12, complete=True)  # the resumed run saves again
+    _fake_checkpoint(out, 16, complete=True)
+    rotate_checkpoints(str(out), save_total_limit=1)
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-16"]
+    kept = list((out / "torn_checkpoints").glob("checkpoint-12.*"))
+    assert len(kept) == 1 and (kept[0] / "model.safetensors").read_bytes() == b"weights of step 12"
+
+
+def test_the_same_step_torn_twice_keeps_both_copies(tmp_path: Path) -> None:
+    """A second torn copy of the same step crashed the resume with `OSError: Directory not empty`."""
+    from hf_optbench.run_output import resolve_resume_checkpoint
+
+    out = tmp_path / "run"
+    _fake_checkpoint(out, 4, complete=True)
+    for _ in range(2):
+        _fake_checkpoint(out, 8, complete=False)
+        assert resolve_resume_checkpoint(out) == str(out / "checkpoint-4")
+    kept = sorted((out / "torn_checkpoints").iterdir())
+    assert len(kept) == 2 and all((k / "model.safetensors").is_file() for k in kept)
+    assert not (out / "checkpoint-8").exists()

@@ -1,5 +1,6 @@
-"""hub.py: secrets scrubbing, model card from summary.json, the staged upload folder and its checks, the upload
-call (with the network replaced), and a real run that must not write a token anywhere."""
+"""redact.py, card.py, hub.py and `hf-optbench push`: secrets scrubbing, model card from summary.json, the
+staged upload folder and its checks, the upload call (with the network replaced), and a real run that must not
+write a token anywhere."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from hf_optbench import hub
+from hf_optbench import card as card_mod
+from hf_optbench import hub, redact
+from hf_optbench.cli import push
 from hf_optbench.errors import OptBenchError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +84,7 @@ def test_scrub_secrets_drops_secret_keys_and_redacts_token_strings() -> None:
         "nested": {"HF_TOKEN": "x", "list": [FAKE_TOKEN, "ok", (FAKE_TOKEN, 1)]},
         "short": "hf_abc",
     }
-    out = hub.scrub_secrets(cfg)
+    out = redact.scrub_secrets(cfg)
     assert "hub_token" not in out and "HF_TOKEN" not in out["nested"]
     assert out["learning_rate"] == 3e-4 and out["eos_token"] == "<|endoftext|>" and out["pad_token_id"] == 0
     assert out["run_name"] == "try <redacted> x"
@@ -98,7 +101,7 @@ def test_model_card_carries_the_benchmark_summary(tmp_path: Path) -> None:
     from huggingface_hub import ModelCard
 
     run = _fake_run(tmp_path)
-    path = hub.write_model_card(run, repo_id="me/tiny-lion")
+    path = card_mod.write_model_card(run, repo_id="me/tiny-lion")
     card = ModelCard.load(path)
     data = card.data.to_dict()
     assert data["library_name"] == "transformers" and "hf-optbench" in data["tags"] and "lion" in data["tags"]
@@ -115,14 +118,84 @@ def test_model_card_carries_the_benchmark_summary(tmp_path: Path) -> None:
 def test_model_card_with_missing_figures_says_na(tmp_path: Path) -> None:
     run = _fake_run(tmp_path, summary={"optimizer": "adamw", "model_size": "tiny", "status": "failed",
                                        "final_eval_loss": None, "mfu": None})
-    text = hub.write_model_card(run).read_text()
+    text = card_mod.write_model_card(run).read_text()
     assert "| final eval loss | n/a |" in text and "| MFU | n/a |" in text
     assert "model-index" not in text  # no eval result to publish
 
 
+def _card_meta(run: Path, config: dict | None, data: dict) -> tuple[dict, list]:
+    """Write config.yaml and summary.json's data block, build the card, and read it back with huggingface_hub's own
+    parsers: metadata_load (the YAML) and ModelCard.load (ModelCardData, model-index -> EvalResult)."""
+    import yaml
+    from huggingface_hub import ModelCard, metadata_load
+
+    if config is not None:
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+    (run / "summary.json").write_text(json.dumps({**SUMMARY, "data": data}))
+    path = card_mod.write_model_card(run, repo_id="me/tiny-lion")
+    card = ModelCard.load(path)  # raises on a model-index huggingface_hub cannot parse
+    assert card.data.model_name == "tiny-lion"
+    return metadata_load(path), card.data.eval_results
+
+
+def test_model_card_follows_the_hub_conventions_for_mc4_thai(tmp_path: Path) -> None:
+    config = {"data_source": "hub", "dataset_name": "allenai/c4", "dataset_config": "th", "dataset_split": "train"}
+    data = {"data_source": "hub", "source": "hub: allenai/c4/th split train (streamed)", "split_seed": 1234,
+            "eval_tokens": 8192, "block_size": 128}
+    meta, results = _card_meta(_fake_run(tmp_path), config, data)
+    assert meta["license"] == "apache-2.0" and meta["language"] == ["th"] and meta["datasets"] == ["allenai/c4"]
+    assert meta["library_name"] == "transformers" and meta["pipeline_tag"] == "text-generation"
+    assert {"hf-optbench", "lion"} <= set(meta["tags"])
+    assert {(r.task_type, r.dataset_type, r.dataset_config, r.dataset_split) for r in results} == {
+        ("text-generation", "allenai/c4", "th", "train")}
+    assert results[0].dataset_name == "mC4 Thai (allenai/c4, config th)"
+    assert results[0].dataset_args == {"split_seed": 1234, "eval_tokens": 8192, "block_size": 128}
+    metrics = {r.metric_type: r.metric_value for r in results}
+    assert metrics == {"loss": pytest.approx(5.6789), "perplexity": pytest.approx(math.exp(5.6789)),
+                       "tokens": 40960, "parameters": 123456, "optimizer_state_bytes": 493824,
+                       "peak_memory_bytes": 3 * 2**30}
+    assert all(r.metric_args == {"optimizer": "lion", "model_size": "tiny"} for r in results)
+    assert "lion" in results[0].task_name and "tiny" in results[0].task_name
+
+
+@pytest.mark.parametrize("config, data, dataset_type, language, name_has", [
+    ({"data_source": "synthetic"}, {"data_source": "synthetic", "source": "synthetic: HMM graph V=32 K=4 seed=0"},
+     "synthetic-hmm", None, "HMM graph V=32"),
+    ({"data_source": "local", "dataset_config": "th", "dataset_split": "train"},
+     {"data_source": "local", "source": "local: 2 json file(s) (c4 layout)"}, "local-files", ["th"], "c4 layout"),
+    ({"data_source": "local", "dataset_config": "th"}, {"data_source": "local", "source": "local: 1 text file(s)"},
+     "local-files", None, "1 text file"),
+    ({"data_source": "thai_sample"}, {"data_source": "thai_sample", "source": "thai_sample: 1 json file(s)"},
+     "hf-optbench-thai-sample", ["th"], "bundled Thai sample"),
+    (None, {"data_source": "synthetic", "source": "synthetic: HMM graph V=8"}, "synthetic-hmm", None, "V=8"),
+], ids=["synthetic", "local-c4-layout", "local-text", "thai-sample", "no-config-yaml"])
+def test_model_card_never_claims_c4_for_other_data(tmp_path: Path, config, data, dataset_type, language,
+                                                   name_has) -> None:
+    meta, results = _card_meta(_fake_run(tmp_path), config, data)
+    assert "datasets" not in meta and "allenai/c4" not in json.dumps(meta)
+    assert meta.get("language") == language
+    assert {r.dataset_type for r in results} == {dataset_type} and name_has in results[0].dataset_name
+    assert name_has in (tmp_path / "run" / "README.md").read_text().split("---", 2)[2]  # the body's data row
+
+
+def test_model_card_for_a_checkpoint_in_progress(tmp_path: Path) -> None:
+    import yaml
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"optimizer": "lion", "model_size": "tiny", "seed": 3}))
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 2, "tokens": 2048, "loss": 6.5}\n'
+                                       '{"kind": "train", "step": 3, "tokens": 3072, "loss": 6.4}\n')
+    summary = card_mod.progress_summary(run, 2, [{"loss": 6.5, "step": 2}, {"eval_loss": 6.7, "step": 2}])
+    assert summary == {"optimizer": "lion", "model_size": "tiny", "seed": 3, "steps": 2, "status": "in progress",
+                       "final_train_loss": 6.5, "final_eval_loss": 6.7, "tokens_seen": 2048}
+    text = str(card_mod.build_model_card(run, "me/x", summary=summary))
+    assert "Training in progress: figures at step 2" in text and "| tokens seen | 2,048 |" in text
+
+
 def test_model_card_needs_a_summary(tmp_path: Path) -> None:
     with pytest.raises(OptBenchError, match="summary.json"):
-        hub.write_model_card(tmp_path)
+        card_mod.write_model_card(tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------- upload folder
@@ -134,10 +207,11 @@ def test_stage_takes_the_latest_checkpoint_and_no_pickles(tmp_path: Path) -> Non
     run = _fake_run(tmp_path)
     staged = hub.stage_upload_folder(run, repo_id="me/tiny-lion", token=FAKE_TOKEN)
     assert staged == run / "hub_upload"
-    names = {p.name for p in staged.iterdir()} - {hub._STAGE_MARKER}
+    names = {p.name for p in staged.iterdir()} - {hub.STAGE_MARKER}
     assert names == {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
-                     "tokenizer_config.json", "README.md"}
+                     "tokenizer_config.json", "README.md", "metrics.jsonl", "summary.json"}
     assert float(load_file(str(staged / "model.safetensors"))["w"][0, 0]) == 10.0  # checkpoint-10, not -2
+    assert json.loads((staged / "summary.json").read_text())["optimizer"] == "lion"
     assert hub.check_upload_folder(staged, token=FAKE_TOKEN) == []
     # staging again replaces the folder it made
     assert hub.stage_upload_folder(run, token=FAKE_TOKEN) == staged
@@ -166,6 +240,20 @@ def test_check_flags_pickles_and_corrupt_safetensors(tmp_path: Path) -> None:
     assert any("pytorch_model.bin: pickled" in p for p in problems)
     assert any("model.safetensors: not a readable safetensors" in p for p in problems)
     assert "missing config.json" in problems and "missing README.md" in problems
+
+
+def test_check_flags_pickles_by_content_whatever_the_name(tmp_path: Path) -> None:
+    import torch
+
+    folder = tmp_path / "f"
+    folder.mkdir()
+    torch.save({"w": torch.zeros(2)}, folder / "notes.txt")  # torch's zip format, holding data.pkl
+    torch.save({"w": torch.zeros(2)}, folder / "vocab.json", _use_new_zipfile_serialization=False)  # raw pickle
+    (folder / "ok.json").write_text('{"a": 1}')
+    problems = hub.check_upload_folder(folder, token=None)
+    assert any(p.startswith("notes.txt: holds a pickle") for p in problems)
+    assert any(p.startswith("vocab.json: holds a pickle") for p in problems)
+    assert not any(p.startswith("ok.json") for p in problems)
 
 
 def test_stage_needs_safetensors_weights(tmp_path: Path) -> None:
@@ -239,7 +327,7 @@ def test_push_calls_huggingface_hub_with_the_staged_folder_private(tmp_path: Pat
     monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
     run = _fake_run(tmp_path)
 
-    assert hub.cli_main([str(run), "--repo-id", "me/tiny-lion"]) == 0
+    assert push.main([str(run), "--repo-id", "me/tiny-lion"]) == 0
     repo_id, kw, token = calls["create"]
     assert repo_id == "me/tiny-lion" and kw["private"] is True and kw["exist_ok"] is True and token == FAKE_TOKEN
     up = calls["upload"]
@@ -250,8 +338,38 @@ def test_push_calls_huggingface_hub_with_the_staged_folder_private(tmp_path: Pat
     out = capsys.readouterr()
     assert "private" in out.out and FAKE_TOKEN not in out.out + out.err
 
-    hub.cli_main([str(run), "--repo-id", "me/tiny-lion", "--public"])
+    push.main([str(run), "--repo-id", "me/tiny-lion", "--public"])
     assert calls["create"][1]["private"] is False
+
+
+@pytest.mark.parametrize("argv", [
+    ["--token", "hf_SECRETVALUE"], ["--token=hf_SECRETVALUE"], ["--hub-token", "hf_SECRETVALUE"],
+    ["--hub_token", "hf_SECRETVALUE"], ["--api-key", "hf_SECRETVALUE"],
+], ids=["token", "token=", "hub-token", "hub_token", "api-key"])
+def test_push_refuses_a_token_option_without_echoing_it(tmp_path: Path, capsys, argv: list[str]) -> None:
+    from hf_optbench import cli
+
+    rc = cli.main(["push", str(tmp_path), "--repo-id", "me/run", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "hf_SECRETVALUE" not in err and "HF_TOKEN" in err and argv[0].split("=")[0] in err
+
+
+def test_push_argparse_errors_never_echo_a_token(tmp_path: Path, capsys) -> None:
+    """argparse quotes unrecognised arguments: a token pasted as a stray argument is redacted."""
+    from hf_optbench import cli
+
+    rc = cli.main(["push", str(tmp_path), "--repo-id", "me/run", FAKE_TOKEN])
+    err = capsys.readouterr().err
+    assert rc == 2 and "unrecognized arguments: <redacted>" in err and FAKE_TOKEN not in err
+
+
+def test_redact_names_argv_and_text() -> None:
+    assert all(redact.is_secret_name(n) for n in ("HF_TOKEN", "--hub-token", "WANDB_API_KEY", "db.password"))
+    assert not any(redact.is_secret_name(n) for n in ("max_train_tokens", "--repo-id", "monkey", "keep"))
+    argv = ["--token", "v1", "--api_key=v2", "--repo-id", "me/x", "--secret"]
+    assert redact.secret_option_values(argv) == ["v1", "v2"]
+    assert redact.redact_text(f"a v1 b {FAKE_TOKEN}", ["v1"]) == "a <redacted> b <redacted>"
 
 
 def test_dry_run_stages_and_uploads_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
@@ -263,7 +381,7 @@ def test_dry_run_stages_and_uploads_nothing(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(HfApi, "upload_folder", refuse)
     monkeypatch.setattr(HfApi, "create_repo", refuse)
     run = _fake_run(tmp_path)
-    assert hub.cli_main([str(run), "--repo-id", "me/tiny-lion", "--dry-run"]) == 0
+    assert push.main([str(run), "--repo-id", "me/tiny-lion", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "nothing uploaded" in out and "model.safetensors" in out and "README.md" in out
 

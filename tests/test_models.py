@@ -52,7 +52,7 @@ def test_build_model_resizes_and_ties_embeddings() -> None:
 
 
 def test_thai_tokenizer_length_pads_to_nanogpt_width() -> None:
-    # flax-community/gpt2-base-thai: 50,265 merges + <|endoftext|> = 50,266 -> 50,304 (STACK-FACTS).
+    # flax-community/gpt2-base-thai's tokenizer: vocab 50,265 + <|endoftext|> = len 50,266 -> 50,304 rows.
     assert padded_vocab_size(50_266, 64) == 50_304
 
 

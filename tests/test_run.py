@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
+import io
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +26,12 @@ FAST = ["--max_steps", "6", "--eval_steps", "3", "--per_device_train_batch_size"
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
+    """A finished run; what main() printed is kept beside it in stdout.txt."""
     out = tmp_path_factory.mktemp("quick") / "run"
-    rc = run_mod.main([QUICK, "--output_dir", str(out), *FAST])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        rc = run_mod.main([QUICK, "--output_dir", str(out), *FAST])
+    (out.parent / "stdout.txt").write_text(printed.getvalue())
     assert rc == 0
     return out
 
@@ -39,6 +48,8 @@ def test_run_directory_holds_the_promised_files(finished_run: Path) -> None:
     assert 0 < summary["num_params"] < 2_000_000
     assert math.isfinite(summary["final_train_loss"]) and math.isfinite(summary["final_eval_loss"])
     assert summary["train_runtime_s"] > 0
+    assert summary["train_segments"] == [{"start_step": 0, "end_step": 6, "runtime_s": summary["train_runtime_s"]}]
+    assert summary["final_tuning_loss"] is None  # no tuning split asked for
     assert summary["optimizer_state_bytes"] > 0
     assert summary["env"]["packages"]["transformers"]
     assert summary["env"]["glibc_tunables"] == os.environ.get("GLIBC_TUNABLES")
@@ -50,6 +61,16 @@ def test_run_directory_holds_the_promised_files(finished_run: Path) -> None:
     assert any(r["kind"] == "eval" for r in rows)
     config = yaml.safe_load((finished_run / "config.yaml").read_text())
     assert config["max_steps"] == 6 and config["optimizer"] == "adamw"
+
+
+def test_run_ends_by_saying_where_it_wrote_and_what_to_run_next(finished_run: Path) -> None:
+    lines = (finished_run.parent / "stdout.txt").read_text().strip().splitlines()
+    result = json.loads(lines[-3])  # the machine-readable line stays, before the two for a person
+    assert result["status"] == "completed" and result["steps"] == 6
+    assert lines[-2].startswith(f"wrote {finished_run} (") and "summary.json" in lines[-2] \
+        and "metrics.jsonl" in lines[-2]
+    assert lines[-1].startswith("next: ") and f"cat {finished_run / 'summary.json'}" in lines[-1]
+    assert f"hf-optbench report {finished_run.parent}" in lines[-1]
 
 
 def test_finished_run_is_not_overwritten(finished_run: Path, capsys) -> None:
@@ -101,3 +122,124 @@ def test_tuned_learning_rate_file_drives_the_run_unless_the_user_sets_one(tmp_pa
     assert run_mod.main([QUICK, "--output_dir", str(tmp_path / "b"), *fast, "--learning_rate", "0.002"]) == 0
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["learning_rate"] == 0.002 and summary["hyperparameter_sources"]["learning_rate"] == "user"
+
+
+def _with_tuning(monkeypatch, pick) -> None:
+    """A stand-in for the data side's tuning split: ``pick(bundle)`` becomes ``bundle.tuning``."""
+    real_prepare = run_mod.prepare
+
+    def prepare(cfg):
+        prepared = real_prepare(cfg)
+        return dataclasses.replace(prepared, bundle=dataclasses.replace(prepared.bundle, tuning=pick(prepared.bundle)))
+
+    monkeypatch.setattr(run_mod, "prepare", prepare)
+
+
+def test_final_tuning_loss_is_recorded_and_kept_out_of_the_eval_metrics(tmp_path: Path, monkeypatch) -> None:
+    """With the validation blocks as the tuning split, the tuning loss of the final model must equal the final
+    eval loss (same weights, same blocks, same batches): that proves what was evaluated. It must appear nowhere
+    the eval metrics are reported."""
+    _with_tuning(monkeypatch, lambda bundle: bundle.eval)
+    out = tmp_path / "run"
+    assert run_mod.main([QUICK, "--output_dir", str(out), *FAST, "--save_strategy", "no"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert math.isfinite(summary["final_tuning_loss"])
+    assert summary["final_tuning_loss"] == pytest.approx(summary["final_eval_loss"], rel=1e-6)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["kind"] == "eval"] == [3, 6]
+    assert not any("tuning" in key for r in rows for key in r)
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert not any("tuning" in key for row in history for key in row)
+
+
+def test_tuning_split_smaller_than_one_eval_batch_is_refused(tmp_path: Path, monkeypatch, capsys) -> None:
+    _with_tuning(monkeypatch, lambda bundle: bundle.eval.select(range(1)))
+    rc = run_mod.main([QUICK, "--output_dir", str(tmp_path / "run"), *FAST])
+    err = capsys.readouterr().err
+    assert rc == 2 and "tuning split holds 1 block" in err and "tuning_blocks" in err
+    assert not (tmp_path / "run").exists()
+
+
+def _has_bf16_device() -> bool:
+    from transformers.utils import is_torch_bf16_gpu_available
+
+    return bool(is_torch_bf16_gpu_available())
+
+
+LARGE = str(ROOT / "recipes" / "lion_gpt2_large.yaml")
+
+
+@pytest.mark.skipif(_has_bf16_device(), reason="this machine runs bf16: the recipe is valid here")
+def test_bf16_recipe_without_a_bf16_device_names_the_hardware_and_the_override(tmp_path, monkeypatch,
+                                                                                capsys) -> None:
+    def _boom(*a, **k):  # transformers' own bf16 error is raised while parsing; ours must come first
+        raise AssertionError("parse_args must not run")
+
+    monkeypatch.setattr(run_mod, "parse_args", _boom)
+    assert run_mod.main([LARGE, "--output_dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
+    assert "lion_gpt2_large.yaml" in err and "A100" in err
+    assert "--bf16 false --torch_compile false" in err and "recipes/quickstart_cpu.yaml" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_suggested_override_passes_the_hardware_check() -> None:
+    from hf_optbench.preflight import check_hardware, light_settings
+
+    values, where = light_settings([LARGE, "--bf16", "false", "--torch_compile=false"])
+    assert values["bf16"] == "false" and where["bf16"] == "the command line"
+    check_hardware(values, where)  # no error: bf16 is off whatever the machine
+
+
+@pytest.mark.skipif(_has_bf16_device(), reason="this machine runs bf16")
+def test_precision_flags_are_read_with_the_parsers_precedence() -> None:
+    from hf_optbench.errors import OptBenchError
+    from hf_optbench.preflight import check_hardware, light_settings
+
+    # a bare flag is true, as HfArgumentParser reads it; the command line beats the recipe's use_cpu: true
+    values, where = light_settings([QUICK, "--bf16", "--use_cpu", "false"])
+    with pytest.raises(OptBenchError, match="the command line sets bf16 true"):
+        check_hardware(values, where)
+    values, where = light_settings([QUICK, "--bf16", "true"])
+    check_hardware(values, where)  # bf16 on the CPU: transformers allows it with the recipe's use_cpu
+
+
+@pytest.mark.skipif(_has_bf16_device(), reason="this machine runs bf16")
+def test_fp16_on_a_cpu_is_refused_with_the_override() -> None:
+    import torch
+
+    from hf_optbench.errors import OptBenchError
+    from hf_optbench.preflight import check_hardware, light_settings
+
+    if torch.accelerator.is_available():
+        pytest.skip("this machine has an accelerator")
+    values, where = light_settings([QUICK, "--fp16", "true"])
+    with pytest.raises(OptBenchError, match="--fp16 false"):
+        check_hardware(values, where)
+
+
+@pytest.mark.skipif(_has_bf16_device(), reason="this machine runs bf16: the recipe is valid here")
+def test_the_gpu_recipe_process_prints_one_line_and_exits_2(tmp_path: Path) -> None:
+    """What `accelerate launch -m hf_optbench.run recipes/lion_gpt2_large.yaml` starts, as its own process."""
+    proc = subprocess.run([sys.executable, "-m", "hf_optbench.run", "recipes/lion_gpt2_large.yaml", "--output_dir",
+                           str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "--bf16 false" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_has_bf16_device(), reason="this machine runs bf16: the recipe is valid here")
+def test_accelerate_launch_quiet_prints_only_our_line(tmp_path: Path) -> None:
+    """accelerate's single-process launcher raises CalledProcessError (a traceback) for any non-zero exit of the
+    child unless given --quiet (then it exits 1). It warns about defaults it filled in unless they are given: a
+    config file (the launch defaults) and OMP_NUM_THREADS (else it sets --num_cpu_threads_per_process)."""
+    accelerate = Path(sys.executable).with_name("accelerate")
+    proc = subprocess.run([str(accelerate), "launch", "--quiet", "--config_file", "accelerate_configs/cpu.yaml",
+                           "-m", "hf_optbench.run", "recipes/lion_gpt2_large.yaml", "--output_dir",
+                           str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 1
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--bf16 false" in lines[0], lines

@@ -1,0 +1,85 @@
+"""The ``hf-optbench`` command. Subcommands are imported only when run, so ``--help`` answers in well under a
+second (torch + transformers take 5-10 s to import on this class of machine)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from hf_optbench.errors import OptBenchError, suggest
+
+# subcommand -> (module, function, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "run": ("hf_optbench.run", "main", "one benchmark run from a recipe: hf-optbench run RECIPE.yaml [--key value]"),
+    "validate": ("hf_optbench.cli.validate", "main", "check a recipe's keys and values without training"),
+    "sweep": ("hf_optbench.cli.sweep", "main", "optimizers x sizes x seeds, one process per run, resumable"),
+    "report": ("hf_optbench.cli.report", "main", "tables, plots and the scaling verdict of a sweep directory"),
+    "tune": ("hf_optbench.cli.tune", "main", "pick the best learning rate per optimizer and size from a sweep"),
+    "memory": ("hf_optbench.cli.memory", "main", "analytic memory plan: size x optimizer x precision x ZeRO"),
+    "optimizers": ("hf_optbench.cli.optimizers", "main", "list optimizers with their cited default hyperparameters"),
+    "find-lr": ("hf_optbench.cli.find_lr", "main", "LR range test on a recipe's model and data"),
+    "tokenizer": ("hf_optbench.cli.tokenizer", "main", "train a byte-level BPE or char tokenizer offline"),
+    "data": ("hf_optbench.cli.data", "main", "data tools: difficulty (gzip ratio, alpha calibration)"),
+    "push": ("hf_optbench.cli.push", "main", "stage (and upload) a run directory to the Hugging Face Hub"),
+}
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (OptBenchError, exit 2) instead of the usage block plus a message, so
+    every subcommand fails the same way: ``error: <what> ... `<prog> --help` lists the options``."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise OptBenchError(f"{message}. `{self.prog} --help` lists the options.")
+
+
+HELP_FLAGS = ("-h", "--help", "--help-all")
+
+
+def _usage() -> str:
+    width = max(len(n) for n in SUBCOMMANDS)
+    lines = ["usage: hf-optbench <command> [args ...]", "",
+             "Which optimizer should I use to pretrain a GPT-2-style LM, and does its advantage survive scale?", "",
+             "commands:"]
+    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, _, help_) in SUBCOMMANDS.items()]
+    lines += ["", "`hf-optbench <command> --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from hf_optbench import __version__
+
+        print(f"hf_optbench {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"error: unknown command '{name}'.{suggest(name, SUBCOMMANDS, cutoff=0.6)} Commands: "
+              f"{', '.join(SUBCOMMANDS)} (`hf-optbench --help` says what each does).", file=sys.stderr)
+        return 2
+    module_name, func_name, _ = SUBCOMMANDS[name]
+    if name == "run" and any(a in HELP_FLAGS for a in rest):
+        # answered here: the short help imports neither torch nor the run module (config.help)
+        from hf_optbench.config.help import print_run_help
+
+        return print_run_help(full="--help-all" in rest)
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+        code = func(rest)
+    except OptBenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except BrokenPipeError:  # `hf-optbench optimizers | head`: the reader left; not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

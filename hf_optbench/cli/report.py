@@ -1,0 +1,63 @@
+"""``hf-optbench report SWEEP_DIR``: tables, plots and the scaling verdict of a sweep, as Markdown, HTML, CSV
+and PNG."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hf_optbench.cli import ArgumentParser
+from hf_optbench.errors import OptBenchError
+from hf_optbench.rundir import MANIFEST_FILE, SUMMARY_FILE, read_summary
+
+
+def check_sweep_dir(sweep_dir: str) -> None:
+    """Before any work (and without creating anything): the sweep directory exists, its sweep_manifest.json and
+    every run's summary.json parse. A corrupt file is named with its fix instead of a JSON traceback, and a
+    report is never built from runs it silently dropped. Shared with ``tune``."""
+    d = Path(sweep_dir)
+    if not d.is_dir():
+        raise OptBenchError(f"sweep directory not found: '{sweep_dir}'. Pass a sweep's output_dir (e.g. "
+                            "runs/cpu_demo).")
+    manifest = d / MANIFEST_FILE
+    if manifest.is_file():
+        try:
+            runs = json.loads(manifest.read_text(encoding="utf-8"))["runs"]
+            if not isinstance(runs, list):
+                raise TypeError("'runs' is not a list")
+        except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise OptBenchError(
+                f"{manifest} is corrupt ({type(exc).__name__}: {exc}). Restore it, or write it again with "
+                "`hf-optbench sweep SWEEP.yaml --dry-run` from the sweep's file."
+            ) from None
+    root = d / "runs" if (d / "runs").is_dir() else d
+    for summary in sorted(root.glob(f"*/{SUMMARY_FILE}")):
+        read_summary(summary.parent, required=True)  # OptBenchError naming the file
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the report files into --output (default SWEEP_DIR/report) and say where they are."""
+    from hf_optbench.config.checks import check_writable_dir
+    from hf_optbench.study import report
+
+    parser = ArgumentParser(prog="hf-optbench report", description=(report.__doc__ or "").split("\n\n")[0])
+    parser.add_argument("sweep_dir", help="a sweep's output_dir (or any folder of run directories)")
+    parser.add_argument("--output", default=None, help="report directory (default: SWEEP_DIR/report)")
+    parser.add_argument("--target-loss", default=None,
+                        help="target loss for time-to-target: one number, or per size like tiny=6.1,mini=5.4")
+    parser.add_argument("--tuning-dir", default=None,
+                        help="a tuning sweep (runs at lr multipliers) whose tuning curves the report shows "
+                             "(default: SWEEP_DIR/tuning when it exists)")
+    args = parser.parse_args(argv)
+    targets = report.parse_targets(args.target_loss)
+    check_sweep_dir(args.sweep_dir)
+    check_writable_dir(args.output or Path(args.sweep_dir) / "report", "--output")
+    tuning_dir = args.tuning_dir
+    if tuning_dir is None and (Path(args.sweep_dir) / "tuning").is_dir():
+        tuning_dir = Path(args.sweep_dir) / "tuning"
+    elif tuning_dir is not None:
+        check_sweep_dir(tuning_dir)
+    files = report.build_report(args.sweep_dir, args.output, targets, tuning_dir=tuning_dir)
+    print(f"wrote {files['report.md']}, {files['report.html']}, {files['summary.csv']}, "
+          f"{files['runs.parquet']} and {sum(1 for k in files if k.endswith('.png'))} plots")
+    return 0

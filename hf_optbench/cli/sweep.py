@@ -1,0 +1,41 @@
+"""``hf-optbench sweep SWEEP.yaml``: run (or continue) a sweep; the sweep file format is the help text."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Any
+
+from hf_optbench.errors import OptBenchError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit 0 when every run finished (completed/diverged) or is still pending, 1 when one failed, 130 when the
+    sweep was interrupted (Ctrl-C or SIGTERM: the running run's tree is stopped, a restart continues)."""
+    from hf_optbench.study import sweep
+
+    parser = argparse.ArgumentParser(prog="hf-optbench sweep", description=sweep.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep_file", help="sweep YAML (see recipes/sweeps/)")
+    parser.add_argument("--output-dir", default=None, help="sweep directory (default: the file's output_dir)")
+    parser.add_argument("--dry-run", action="store_true", help="validate and print each run's status and command")
+    parser.add_argument("--max-runs", type=int, default=None, help="start at most N runs, then stop")
+    parser.add_argument("--retry-failed", action="store_true", help="run failed/oom runs again (old dir moved aside)")
+    args = parser.parse_args(argv)
+    if args.max_runs is not None and args.max_runs < 0:
+        raise OptBenchError(f"--max-runs must be >= 0, got {args.max_runs}.")
+
+    def _stop(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, _stop)  # SIGTERM unwinds like Ctrl-C: the run's tree is stopped
+    try:
+        counts = sweep.run_sweep(args.sweep_file, output_dir=args.output_dir, dry_run=args.dry_run,
+                                 max_runs=args.max_runs, retry_failed=args.retry_failed)
+    except KeyboardInterrupt:
+        print("[sweep] interrupted: start the same command again to continue", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0 if not set(counts) - {"completed", "diverged", "pending"} else 1

@@ -1,0 +1,26 @@
+"""``hf-optbench tune SWEEP_DIR``: the best learning-rate multiplier per optimizer and size of a tuning sweep (by mean
+``final_tuning_loss``, the held-out tuning split), written where recipes read it (``--tuned_hparams_file``). A sweep
+with a ``tune:`` section does this itself; this command is for a tuning grid run by hand."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write (merge into) the tuned-values YAML, print it; warnings (a best value at the grid's edge, a size where
+    every multiplier diverged) go to stderr."""
+    from hf_optbench.study import tuning
+
+    parser = argparse.ArgumentParser(prog="hf-optbench tune", description=(tuning.__doc__ or "").split("\n\n")[0])
+    parser.add_argument("sweep_dir", help="output directory of a sweep with matrix.lr_multipliers (or the tuning/ "
+                                          "folder of a sweep with a tune: section)")
+    parser.add_argument("--output", default="tuned_hparams.yaml", help="YAML to write (merged if it exists)")
+    args = parser.parse_args(argv)
+    path, warnings = tuning.tune(args.sweep_dir, args.output)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(path.read_text(encoding="utf-8"))
+    print(f"wrote {path}")
+    return 0

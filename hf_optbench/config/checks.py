@@ -1,0 +1,183 @@
+"""Checks of parsed values that need no model or data, run by ``config.parse.parse_args`` before any work.
+
+Why these exist: TrainingArguments accepts values that fail late or not at all (``per_device_train_batch_size 0``
+fails after the first evaluation, ``gradient_accumulation_steps 0`` divides by zero, ``max_grad_norm nan`` turns
+clipping off silently, an unwritable ``output_dir`` fails after the data and the model are built), and some of
+its fields do nothing once hf_optbench hands ``optimizers=(optimizer, scheduler)`` to the Trainer. Each check
+raises OptBenchError naming the key and the fix. Standard library only (recipe validation stays fast).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from hf_optbench.errors import OptBenchError
+
+# TrainingArguments fields the stock Trainer reads only in create_optimizer / create_scheduler /
+# get_optimizer_cls_and_kwargs (transformers 5 trainer.py, trainer_optimizer.py), which never run because the run
+# passes its own (optimizer, scheduler), plus fields that would change what the benchmark compares: each maps to
+# the hf_optbench key to use instead. A field listed here is refused, never accepted and then ignored.
+REPLACED_TRAINING_KEYS: dict[str, str] = {
+    "optim": "use 'optimizer' instead (`hf-optbench optimizers` lists the choices)",
+    "optim_args": "use 'optimizer_kwargs' instead, a JSON object of constructor arguments",
+    "optim_target_modules": "hf_optbench builds the optimizer over all trainable parameters (GaLore/APOLLO-style "
+                            "target modules are not supported); remove it",
+    "lr_scheduler_type": "use 'schedule' instead (gpt3_cosine, wsd, one_cycle, constant_with_warmup, constant, none)",
+    "lr_scheduler_kwargs": "use 'schedule_kwargs' instead",
+    "num_train_epochs": "the benchmark compares optimizers at equal steps: set 'max_steps' instead (it always wins "
+                        "over num_train_epochs)",
+    "auto_find_batch_size": "the benchmark compares at a fixed batch: set 'per_device_train_batch_size' and "
+                            "'gradient_accumulation_steps' (`hf-optbench memory` plans what fits)",
+}
+# TrainingArguments' Adam fields, honoured for the AdamW-family optimizers (ADAM_KEYS -> constructor argument).
+ADAM_KEYS = {"adam_beta1": "betas", "adam_beta2": "betas", "adam_epsilon": "eps"}
+# The other optimizer/schedule fields the stock Trainer reads, and what honours them once our optimizer and schedule
+# replace its own (tests/config/test_training_args.py checks this list against transformers' source).
+HONOURED_TRAINING_KEYS = {
+    "learning_rate": "the optimizer's learning rate (run.build_optimization; unset: the cited default)",
+    "weight_decay": "the decay of the >=2-D parameter group (optim.spec.param_groups; unset: the cited default)",
+    "warmup_steps": "the schedule's warmup (optim.schedules.build_scheduler)",
+    "gradient_accumulation_steps": "the Trainer's own loop",
+    "max_grad_norm": "the Trainer's own clipping (unset: the cited default)",
+}
+# TrainingArguments fields that must be integers >= 1 (0 divides by zero or evaluates nothing, late).
+POSITIVE_INT_KEYS = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
+
+
+def adam_family() -> tuple[str, ...]:
+    """Registry optimizers that take TrainingArguments' adam_beta1/adam_beta2/adam_epsilon: the AdamW variants
+    (torch, 8-bit, paged 8-bit, schedule-free), whose ``betas``/``eps`` mean what Adam's do."""
+    from hf_optbench.optim.registry import OPTIMIZERS
+
+    return tuple(n for n, s in OPTIMIZERS.items() if "adamw" in n and {"betas", "eps"} <= set(s.kwargs))
+
+
+def _non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return any(_non_finite(v) for v in value)
+    if isinstance(value, dict):
+        return any(_non_finite(v) for v in value.values())
+    return False
+
+
+def check_finite(parts: tuple[Any, ...], explicit: set[str], mappings: dict[str, dict[str, Any]]) -> None:
+    """Every number the user set (and every number inside ``mappings``, e.g. optimizer_kwargs) is finite:
+    ``max_grad_norm nan`` would turn clipping off, ``learning_rate inf`` diverge at step 1."""
+    for part in parts:
+        for f in dataclasses.fields(part):
+            value = getattr(part, f.name, None)
+            if f.name in explicit and _non_finite(value):
+                raise OptBenchError(
+                    f"{f.name} must be a finite number, got {value!r}. Set a finite --{f.name}, or drop the key to "
+                    "use the default."
+                )
+    for key, mapping in mappings.items():
+        for name, value in mapping.items():
+            if _non_finite(value):
+                raise OptBenchError(
+                    f"{key} '{name}' must hold finite numbers, got {value!r}. Fix {key} (e.g. "
+                    f"{{\"betas\": [0.9, 0.95]}}) in the recipe or on the command line."
+                )
+
+
+def check_optimizer_values(kwargs: dict[str, Any]) -> None:
+    """betas in [0, 1) and eps >= 0, before torch's own check fires after the data and model are built."""
+    betas = kwargs.get("betas")
+    if betas is not None:
+        if not isinstance(betas, (list, tuple)) or not all(isinstance(b, (int, float)) and 0 <= b < 1
+                                                           for b in betas):
+            raise OptBenchError(
+                f"optimizer_kwargs 'betas' must be a list of numbers in [0, 1), got {betas!r}. Use e.g. [0.9, 0.95]."
+            )
+    eps = kwargs.get("eps")
+    if eps is not None:
+        values = eps if isinstance(eps, (list, tuple)) else [eps]
+        if not all(v is None or (isinstance(v, (int, float)) and v >= 0) for v in values):
+            raise OptBenchError(f"optimizer_kwargs 'eps' must be >= 0, got {eps!r}. Use e.g. 1e-8.")
+
+
+def check_positive_ints(training: Any) -> None:
+    """Batch sizes and accumulation >= 1; logging/eval/save intervals (steps, or in transformers 5 a fraction of
+    the run) > 0 when set."""
+    for key in POSITIVE_INT_KEYS:
+        value = getattr(training, key)
+        if not isinstance(value, int) or value < 1:
+            raise OptBenchError(f"{key} must be an integer >= 1, got {value!r}. Fix --{key} (e.g. --{key} 8).")
+    for key in ("logging_steps", "eval_steps", "save_steps"):
+        value = getattr(training, key, None)
+        if value is not None and not value > 0:
+            raise OptBenchError(f"{key} must be positive, got {value!r}. Fix --{key} (e.g. --{key} 50).")
+
+
+def apply_adam_arguments(optim: Any, model_size: str, training: Any, explicit: set[str]) -> None:
+    """Honour adam_beta1/adam_beta2/adam_epsilon for the AdamW family: they become the optimizer's ``betas`` /
+    ``eps`` (a beta left unset keeps the registry's cited value). For any other optimizer they would be ignored,
+    so they are refused, naming ``optimizer_kwargs``."""
+    set_keys = sorted(k for k in ADAM_KEYS if k in explicit)
+    if not set_keys:
+        return
+    family = adam_family()
+    if optim.optimizer not in family:
+        raise OptBenchError(
+            f"'{set_keys[0]}' is a TrainingArguments option for Adam, and optimizer '{optim.optimizer}' does not "
+            f"take it (only {', '.join(family)} do). Set its constructor arguments with optimizer_kwargs, e.g. "
+            "--optimizer_kwargs '{\"betas\": [0.9, 0.99]}' (`hf-optbench optimizers` lists each one's arguments)."
+        )
+    kwargs = optim.kwargs()
+    for key in set_keys:
+        if ADAM_KEYS[key] in kwargs:
+            raise OptBenchError(
+                f"'{key}' and optimizer_kwargs '{ADAM_KEYS[key]}' both set the optimizer's {ADAM_KEYS[key]}: keep "
+                "one of them."
+            )
+    from hf_optbench.optim.registry import optimizer_defaults
+
+    cited = optimizer_defaults(optim.optimizer, model_size)
+    if "adam_beta1" in explicit or "adam_beta2" in explicit:
+        b1, b2 = cited["betas"]
+        kwargs["betas"] = [training.adam_beta1 if "adam_beta1" in explicit else b1,
+                           training.adam_beta2 if "adam_beta2" in explicit else b2]
+    if "adam_epsilon" in explicit:
+        kwargs["eps"] = training.adam_epsilon
+    check_optimizer_values(kwargs)
+    optim._kwargs = kwargs
+    optim.optimizer_kwargs = json.dumps(kwargs, sort_keys=True)
+
+
+def check_writable_dir(path: str | os.PathLike[str], key: str) -> None:
+    """``path`` is a directory we can write, or can be created: it is not a file, its nearest existing ancestor is
+    a directory, and that ancestor is writable (``os.access`` also says no on a read-only filesystem). Nothing is
+    created: a bad path fails here, before the data and the model are built, and leaves no trace."""
+    p = Path(os.path.abspath(os.path.expanduser(str(path))))
+    if p.exists() and not p.is_dir():
+        raise OptBenchError(f"{key} '{path}' is a file, not a directory. Choose another {key} (a new or existing "
+                            "directory).")
+    ancestor = p
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OptBenchError(f"{key} '{path}' cannot be created: '{ancestor}' is a file. Choose another {key}.")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise OptBenchError(
+            f"{key} '{path}' is not writable ('{ancestor}' is read-only or not yours). Choose a directory you "
+            f"can write for {key}."
+        )
+
+
+def check_data_files(data_files: list[str] | None) -> None:
+    """Each data_files entry (file, directory or glob) matches something, checked before any reading. The data
+    layer expands the same entries (data.sources.expand_data_files); this is the cheap existence check only."""
+    import glob
+
+    for entry in data_files or []:
+        path = os.path.expanduser(str(entry))
+        found = glob.glob(path, recursive=True) if glob.has_magic(path) else os.path.exists(path)
+        if not found:
+            raise OptBenchError(f"data_files entry not found: '{entry}'. Give an existing file, glob or directory.")

@@ -1,0 +1,155 @@
+"""``hf-optbench run --help``: hf_optbench's own keys and the Trainer keys a benchmark sets, grouped, on one screen.
+
+Why not argparse's help: HfArgumentParser prints every TrainingArguments field (859 lines here) and needs
+transformers, i.e. torch, imported first (2-4 s). This short help reads our dataclasses' fields and, for the few
+Trainer keys shown, their defaults and help strings from transformers' source with ``ast`` (as
+``parse._training_fields_fast`` does), so it imports neither. ``--help-all`` prints argparse's full list.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import re
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from hf_optbench.config.bench_args import BenchArguments
+from hf_optbench.config.checks import ADAM_KEYS, REPLACED_TRAINING_KEYS
+from hf_optbench.config.data_args import DataArguments
+from hf_optbench.config.optim_args import OptimizerArguments
+from hf_optbench.config.parse import TRAINING_DEFAULTS, ModelArguments, RunArguments
+
+# (title, dataclass, keys shown with their help); the group's other keys are listed by name below them.
+GROUPS: tuple[tuple[str, Any, tuple[str, ...]], ...] = (
+    ("model", ModelArguments, ("model_size", "n_positions", "attn_implementation")),
+    ("optimizer and schedule", OptimizerArguments,
+     ("optimizer", "optimizer_kwargs", "schedule", "schedule_kwargs", "min_lr_ratio", "tuned_hparams_file")),
+    ("data", DataArguments,
+     ("data_source", "dataset_name", "dataset_config", "data_files", "txt_sample_by", "tokenizer_name", "block_size",
+      "max_train_tokens", "validation_fraction", "validation_blocks")),
+    ("measurement", BenchArguments,
+     ("target_losses", "eval_target_losses", "spike_threshold", "timing_warmup_steps", "measure_memory",
+      "stop_on_divergence")),
+    ("run directory", RunArguments, ("overwrite_output_dir", "require_clean_git", "write_model_card")),
+)
+# The TrainingArguments fields a benchmark user sets; the other ~95 are behind --help-all.
+TRAINER_KEYS = ("output_dir", "max_steps", "learning_rate", "weight_decay", "max_grad_norm",
+                "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                "warmup_steps", "eval_steps", "save_steps", "logging_steps", "bf16", "fp16", "torch_compile", "seed",
+                "report_to", "push_to_hub", "resume_from_checkpoint")
+# What our run puts in place of transformers' default (parse.parse_args, config.hparams).
+_OUR_DEFAULTS = {"output_dir": "runs/<optimizer>_<size>_s<seed>", "learning_rate": "cited",
+                 "weight_decay": "cited", "max_grad_norm": "cited"}
+_OUR_HELP = {
+    "learning_rate": "Peak learning rate. Unset: the optimizer's cited default for the size (`hf-optbench "
+                     "optimizers`), or tuned_hparams_file's.",
+    "weight_decay": "Decoupled weight decay (on >=2-D tensors only). Unset: the optimizer's cited default.",
+    "max_grad_norm": "Gradient clipping norm (0 = off). Unset: the optimizer's cited default.",
+    "output_dir": "The run directory (config.yaml, metrics.jsonl, summary.json, checkpoints).",
+}
+KEY_WIDTH = 28
+DEFAULT_WIDTH = 11
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(str(text).split())
+    end = re.search(r"(?<!e\.g)(?<!i\.e)\. ", text)
+    return text if end is None else text[: end.start() + 1]
+
+
+def _fmt_default(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return " ".join(map(str, value)) or "[]"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _own_field(f: dataclasses.Field) -> tuple[Any, str]:
+    if f.default is not dataclasses.MISSING:
+        default = f.default
+    elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        default = f.default_factory()  # type: ignore[misc]
+    else:
+        default = None
+    return default, f.metadata.get("help", "")
+
+
+def training_fields_help(names: tuple[str, ...]) -> dict[str, tuple[Any, str]]:
+    """{name: (default, help)} of TrainingArguments fields, read from transformers' source without importing it."""
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = Path(next(iter(spec.submodule_search_locations))) / "training_args.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TrainingArguments")
+    out: dict[str, tuple[Any, str]] = {}
+    for stmt in cls.body:
+        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                and stmt.target.id in names and isinstance(stmt.value, ast.Call)):
+            continue
+        kw = {k.arg: k.value for k in stmt.value.keywords}
+        try:
+            default = ast.literal_eval(kw["default"]) if "default" in kw else None
+        except ValueError:  # a non-literal default (a call): show it as written
+            default = ast.unparse(kw["default"])
+        try:
+            help_ = ast.literal_eval(kw["metadata"]).get("help", "") if "metadata" in kw else ""
+        except ValueError:
+            help_ = ""
+        out[stmt.target.id] = (default, help_)
+    return out
+
+
+def _line(name: str, default: Any, help_: str, width: int) -> str:
+    head = f"  --{name.ljust(KEY_WIDTH)} {_fmt_default(default)[:DEFAULT_WIDTH].ljust(DEFAULT_WIDTH)} "
+    text = _first_sentence(help_)
+    room = max(20, width - len(head))
+    return head + (text if len(text) <= room else text[: room - 3].rstrip() + "...")
+
+
+def _wrapped(label: str, names: list[str], width: int) -> list[str]:
+    text = f"{label} " + ", ".join(f"--{n}" for n in names)
+    return textwrap.wrap(text, width=width, initial_indent="  ", subsequent_indent="        ")
+
+
+def short_help(prog: str = "hf-optbench run", width: int | None = None) -> str:
+    """The one-screen help (under 80 lines): usage, each group's main keys with default and help, the rest of its
+    keys by name, the Trainer keys a benchmark sets, and what hf_optbench refuses."""
+    width = width or min(120, max(80, shutil.get_terminal_size((110, 24)).columns))
+    intro = ("One benchmark run. A recipe is a flat YAML of these keys; --key value beats the recipe, which beats "
+             "hf_optbench's defaults, then transformers'. `hf-optbench validate RECIPE` checks one; --help-all lists "
+             "every option.")
+    lines = [f"usage: {prog} [RECIPE.yaml] [--key value ...] [-h | --help-all]", ""]
+    lines += textwrap.wrap(intro, width=width)
+    for title, cls, shown in GROUPS:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        lines += ["", f"{title} ({cls.__name__}):"]
+        lines += [_line(name, *_own_field(fields[name]), width) for name in shown]
+        rest = [n for n in fields if n not in shown]
+        if rest:
+            lines += _wrapped("also:", rest, width)
+    trainer = training_fields_help(TRAINER_KEYS)
+    lines += ["", "TrainingArguments (the keys a benchmark sets; --help-all for all of them):"]
+    for name in TRAINER_KEYS:
+        default, help_ = trainer.get(name, (None, ""))
+        default = _OUR_DEFAULTS.get(name, TRAINING_DEFAULTS.get(name, default))
+        lines.append(_line(name, default, _OUR_HELP.get(name, help_), width))
+    lines += _wrapped("AdamW family only (adamw*):", sorted(ADAM_KEYS), width)
+    lines += _wrapped("refused (hf_optbench replaces them):", list(REPLACED_TRAINING_KEYS) + ["hub_token"], width)
+    return "\n".join(lines)
+
+
+def print_run_help(full: bool = False, prog: str = "hf-optbench run") -> int:
+    """Print the short help, or with ``full`` argparse's list of every option (imports transformers)."""
+    if full:
+        from hf_optbench.config.parse import make_help_parser
+
+        make_help_parser(prog).print_help()
+    else:
+        print(short_help(prog))
+    return 0

@@ -1,0 +1,57 @@
+"""Learning rate, weight decay and clipping the user did not set, filled from a tuned file or the optimizer
+registry's cited defaults. Shared by a run, a sweep's pre-flight check and find-lr, so all three agree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hf_optbench.config.parse import RunConfig
+from hf_optbench.errors import OptBenchError
+
+
+def resolve_hyperparameters(cfg: RunConfig) -> dict[str, Any]:
+    """Fill learning_rate / weight_decay / max_grad_norm the user did not set: tuned file first, else the
+    optimizer registry's cited default for this model size. Returns {key: {"value", "source"}} for the summary, with the
+    optimizer's betas / eps beside them."""
+    from hf_optbench.optim.registry import is_dotted_path, lookup_tuned, optimizer_defaults
+
+    if is_dotted_path(cfg.optim.optimizer):
+        # No cited default exists for an arbitrary class: transformers' 5e-5 must not apply silently.
+        if "learning_rate" not in cfg.explicit:
+            raise OptBenchError(
+                f"optimizer '{cfg.optim.optimizer}' is a dotted path with no cited default learning rate: set "
+                "--learning_rate (e.g. find one with `hf-optbench find-lr RECIPE`)."
+            )
+        defaults: dict[str, Any] = {}
+    else:
+        defaults = optimizer_defaults(cfg.optim.optimizer, cfg.model.model_size)
+    tuned = {}
+    if cfg.optim.tuned_hparams_file:
+        tuned = lookup_tuned(cfg.optim.tuned_hparams_file, cfg.optim.optimizer, cfg.model.model_size) or {}
+    chosen: dict[str, Any] = {}
+    for key in ("learning_rate", "weight_decay", "max_grad_norm"):
+        if key in cfg.explicit:
+            chosen[key] = {"value": getattr(cfg.training, key), "source": "user"}
+        elif key in tuned:
+            setattr(cfg.training, key, tuned[key])
+            chosen[key] = {"value": tuned[key], "source": f"tuned: {cfg.optim.tuned_hparams_file}"}
+        elif key in defaults:
+            setattr(cfg.training, key, defaults[key])
+            chosen[key] = {"value": defaults[key], "source": defaults.get("source", "registry default")}
+        else:
+            chosen[key] = {"value": getattr(cfg.training, key), "source": "transformers default"}
+    chosen.update(_constructor_sources(cfg, defaults))
+    return chosen
+
+
+def _constructor_sources(cfg: RunConfig, defaults: dict[str, Any]) -> dict[str, Any]:
+    """betas / eps with their source: "user" when set through adam_beta1/adam_beta2/adam_epsilon (honoured for
+    the AdamW family by config.checks.apply_adam_arguments) or optimizer_kwargs, else the registry's citation."""
+    kwargs = cfg.optim.kwargs()
+    out: dict[str, Any] = {}
+    for name in ("betas", "eps"):
+        if name in kwargs:
+            out[name] = {"value": kwargs[name], "source": "user"}
+        elif name in defaults:
+            out[name] = {"value": defaults[name], "source": defaults.get("sources", {}).get(name, "registry default")}
+    return out

@@ -1,0 +1,375 @@
+"""Recipe YAML + CLI overrides -> argument dataclasses, validated before any model or data work.
+
+Precedence: CLI beats YAML beats hf_optbench's defaults beats transformers' defaults. A recipe is a flat YAML
+mapping whose keys are fields of :class:`ModelArguments`, :class:`RunArguments`, ``DataArguments``,
+``OptimizerArguments``, ``BenchArguments`` or ``transformers.TrainingArguments``.
+
+Parsing is transformers' ``HfArgumentParser`` (argparse underneath): the YAML is turned into ``--key value``
+tokens placed before the CLI's, so both get the same type conversion and the CLI's later tokens win. What is
+written here by hand is only what HfArgumentParser lacks: an unknown-key check with a suggestion (before
+anything heavy is imported), a one-line error instead of a 114-option usage dump, and the record of which keys
+the user set (so the optimizer registry's cited defaults fill only the others).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hf_optbench.config.bench_args import BenchArguments
+from hf_optbench.config.checks import (
+    REPLACED_TRAINING_KEYS,
+    apply_adam_arguments,
+    check_data_files,
+    check_finite,
+    check_optimizer_values,
+    check_positive_ints,
+    check_writable_dir,
+)
+from hf_optbench.config.data_args import DataArguments
+from hf_optbench.config.optim_args import OptimizerArguments
+from hf_optbench.errors import OptBenchError, suggest
+from hf_optbench.rundir import FINISHED_STATUSES, read_summary
+
+
+@dataclass
+class ModelArguments:
+    """Which GPT-2 to build (see models.GPT2_SIZES)."""
+
+    model_size: str = field(
+        default="tiny",
+        metadata={"help": "GPT-2 size: tiny, mini, midi (CPU shapes), gpt2 (124M, alias gpt2-base), gpt2-medium, "
+                          "gpt2-large, gpt2-xl."},
+    )
+    n_positions: int | None = field(
+        default=None, metadata={"help": "Position-embedding rows; default: the data's block_size."}
+    )
+    attn_implementation: str = field(
+        default="sdpa", metadata={"help": "sdpa (default), eager, flash_attention_2 (CUDA + flash-attn only)."}
+    )
+    pad_vocab_to_multiple_of: int = field(
+        default=64, metadata={"help": "Round the embedding rows up to a multiple of this (nanoGPT: 50257 -> 50304)."}
+    )
+    init_from: str | None = field(
+        default=None, metadata={"help": "Start from this checkpoint (Hub id or local dir) instead of from scratch."}
+    )
+    dropout: float = field(default=0.0, metadata={"help": "Residual/embedding/attention dropout (0 for pretraining)."})
+
+    def __post_init__(self) -> None:
+        from hf_optbench.models import ATTN_IMPLEMENTATIONS, resolve_size
+
+        self.model_size = resolve_size(self.model_size)
+        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise OptBenchError(
+                f"attn_implementation '{self.attn_implementation}' is not one of {', '.join(ATTN_IMPLEMENTATIONS)}."
+            )
+        if self.n_positions is not None and self.n_positions <= 0:
+            raise OptBenchError(f"n_positions must be positive, got {self.n_positions}.")
+        if not 0.0 <= self.dropout < 1.0:
+            raise OptBenchError(f"dropout must be in [0, 1), got {self.dropout}.")
+
+
+@dataclass
+class RunArguments:
+    """How the run treats its directory and the code that produced it."""
+
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Allow replacing a finished run's results in output_dir."}
+    )
+    require_clean_git: bool = field(
+        default=False,
+        metadata={"help": "Refuse to run from a git tree with uncommitted changes (so a result always maps to a "
+                          "commit)."},
+    )
+    write_model_card: bool = field(default=True, metadata={"help": "Write README.md (model card) into output_dir."})
+
+
+# hf_optbench's own defaults for TrainingArguments: per-step logging is what the stability callbacks read, and the
+# NaN filter would hide divergence (Trainer replaces a NaN loss with the running mean when it is on).
+TRAINING_DEFAULTS: dict[str, Any] = {
+    "logging_steps": 1,
+    "logging_nan_inf_filter": False,
+    "report_to": "none",
+    "eval_strategy": "steps",
+    "eval_steps": 50,
+    "save_strategy": "steps",  # checkpoints by default: a run cut off by a lost machine or quota resumes
+    "save_steps": 100,
+    "save_total_limit": 2,
+    "hub_private_repo": True,  # pushes are private unless the recipe says otherwise
+    "hub_strategy": "end",  # one upload after the run; every_save also uploads each checkpoint (hf_optbench.hub)
+    "per_device_train_batch_size": 8,
+    "per_device_eval_batch_size": 8,
+    "max_steps": 200,
+    "warmup_steps": 0.1,
+    "disable_tqdm": True,
+    "dataloader_drop_last": True,
+}
+
+
+_OWN_DATACLASSES = (ModelArguments, RunArguments, DataArguments, OptimizerArguments, BenchArguments)
+
+
+@dataclass
+class RunConfig:
+    """Everything one run needs, parsed and validated."""
+
+    model: ModelArguments
+    run: RunArguments
+    data: DataArguments
+    optim: OptimizerArguments
+    bench: BenchArguments
+    training: Any  # transformers.TrainingArguments
+    explicit: set[str] = field(default_factory=set)
+    recipe_path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """All resolved values, flat, as a recipe would hold them (secrets removed by the writer)."""
+        out: dict[str, Any] = {}
+        for part in (self.model, self.run, self.data, self.optim, self.bench):
+            out.update(dataclasses.asdict(part))
+        out.update(self.training.to_dict())
+        return out
+
+
+def _training_fields_fast() -> set[str]:
+    """TrainingArguments' field names without importing transformers (which imports torch, ~5 s).
+
+    Read from the installed source with ``ast`` so that recipe validation stays under a second.
+    """
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        raise OptBenchError("transformers is not installed: pip install -e . (see the README).")
+    path = Path(next(iter(spec.submodule_search_locations))) / "training_args.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "TrainingArguments":
+            return {
+                stmt.target.id
+                for stmt in node.body
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+            }
+    raise OptBenchError(f"could not find TrainingArguments in {path}; is transformers installed correctly?")
+
+
+def known_keys() -> dict[str, str]:
+    """Every accepted recipe/CLI key -> the dataclass it belongs to."""
+    keys = {f.name: cls.__name__ for cls in _OWN_DATACLASSES for f in dataclasses.fields(cls)}
+    for name in _training_fields_fast():
+        keys.setdefault(name, "TrainingArguments")
+    return keys
+
+
+def _unknown_key_error(key: str, where: str, known: dict[str, str]) -> OptBenchError:
+    return OptBenchError(
+        f"unknown key '{key}' in {where}.{suggest(key, known, cutoff=0.6)} Keys are fields of ModelArguments, "
+        "DataArguments, OptimizerArguments, BenchArguments, RunArguments or transformers.TrainingArguments "
+        "(`hf-optbench run --help` lists them)."
+    )
+
+
+def load_recipe(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a recipe YAML into a flat mapping; a missing file or non-mapping is an OptBenchError."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise OptBenchError(f"recipe file not found: '{path}'. Pass an existing YAML file (see recipes/).")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise OptBenchError(
+            f"recipe '{path}' is not UTF-8 text (byte {exc.object[exc.start]:#04x} at position {exc.start}). Save it "
+            "as UTF-8."
+        ) from None
+    except yaml.YAMLError as exc:  # one line: the problem and where, not PyYAML's multi-line excerpt
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise OptBenchError(f"recipe '{path}' is not valid YAML{where}: {problem}. Fix the file (see recipes/).") \
+            from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise OptBenchError(f"recipe '{path}' must be a mapping of key: value, got {type(data).__name__}.")
+    return data
+
+
+def _split_argv(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(recipe path or None, remaining CLI tokens). The recipe is a leading positional *.yaml/*.yml/*.json."""
+    if argv and not argv[0].startswith("-"):
+        if not argv[0].endswith((".yaml", ".yml", ".json")):
+            raise OptBenchError(
+                f"'{argv[0]}' is not a recipe: pass a YAML file first, then --key value overrides."
+            )
+        return argv[0], list(argv[1:])
+    return None, list(argv)
+
+
+def _cli_keys(tokens: list[str]) -> list[str]:
+    keys = []
+    for tok in tokens:
+        if tok.startswith("--") and len(tok) > 2:
+            keys.append(tok[2:].split("=", 1)[0].replace("-", "_"))
+    return keys
+
+
+def to_tokens(mapping: dict[str, Any]) -> list[str]:
+    """A YAML mapping as argparse tokens (lists -> nargs, dicts -> JSON strings, None -> key left at default)."""
+    tokens: list[str] = []
+    for key, value in mapping.items():
+        if value is None:
+            continue
+        # --key=value: a value such as -1e-3 would otherwise be read by argparse as an option.
+        if isinstance(value, bool):
+            tokens.append(f"--{key}={'true' if value else 'false'}")
+        elif isinstance(value, dict):
+            tokens.append(f"--{key}={json.dumps(value)}")
+        elif isinstance(value, (list, tuple)):
+            if not value:
+                continue
+            tokens += [f"--{key}", *[json.dumps(v) if isinstance(v, dict) else str(v) for v in value]]
+        else:
+            tokens.append(f"--{key}={value}")
+    return tokens
+
+
+def check_keys(recipe: dict[str, Any], cli_tokens: list[str], recipe_path: str | None) -> set[str]:
+    """Reject unknown or replaced keys (fast, no torch import). Returns the keys the user set."""
+    known = known_keys()
+    explicit: set[str] = set()
+    for source, keys in ((f"recipe '{recipe_path}'", list(recipe)), ("the command line", _cli_keys(cli_tokens))):
+        for key in keys:
+            if key in REPLACED_TRAINING_KEYS:
+                raise OptBenchError(
+                    f"'{key}' (in {source}) is a TrainingArguments option that hf_optbench replaces: "
+                    f"{REPLACED_TRAINING_KEYS[key]}."
+                )
+            if key == "hub_token":
+                raise OptBenchError(
+                    f"'hub_token' (in {source}) would be written to disk (Trainer pickles its arguments into every "
+                    "checkpoint). Set the HF_TOKEN environment variable or run `hf auth login` instead."
+                )
+            if key not in known:
+                raise _unknown_key_error(key, source, known)
+            explicit.add(key)
+    return explicit
+
+
+def _make_parser(**kwargs: Any) -> Any:
+    from transformers import HfArgumentParser, TrainingArguments
+
+    class _Parser(HfArgumentParser):
+        """argparse prints the whole usage (hundreds of lines) on a bad value; say only what is wrong."""
+
+        def error(self, message: str) -> None:  # type: ignore[override]
+            raise OptBenchError(f"{message}. Fix that value in the recipe or on the command line.")
+
+    return _Parser((ModelArguments, RunArguments, DataArguments, OptimizerArguments, BenchArguments,
+                    TrainingArguments), **kwargs)
+
+
+def make_help_parser(prog: str = "hf-optbench run") -> Any:
+    """The full parser (every TrainingArguments field), for `--help-all`; config.help prints the short help."""
+    return _make_parser(prog=prog, usage=f"{prog} [RECIPE.yaml] [--key value ...]")
+
+
+def parse_args(argv: list[str] | None = None) -> RunConfig:
+    """Parse ``[RECIPE.yaml] [--key value ...]`` into a validated :class:`RunConfig`.
+
+    Raises OptBenchError (exit code 2 in the CLI) for: a missing or malformed recipe, an unknown key, a key
+    hf_optbench replaces, a value of the wrong type, an unknown optimizer/model size/schedule, a non-positive
+    learning rate, a block_size beyond n_positions, or an output_dir holding a finished run.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    recipe_path, cli_tokens = _split_argv(argv)
+    recipe = load_recipe(recipe_path) if recipe_path else {}
+    explicit = check_keys(recipe, cli_tokens, recipe_path)
+
+    tokens = to_tokens(TRAINING_DEFAULTS) + to_tokens(recipe) + cli_tokens
+    parser = _make_parser()
+    try:
+        parts = parser.parse_args_into_dataclasses(args=tokens, return_remaining_strings=False)
+    except OptBenchError:
+        raise
+    except (ValueError, TypeError) as exc:  # TrainingArguments.__post_init__ and friends
+        raise OptBenchError(f"invalid arguments: {exc}") from exc
+    model, run, data, optim, bench, training = parts
+    if optim.schedule in ("constant", "none") and "warmup_steps" not in explicit:
+        training.warmup_steps = 0  # our default warmup (0.1) belongs to the warmup schedules only
+    if "output_dir" not in explicit:  # a readable, collision-free default instead of transformers' one
+        training.output_dir = str(Path("runs") / f"{optim.optimizer}_{model.model_size}_s{training.seed}")
+    cfg = RunConfig(model=model, run=run, data=data, optim=optim, bench=bench, training=training,
+                    explicit=explicit, recipe_path=recipe_path)
+    _validate(cfg)
+    return cfg
+
+
+def _validate(cfg: RunConfig) -> None:
+    """Cross-field checks that need no model or data."""
+    from hf_optbench.optim.registry import is_schedule_free, resolve_optimizer_name
+    from hf_optbench.optim.schedules import SCHEDULES
+
+    resolve_optimizer_name(cfg.optim.optimizer)  # raises OptBenchError listing the names
+    if cfg.optim.schedule not in SCHEDULES:
+        hint = suggest(cfg.optim.schedule, SCHEDULES, cutoff=0.6)
+        raise OptBenchError(f"unknown schedule '{cfg.optim.schedule}'.{hint} Choose one of: {', '.join(SCHEDULES)}.")
+    if "schedule" in cfg.explicit and cfg.optim.schedule != "none" and is_schedule_free(cfg.optim.optimizer):
+        raise OptBenchError(
+            f"optimizer '{cfg.optim.optimizer}' is schedule-free (its warmup is inside the optimizer), but schedule "
+            f"'{cfg.optim.schedule}' was set: drop the schedule key or set it to none."
+        )
+    t = cfg.training
+    check_positive_ints(t)
+    check_finite((cfg.model, cfg.data, cfg.optim, cfg.bench, t), cfg.explicit,
+                 {"optimizer_kwargs": cfg.optim.kwargs(), "schedule_kwargs": cfg.optim.schedule_kwargs_dict()})
+    check_optimizer_values(cfg.optim.kwargs())
+    apply_adam_arguments(cfg.optim, cfg.model.model_size, t, cfg.explicit)
+    check_data_files(cfg.data.data_files)
+    for key in ("learning_rate", "weight_decay", "max_grad_norm"):
+        if key in cfg.explicit:
+            value = getattr(t, key)
+            if key == "learning_rate" and not value > 0:
+                raise OptBenchError(f"learning_rate must be positive, got {value}. Set e.g. --learning_rate 6e-4.")
+            if value < 0:
+                raise OptBenchError(f"{key} must be >= 0, got {value}.")
+    if t.max_steps is None or t.max_steps <= 0:
+        raise OptBenchError(
+            f"max_steps must be a positive number of optimizer steps, got {t.max_steps}: the benchmark compares "
+            "optimizers at equal steps/tokens, so set it (e.g. --max_steps 200)."
+        )
+    n_positions = cfg.model.n_positions or cfg.data.block_size
+    if cfg.data.block_size > n_positions:
+        raise OptBenchError(
+            f"block_size {cfg.data.block_size} is larger than n_positions {n_positions}: lower block_size or "
+            "raise n_positions."
+        )
+    check_output_dir(cfg)
+
+
+def check_output_dir(cfg: RunConfig) -> None:
+    """A writable directory; refuse to overwrite a finished run unless asked, or to silently restart an
+    unfinished one."""
+    out = Path(cfg.training.output_dir)
+    check_writable_dir(out, "output_dir")
+    resuming = bool(cfg.training.resume_from_checkpoint)
+    if not cfg.run.overwrite_output_dir:
+        status = (read_summary(out) or {}).get("status")  # None when missing or unreadable
+        if status in FINISHED_STATUSES and not resuming:
+            raise OptBenchError(
+                f"output_dir '{out}' already holds a finished run (status '{status}'). Choose another "
+                "--output_dir, or pass --overwrite_output_dir true to replace it."
+            )
+    has_checkpoints = out.is_dir() and any(p.name.startswith("checkpoint-") for p in out.iterdir())
+    if has_checkpoints and not resuming and not cfg.run.overwrite_output_dir:
+        raise OptBenchError(
+            f"output_dir '{out}' holds checkpoints of an unfinished run. Continue it with "
+            "--resume_from_checkpoint true, or pass --overwrite_output_dir true to start over."
+        )

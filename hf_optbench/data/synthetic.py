@@ -1,0 +1,186 @@
+"""A synthetic token source of controlled difficulty: a chain of hidden Markov nodes feeding an observed node.
+
+Why: optimizer comparisons are easier to read on data whose difficulty is known and tunable, which real text cannot
+offer. Difficulty is gzip's compression ratio of sampled tokens (:mod:`hf_optbench.data.difficulty`): above ~0.98
+there is almost no structure for a learner to exploit, while ~0.75 is hard but learnable, where optimizers can
+differ. The graph: hidden nodes Z_1 .. Z_K with S states each and an observed node X with V tokens. At every step
+
+    Z_1(t) ~ P_1[Z_1(t-1)]                    Z_k(t) ~ P_k[Z_k(t-1), Z_{k-1}(t)]   (k >= 2)
+    X(t)   ~ P_X[X(t-1), Z_K(t)]
+
+and every row of every table is drawn from a symmetric Dirichlet (coupled across alpha, see
+``_dirichlet_rows``): ``alpha_z`` for the hidden nodes, ``alpha_x`` for X. These two concentrations are the
+difficulty knob: small ones make rows nearly one-hot (predictable, compressible); large ones make them near uniform
+(the gzip ratio tends to 1). With ``hidden_nodes=0`` X is a plain first-order Markov chain. Every table is small
+(P_X has V*S*V entries), so any graph size samples fast. The alphas that give a ratio depend on the graph size:
+after changing it, calibrate with ``hf-optbench data difficulty --data_source synthetic --target_ratio 0.75``.
+
+Sampling is vectorised over sequences (numpy), looping only over time, so ~1M tokens take well under a second.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hf_optbench.config.data_args import DataArguments
+from hf_optbench.data.cache import block_schema, store, work_dir, write_blocks
+
+# Stream ids that separate the random numbers used for the graph, the training samples, the held-out samples and
+# the tuning samples (3 is taken by ``HMMSource.tokens``, the difficulty measurement's sample).
+_GRAPH_STREAM, _TRAIN_STREAM, _EVAL_STREAM, _TUNING_STREAM = 0, 1, 2, 4
+
+
+def _dirichlet_rows(rng: np.random.Generator, alpha: float, shape: tuple[int, ...], k: int) -> np.ndarray:
+    """Rows ~ Dirichlet(alpha * 1_k) of shape ``shape + (k,)``, coupled across alpha.
+
+    Why not ``rng.dirichlet``: its draws jump when alpha changes (rejection sampling, and another algorithm below
+    alpha=0.1), so for one seed the difficulty moved erratically with alpha and alpha searches stalled. Here the
+    random numbers are fixed by the seed and alpha only sets the concentration, so difficulty moves smoothly:
+    Gamma(alpha) = Gamma(alpha + 1) * U**(1/alpha) (the "boost" identity, exact), with Gamma(alpha + 1) from the
+    Wilson-Hilferty cube-of-a-normal approximation (shape >= 1, where it is close), normalised in log space so
+    tiny alphas never underflow to an all-zero row.
+    """
+    size = (*shape, k)
+    z = rng.standard_normal(size)
+    u = np.maximum(rng.random(size), np.finfo(np.float64).tiny)
+    a = alpha + 1.0
+    cube = np.maximum(1.0 - 1.0 / (9.0 * a) + z / (3.0 * np.sqrt(a)), 1e-12)
+    log_g = np.log(a) + 3.0 * np.log(cube) + np.log(u) / alpha
+    log_g -= log_g.max(axis=-1, keepdims=True)
+    rows = np.exp(log_g)
+    return rows / rows.sum(axis=-1, keepdims=True)
+
+
+@dataclass
+class HMMSource:
+    """Seedable generator of token sequences from a graph of hidden Markov nodes (``DataArguments.synthetic_*``)."""
+
+    vocab_size: int = 32  # observable tokens
+    hidden_nodes: int = 4
+    hidden_states: int = 4  # states per hidden node
+    alpha_x: float = 0.068  # with alpha_z = 0.068: gzip token ratio 0.750 on this graph (seed 0), "hard but learnable"
+    alpha_z: float = 0.068
+    seed: int = 0
+    _hidden_cdf: list[np.ndarray] = field(init=False, repr=False, compare=False)
+    _x_cdf: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.vocab_size < 2 or self.hidden_states < 1 or self.hidden_nodes < 0:
+            raise ValueError(f"invalid HMMSource sizes: {self}")
+        if not (self.alpha_x > 0 and self.alpha_z > 0):
+            raise ValueError("Dirichlet concentrations must be > 0")
+        rng = np.random.default_rng([self.seed, _GRAPH_STREAM])
+        s, v = self.hidden_states, self.vocab_size
+        self._hidden_cdf = []
+        for k in range(self.hidden_nodes):
+            parents = 1 if k == 0 else s  # node k>0 also conditions on the current state of node k-1
+            self._hidden_cdf.append(np.cumsum(_dirichlet_rows(rng, self.alpha_z, (s, parents), s), axis=-1))
+        x_parents = s if self.hidden_nodes else 1
+        self._x_cdf = np.cumsum(_dirichlet_rows(rng, self.alpha_x, (v, x_parents), v), axis=-1)
+
+    @classmethod
+    def from_data_args(cls, data_args: DataArguments) -> HMMSource:
+        """Build from a :class:`~hf_optbench.config.data_args.DataArguments` (its ``synthetic_*`` fields)."""
+        return cls(
+            vocab_size=data_args.synthetic_vocab_size,
+            hidden_nodes=data_args.synthetic_hidden_nodes,
+            hidden_states=data_args.synthetic_hidden_states,
+            alpha_x=data_args.synthetic_alpha_x,
+            alpha_z=data_args.synthetic_alpha_z,
+            seed=data_args.synthetic_seed,
+        )
+
+    @staticmethod
+    def _draw(cdf_rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        u = rng.random((cdf_rows.shape[0], 1))
+        idx = (cdf_rows < u).sum(axis=1)
+        return np.minimum(idx, cdf_rows.shape[1] - 1)  # guard against cumsum rounding below 1.0
+
+    def sample(self, n_sequences: int, length: int, rng: np.random.Generator) -> np.ndarray:
+        """``n_sequences`` independent sequences of ``length`` tokens (int32), each from a uniform random start."""
+        s, v = self.hidden_states, self.vocab_size
+        z = [rng.integers(0, s, size=n_sequences) for _ in range(self.hidden_nodes)]
+        x = rng.integers(0, v, size=n_sequences)
+        zeros = np.zeros(n_sequences, dtype=np.int64)
+        out = np.empty((n_sequences, length), dtype=np.int32)
+        for t in range(length):
+            parent = zeros
+            for k, cdf in enumerate(self._hidden_cdf):
+                z[k] = self._draw(cdf[z[k], parent], rng)
+                parent = z[k]
+            x = self._draw(self._x_cdf[x, parent], rng)
+            out[:, t] = x
+        return out
+
+    def iter_blocks(
+        self, n_blocks: int, block_size: int, *, split: str = "train", split_seed: int = 0, chunk: int = 4096
+    ) -> Iterator[np.ndarray]:
+        """Yield ``n_blocks`` sequences of ``block_size`` tokens in chunks (2-D arrays), deterministically.
+
+        The training stream depends on ``seed`` only; the held-out streams (eval, tuning: one each) on ``seed`` and
+        ``split_seed``, so the evaluation blocks are the same for every optimizer, training seed and budget.
+        """
+        streams = {"train": [_TRAIN_STREAM], "eval": [_EVAL_STREAM, split_seed], "tuning": [_TUNING_STREAM, split_seed]}
+        if split not in streams:
+            raise ValueError(f"split must be 'train', 'eval' or 'tuning', got {split!r}")
+        key = [self.seed, *streams[split]]
+        rng = np.random.default_rng(key)
+        done = 0
+        while done < n_blocks:
+            n = min(chunk, n_blocks - done)
+            yield self.sample(n, block_size, rng)
+            done += n
+
+    def tokens(self, n_tokens: int, *, sequence_length: int = 1024, seed: int = 0) -> np.ndarray:
+        """About ``n_tokens`` tokens (whole sequences) as one flat array, e.g. for the gzip difficulty ratio."""
+        n_seq = max(1, -(-n_tokens // sequence_length))
+        rng = np.random.default_rng([self.seed, 3, seed])
+        return self.sample(n_seq, sequence_length, rng).reshape(-1)[:n_tokens]
+
+
+def build_synthetic_entry(data_args: DataArguments, n_train: int, n_eval: int, cache_root: str, fp: str) -> str:
+    """Generate ``n_train`` / ``n_eval`` blocks of ``data_args.block_size`` tokens into the data cache entry ``fp``
+    (same Arrow layout as a packed text source); returns the entry's directory."""
+    import datasets
+    import pyarrow as pa
+
+    t0 = time.perf_counter()
+    bs, vocab = data_args.block_size, data_args.synthetic_vocab_size
+    src = HMMSource.from_data_args(data_args)
+    schema = block_schema()
+    n_tuning = data_args.tuning_blocks
+    sizes = {"train": n_train, "eval": n_eval, **({"tuning": n_tuning} if n_tuning else {})}
+    with work_dir(cache_root) as work:
+        parts = {}
+        for name, n in sizes.items():
+            path = os.path.join(work, f"{name}.arrow")
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+                for chunk in src.iter_blocks(n, bs, split=name, split_seed=data_args.split_seed):
+                    write_blocks(writer, schema, chunk, bs)
+            parts[name] = datasets.Dataset.from_file(path)
+        info = {
+            "data_source": "synthetic",
+            "source": f"synthetic: HMM graph V={vocab} K={data_args.synthetic_hidden_nodes} "
+            f"S={data_args.synthetic_hidden_states} alpha_x={data_args.synthetic_alpha_x} "
+            f"alpha_z={data_args.synthetic_alpha_z} seed={data_args.synthetic_seed}",
+            "tokenizer": None,
+            "vocab_size": vocab,
+            "block_size": bs,
+            "num_documents": sizes,
+            "train_blocks": n_train,
+            "eval_blocks": n_eval,
+            "train_tokens": n_train * bs,
+            "eval_tokens": n_eval * bs,
+            "tuning_blocks": n_tuning,
+            "tuning_tokens": n_tuning * bs,
+            "dropped_tail_tokens": dict.fromkeys(sizes, 0),
+            "split_seed": data_args.split_seed,
+            "fingerprint": fp,
+            "build_seconds": round(time.perf_counter() - t0, 3),
+        }
+        return store(datasets.DatasetDict(parts), info, cache_root, fp)

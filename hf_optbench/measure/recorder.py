@@ -1,0 +1,339 @@
+"""The benchmark's measurements as one ``transformers.TrainerCallback``: memory, time/MFU, stability, convergence.
+
+``OptBenchRecorder`` works in hf_optbench's runs and in anyone's ``Trainer`` (single process or distributed).
+With a Trainer you build yourself, add the callbacks with :func:`attach_callbacks` after building it, so that
+they run before the ``report_to`` integrations (W&B, TensorBoard, trackio), which then receive the ``optbench/``
+figures::
+
+    from transformers import Trainer, TrainingArguments
+    from hf_optbench.config.bench_args import BenchArguments
+    from hf_optbench.measure.recorder import attach_callbacks, default_callbacks
+
+    args = TrainingArguments("out", max_steps=200, logging_steps=1, logging_nan_inf_filter=False,
+                             eval_strategy="steps", eval_steps=50, report_to="tensorboard")
+    callbacks = default_callbacks(BenchArguments(target_losses=[5.0, 4.0]), "out",
+                                  tokens_per_step=8 * 256)          # global: micro-batch x accum x world x block
+    trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=val)
+    attach_callbacks(trainer, callbacks)
+    trainer.train()
+    recorder = callbacks[0]
+    recorder.status, recorder.diverged_step, recorder.summary()   # "completed"/"diverged", step, totals
+
+(``Trainer(callbacks=[...])`` also works, but the Trainer calls the reporting integrations first, so they miss
+the ``optbench/`` keys; the recorder warns once at train begin when ``report_to`` is set and it was not placed
+before them. transformers has no callback-priority API, hence the explicit call.)
+
+Contract with ``run.py``: ``default_callbacks(bench_args, output_dir, *, tokens_per_step, flops_per_token=None,
+resume=False)`` returns ``[OptBenchRecorder]``. The recorder owns ``output_dir/metrics.jsonl`` (rows as in
+docs/ARCHITECTURE.md, through ``runlog.RunLog``: written by the world process zero only, buffered, flushed on
+eval/save/stop/end; ``summary()`` also flushes, so a caller's ``finally`` keeps the rows of a crashed run) and
+writes ``summary.json`` at train end by merging ``summary()`` into whatever the file holds (run.py may rewrite it
+afterwards). Non-finite floats are written as ``null``; the divergence step is in ``summary()["diverged_step"]``.
+With ``resume=True`` (or whenever the Trainer resumes at ``global_step > 0``) rows with ``step >`` the resumed
+step are dropped, the rest kept and replayed into the probes, so the summary covers the whole run and no step
+appears twice.
+
+What is measured lives in one probe module each (interface: ``probe_base.Probe``): ``probe_memory`` (state,
+params, grads, peaks, totals over ranks), ``probe_timing`` (step time, tokens/s, MFU), ``probe_stability``
+(spikes, divergence control), ``probe_convergence`` (eval perplexity, targets, AUC). The recorder builds the
+base fields of each row (kind, step, tokens, ``elapsed_s`` = train wall time minus evaluation and checkpoint
+saving, and for train rows epoch, loss, grad_norm, lr) and forwards the probes' figures to ``report_to``
+backends by adding ``optbench/...`` keys to the ``logs`` dict the Trainer passes to every callback (W&B,
+TensorBoard and trackio show them as ``train/optbench/...``; eval figures as ``eval/optbench/...``, e.g.
+``eval/optbench/perplexity``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from hf_optbench.config.bench_args import BenchArguments
+from hf_optbench.measure.probe_base import Probe, Record, RunContext, finite
+from hf_optbench.measure.probe_convergence import ConvergenceProbe
+from hf_optbench.measure.probe_memory import MemoryProbe
+from hf_optbench.measure.probe_stability import StabilityProbe
+from hf_optbench.measure.probe_timing import TimingProbe
+from hf_optbench.measure.runlog import RunLog
+from hf_optbench.rundir import METRICS_FILE, SUMMARY_FILE, read_summary, write_json_atomic
+
+__all__ = ["LOG_PREFIX", "METRICS_FILE", "SUMMARY_FILE", "OptBenchRecorder", "attach_callbacks",
+           "default_callbacks"]
+
+LOG_PREFIX = "optbench/"
+EVAL_PREFIX = "eval_"
+
+
+def default_callbacks(
+    bench_args: BenchArguments,
+    output_dir: str,
+    *,
+    tokens_per_step: int,
+    flops_per_token: float | None = None,
+    resume: bool = False,
+) -> list[TrainerCallback]:
+    """The benchmark's callbacks for one run: ``[OptBenchRecorder]`` (see the module docstring)."""
+    return [
+        OptBenchRecorder(
+            output_dir, bench_args, tokens_per_step=tokens_per_step, flops_per_token=flops_per_token, resume=resume
+        )
+    ]
+
+
+def _reporter_types() -> tuple[type, ...]:
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    return tuple(INTEGRATION_TO_CALLBACK.values())
+
+
+def attach_callbacks(trainer: Any, callbacks: Iterable[Any]) -> None:
+    """Add ``callbacks`` to an existing Trainer, in their order, just before its reporting integrations.
+
+    The ``report_to`` callbacks (the values of transformers' ``INTEGRATION_TO_CALLBACK``) then see what ours add
+    to ``logs`` in ``on_log``. Callbacks already in the Trainer are moved, not duplicated; classes are
+    instantiated as ``Trainer.add_callback`` does. Call it again after adding reporting callbacks later.
+    """
+    handler = trainer.callback_handler
+    mine = [c() if isinstance(c, type) else c for c in callbacks]
+    others = [c for c in handler.callbacks if all(c is not m for m in mine)]
+    reporters = _reporter_types()
+    first = next((i for i, c in enumerate(others) if isinstance(c, reporters)), len(others))
+    handler.callbacks[:] = others[:first] + mine + others[first:]
+    for cb in mine:
+        if isinstance(cb, OptBenchRecorder):
+            cb._handler = weakref.ref(handler)
+
+
+class OptBenchRecorder(TrainerCallback):
+    """Measures one run and owns its ``metrics.jsonl``; ``summary()`` gives the totals (see the module docstring).
+
+    Args:
+        output_dir: run directory (``metrics.jsonl`` and ``summary.json`` go there; created if missing).
+        bench_args: what to measure; ``BenchArguments()`` when None.
+        tokens_per_step: tokens per optimizer step over all ranks (micro-batch x accumulation x world x block).
+            None: taken from ``state.num_input_tokens_seen`` when ``include_num_input_tokens_seen`` is on, else
+            tokens, tokens/s, MFU and the AUC are null.
+        flops_per_token: training FLOPs per token for MFU; None: derived for GPT-2 models from the config and the
+            block size implied by ``tokens_per_step`` and the batch arguments.
+        resume: keep the rows up to the resumed step and append (also automatic when the Trainer resumes).
+    """
+
+    def __init__(
+        self,
+        output_dir: str | os.PathLike,
+        bench_args: BenchArguments | None = None,
+        *,
+        tokens_per_step: int | None = None,
+        flops_per_token: float | None = None,
+        resume: bool = False,
+    ) -> None:
+        self.bench = bench_args if bench_args is not None else BenchArguments()
+        self.output_dir = Path(output_dir)
+        self.resume = resume
+        self.runlog = RunLog(self.output_dir / METRICS_FILE, self.bench.metrics_flush_every)
+        self.ctx = RunContext(self.bench, tokens_per_step)
+        self.memory = MemoryProbe()
+        self.timing = TimingProbe(flops_per_token)
+        self.stability = StabilityProbe(self.bench)
+        self.convergence = ConvergenceProbe(self.bench)
+        # the order of the fields in a row: memory, timing, stability, convergence
+        self.probes: list[Probe] = [self.memory, self.timing, self.stability, self.convergence]
+        self._handler: weakref.ref | None = None  # set by attach_callbacks
+        self._last_train_step = -1
+
+    # ---------------------------------------------------------------------------------------------- public state
+
+    @property
+    def path(self) -> Path:
+        """``output_dir/metrics.jsonl``."""
+        return self.runlog.path
+
+    @property
+    def status(self) -> str:
+        """The status as measured: "completed" or "diverged" (only the caller knows about exceptions)."""
+        return self.stability.status
+
+    @property
+    def diverged_step(self) -> int | None:
+        return self.stability.diverged_step
+
+    @property
+    def tokens_per_step(self) -> int | None:
+        return self.ctx.tokens_per_step
+
+    @property
+    def flops_per_token(self) -> float | None:
+        return self.timing.flops_per_token
+
+    def attach(self, trainer: Any) -> Any:
+        """``attach_callbacks(trainer, [self])``; returns ``trainer``."""
+        attach_callbacks(trainer, [self])
+        return trainer
+
+    def flush(self) -> None:
+        """Append buffered rows to metrics.jsonl (world process zero only; no fsync)."""
+        self.runlog.flush()
+
+    # ---------------------------------------------------------------------------------------------- train begin
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        ctx = self.ctx
+        self._check_placement(args)
+        self.runlog.writer = bool(state.is_world_process_zero)
+        if ctx.tokens_per_step is None and args.include_num_input_tokens_seen in (None, "no", False):
+            ctx.warn_once(
+                "tokens",
+                "OptBenchRecorder got no tokens_per_step and the Trainer does not count input tokens: tokens, "
+                "tokens/s, MFU and the loss-vs-tokens AUC will be null. Pass tokens_per_step.",
+            )
+        ctx.device = args.device
+        ctx.world_size = int(getattr(args, "world_size", 1) or 1)
+        resume = self.resume or state.global_step > 0
+        kept = self.runlog.start(state.global_step if resume else None)
+        ctx.clock.reset()
+        for row in kept:
+            if row.get("elapsed_s") is not None:
+                ctx.clock.observe(row["elapsed_s"])
+        self._last_train_step = max((r["step"] for r in kept if r.get("kind") == "train"), default=-1)
+        for probe in self.probes:
+            probe.on_train_begin(ctx, args, model)
+            probe.replay(kept)
+        ctx.sync()
+        ctx.clock.start()
+
+    def _check_placement(self, args: Any) -> None:
+        """Warn once when report_to backends would run before the recorder (they would miss optbench/ keys)."""
+        if not [r for r in (args.report_to or []) if r != "none"]:
+            return
+        handler = self._handler() if self._handler is not None else None
+        if handler is None:
+            self.ctx.warn_once(
+                "placement",
+                "OptBenchRecorder was not added with attach_callbacks(trainer, callbacks): the report_to callbacks "
+                "run before it and miss the optbench/ figures. Build the Trainer, then call "
+                "hf_optbench.measure.recorder.attach_callbacks(trainer, [recorder]).",
+            )
+            return
+        order = handler.callbacks
+        mine = next((i for i, c in enumerate(order) if c is self), len(order))
+        if any(isinstance(c, _reporter_types()) for c in order[:mine]):
+            self.ctx.warn_once(
+                "placement",
+                "A report_to callback runs before OptBenchRecorder (added after attach_callbacks?): it misses the "
+                "optbench/ figures. Call attach_callbacks(trainer, [recorder]) again after adding callbacks.",
+            )
+
+    # ---------------------------------------------------------------------------------------------- per step
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        for probe in self.probes:
+            probe.on_step_begin(self.ctx)
+
+    def on_optimizer_step(self, args, state, control, optimizer=None, model=None, **kwargs):
+        for probe in self.probes:
+            for row in probe.on_optimizer_step(self.ctx, state, optimizer, model):
+                self.runlog.emit(row)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        for probe in self.probes:
+            probe.on_step_end(self.ctx, state)
+        self.ctx.clock.set_mark()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs:
+            return
+        forward: dict[str, Any] = {}
+        if "loss" in logs and state.global_step > self._last_train_step:
+            forward.update(self._train_row(state, control, logs))
+        for probe in self.probes:
+            forward.update(probe.on_log(self.ctx, logs))
+        if "train_runtime" in logs:  # the Trainer's final log of a train() call
+            for probe in self.probes:
+                forward.update({k: v for k, v in probe.final_logs(self.ctx).items() if _loggable(v)})
+        logs.update({_log_key(k): v for k, v in forward.items()})
+        if self.ctx.in_train:
+            self.ctx.clock.set_mark()
+
+    def _train_row(self, state: Any, control: Any, logs: dict[str, Any]) -> dict[str, Any]:
+        """Write the train row of ``state.global_step``; returns the figures to forward."""
+        step, tokens = state.global_step, self.ctx.tokens(state)
+        row = {
+            "kind": "train", "step": step, "epoch": finite(state.epoch), "loss": finite(logs.get("loss")),
+            "grad_norm": finite(logs.get("grad_norm")), "lr": finite(logs.get("learning_rate")), "tokens": tokens,
+            "elapsed_s": round(self.ctx.clock.elapsed(), 6),
+        }
+        rec = Record(row, source=logs, logs={} if tokens is None else {"tokens": tokens})
+        for probe in self.probes:
+            probe.on_train_row(self.ctx, rec, control)
+        self._last_train_step = step
+        self.runlog.emit(rec.row, flush=rec.flush)
+        return rec.logs
+
+    # ---------------------------------------------------------------------------------------------- eval / save
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        now = time.perf_counter()
+        self.ctx.clock.exclude_since_mark(now)
+        if not metrics or "eval_loss" not in metrics:
+            self.ctx.warn_once("eval_loss", "OptBenchRecorder: evaluation metrics hold no 'eval_loss'; no eval row.")
+            return
+        row = {"kind": "eval", "step": state.global_step, "tokens": self.ctx.tokens(state),
+               "elapsed_s": round(self.ctx.clock.elapsed(now), 6), "eval_loss": finite(metrics["eval_loss"])}
+        rec = Record(row, source=metrics)
+        for probe in self.probes:
+            probe.on_eval_row(self.ctx, rec)
+        self.runlog.emit(rec.row, flush=True)
+
+    def on_save(self, args, state, control, **kwargs):
+        self.ctx.clock.exclude_since_mark(time.perf_counter())
+        self.runlog.flush()
+
+    # ---------------------------------------------------------------------------------------------- end
+
+    def on_train_end(self, args, state, control, optimizer=None, model=None, **kwargs):
+        if not self.ctx.in_train:
+            return
+        self.ctx.clock.stop()  # what follows (the train-end memory walk) is not training time
+        for probe in self.probes:
+            for row in probe.on_train_end(self.ctx, state, optimizer, model):
+                self.runlog.emit(row)
+        self.runlog.flush()
+        if self.runlog.writer:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            summary = read_summary(self.output_dir) or {}
+            summary.update(self.summary())
+            summary["status"] = self.status  # run.py decides the final status itself (it also knows "failed")
+            write_json_atomic(self.output_dir / SUMMARY_FILE, summary)
+
+    def summary(self) -> dict[str, Any]:
+        """Totals for summary.json (keys of docs/ARCHITECTURE.md "Contributed by the callbacks", plus details).
+
+        No ``status`` key: the caller merges this into its own summary and decides the status (``self.status`` is
+        "completed" or "diverged"; only the caller knows about exceptions). Also flushes buffered rows, so a
+        caller's ``finally`` keeps them when training raised.
+        """
+        self.runlog.flush()
+        out: dict[str, Any] = {}
+        for probe in self.probes:
+            out.update(probe.summary(self.ctx))
+        return out
+
+
+def _log_key(key: str) -> str:
+    """The ``logs`` key of a forwarded figure: ``optbench/<key>``, and ``eval_optbench/<rest>`` for an eval figure
+    (``eval_<rest>``), which transformers' ``rewrite_logs`` turns into ``eval/optbench/<rest>`` for W&B, TensorBoard
+    and trackio (``optbench/...`` becomes ``train/optbench/...``)."""
+    if key.startswith(EVAL_PREFIX):
+        return EVAL_PREFIX + LOG_PREFIX + key[len(EVAL_PREFIX):]
+    return LOG_PREFIX + key
+
+
+def _loggable(value: Any) -> bool:
+    """A finite int/float (not a bool): what a report_to backend can plot."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and finite(value) is not None

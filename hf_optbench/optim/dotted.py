@@ -1,0 +1,55 @@
+"""Any torch optimizer class by dotted path ("torch.optim.RAdam", "pytorch_optimizer.AdaBelief"): no cited
+defaults and no planner layout, so the learning rate must be set; its arguments are checked against the class
+signature when it is built."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from hf_optbench.errors import OptBenchError, suggest
+from hf_optbench.optim.spec import param_groups, trainable_params
+
+
+def is_dotted_path(name: str) -> bool:
+    """True for "package.module.Class"-shaped names (the registry's names have no dot)."""
+    return "." in name and all(part.isidentifier() for part in name.split("."))
+
+
+def _import_optimizer_class(path: str) -> Any:
+    import torch
+
+    module_name, _, cls_name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except (ImportError, AttributeError) as exc:
+        raise OptBenchError(f"optimizer '{path}' could not be imported ({exc}). Check the dotted path.") from exc
+    if not (inspect.isclass(cls) and issubclass(cls, torch.optim.Optimizer)):
+        raise OptBenchError(f"optimizer '{path}' is not a torch.optim.Optimizer subclass.")
+    return cls
+
+
+def build_dotted(path: str, model: Any, lr: float | None, weight_decay: float | None,
+                 kwargs: dict[str, Any]) -> tuple[Any, str]:
+    """Import ``path``, check ``kwargs`` against its constructor (never dropped: a typo is an OptBenchError with a
+    close match), and build it over GPT-3 groups when it takes ``weight_decay``."""
+    cls = _import_optimizer_class(path)
+    params = inspect.signature(cls.__init__).parameters
+    named = [n for n, p in params.items() if n not in ("self", "params")
+             and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    for key in kwargs:
+        if key not in named or key in ("lr", "weight_decay"):
+            hint = " (set learning_rate / weight_decay instead)" if key in ("lr", "weight_decay") else \
+                suggest(key, named)
+            raise OptBenchError(f"optimizer_kwargs '{key}' is not an argument of {path}.{hint} It takes: "
+                                f"{', '.join(n for n in named if n not in ('lr', 'weight_decay'))}.")
+    if lr is None:
+        raise OptBenchError(f"optimizer '{path}' has no cited default learning rate: set learning_rate "
+                            "(`hf-optbench find-lr` suggests one).")
+    if weight_decay is None:
+        wd_param = params.get("weight_decay")
+        weight_decay = wd_param.default if wd_param is not None and wd_param.default is not inspect._empty else 0.0
+    groups = param_groups(model, weight_decay) if "weight_decay" in named else [{"params": trainable_params(model)}]
+    opt = cls(groups, lr=lr, **kwargs) if "lr" in named else cls(groups, **kwargs)
+    return opt, f"{cls.__module__}.{cls.__qualname__}"

@@ -1,0 +1,86 @@
+"""Muon (Jordan et al. 2024; KellerJordan/Muon) on GPT-2's hidden matrices with an auxiliary AdamW for the rest.
+
+The composite optimizer, :class:`MuonWithAuxAdamW`, and :func:`split_muon_params` live in ``muon_impl`` (they need
+torch at import); both are importable from here, loaded on first use so this module stays standard-library only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hf_optbench.errors import OptBenchError
+from hf_optbench.optim.adamw import adamw_base, adamw_tensor_bytes, fused_ok
+from hf_optbench.optim.spec import OptimizerSpec, StateLayout, per_tensor, trainable_params
+
+CITATIONS: dict[str, str] = {
+    "muon": "KellerJordan/Muon README (momentum 0.95, nesterov, ns_steps 5; AdamW for embeddings/head/gains); "
+            "Liu et al. 2025, Muon is Scalable for LLM Training, arXiv:2502.16982 Sec. 2.2 (adjust_lr_fn "
+            "match_rms_adamw: reuse AdamW's LR and weight decay 0.1)",
+}
+
+
+def defaults(size_class: str) -> dict[str, Any]:
+    """AdamW's LR and weight decay (match_rms_adamw makes them transferable), the README's Muon settings."""
+    d = adamw_base(size_class)
+    d["adamw_betas"], d["adamw_eps"] = d.pop("betas"), d.pop("eps")  # the auxiliary AdamW's (as our AdamW's)
+    d.update(momentum=0.95, nesterov=True, ns_steps=5, adjust_lr_fn="match_rms_adamw", _extra_cite="muon",
+             _derived=("momentum", "nesterov", "ns_steps", "adjust_lr_fn", "learning_rate", "weight_decay"))
+    return d
+
+
+def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:
+    """MuonWithAuxAdamW: the GPT-3 groups split into Muon's (hidden matrices) and AdamW's (the rest)."""
+    from hf_optbench.optim.muon_impl import MuonWithAuxAdamW, split_muon_params
+
+    muon_lr = ctor.pop("muon_lr", None)
+    adamw_betas = ctor.pop("adamw_betas", (0.9, 0.95))
+    adamw_eps = ctor.pop("adamw_eps", 1e-8)
+    if ctor.get("adjust_lr_fn") in (None, "original") and muon_lr is None:
+        raise OptBenchError(
+            "muon with adjust_lr_fn 'original' takes its LR in spectral units (Keller Jordan's README: 0.02), not "
+            "AdamW's: set optimizer_kwargs muon_lr (e.g. 0.02), or keep adjust_lr_fn 'match_rms_adamw'."
+        )
+    hidden, _ = split_muon_params(model)
+    hidden_ids = {id(p) for p in hidden}
+    muon_groups, adamw_groups = [], []
+    for g in groups:
+        mine = [p for p in g["params"] if id(p) in hidden_ids]
+        rest = [p for p in g["params"] if id(p) not in hidden_ids]
+        if mine:
+            muon_groups.append({**g, "params": mine, "lr": muon_lr if muon_lr is not None else lr})
+        if rest:
+            adamw_groups.append({**g, "params": rest, "lr": lr})
+    adamw_kwargs: dict[str, Any] = {"lr": lr, "betas": tuple(adamw_betas), "eps": adamw_eps}
+    if fused_ok(trainable_params(model)):
+        adamw_kwargs["fused"] = True
+    opt = MuonWithAuxAdamW(muon_groups, adamw_groups, muon_kwargs={"lr": lr, **ctor}, adamw_kwargs=adamw_kwargs)
+    aux = "fused=True" if adamw_kwargs.get("fused") else "foreach"
+    return opt, (f"torch.optim.Muon(adjust_lr_fn={ctor.get('adjust_lr_fn')})+torch.optim.AdamW({aux}) "
+                 f"[{len(hidden)} hidden matrices on Muon]")
+
+
+def muon_tensor_bytes(p: Any, s: int) -> int:
+    """torch.optim.Muon's ``momentum_buffer`` for the 2-D hidden matrices, AdamW state (two moments and a step)
+    for the embeddings, biases and LayerNorms."""
+    return s * p.numel if p.is_hidden_matrix else adamw_tensor_bytes(p, s)
+
+
+LAYOUT = StateLayout("muon", per_tensor(muon_tensor_bytes), per_tensor=True)
+
+SPECS = (
+    OptimizerSpec("muon", "torch.optim.Muon+torch.optim.AdamW", build, defaults,
+                  ("momentum", "nesterov", "ns_steps", "ns_coefficients", "adjust_lr_fn", "muon_lr",
+                   "adamw_betas", "adamw_eps"),
+                  "Muon (Jordan et al. 2024) on hidden 2-D matrices, AdamW on embeddings, head and 1-D tensors",
+                  LAYOUT, zero_incompatible="ZeRO hands the optimizer 1-D flat partitions and Muon orthogonalises 2-D "
+                  "matrices (measured: torch.optim.Muon fails at step 1, 'Param gradient must be a 2D matrix')"),
+)
+
+
+def __getattr__(name: str) -> Any:
+    """``MuonWithAuxAdamW`` / ``split_muon_params`` from ``muon_impl``, imported on first use (PEP 562)."""
+    if name in ("MuonWithAuxAdamW", "split_muon_params"):
+        from hf_optbench.optim import muon_impl
+
+        return getattr(muon_impl, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

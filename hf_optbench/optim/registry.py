@@ -1,0 +1,392 @@
+"""The optimizer registry: registry name -> family module's spec, cited defaults per size, building, callbacks.
+
+Each optimizer family lives in one module under ``hf_optbench/optim/`` (``adamw.py``, ``lion.py``,
+``bnb8bit.py``, ...) that declares its citations (``CITATIONS``) and its ``SPECS``: defaults per size class,
+builder, state layout for the memory planner, Trainer callbacks and aliases (see ``optim/spec.py``). This module
+joins them (``FAMILIES``) and holds what they share.
+
+Public API (used by run.py, lr_finder.py, config, study):
+
+* ``build_optimizer(name, model, *, lr=None, weight_decay=None, model_size=None, embedding_state_32bit=True,
+  **kwargs) -> torch.optim.Optimizer`` -- ``name`` is a registry name (``OPTIMIZERS``) or a dotted path to an
+  optimizer class ("torch.optim.RAdam", "pytorch_optimizer.AdaBelief"). ``lr``/``weight_decay`` None -> the cited
+  default for ``model_size`` (inferred from the parameter count when None). An argument the optimizer does not
+  take raises OptBenchError naming it (with a close match), never dropped.
+* ``optimizer_defaults(name, model_size) -> dict`` -- learning_rate, weight_decay, max_grad_norm, betas, ...,
+  warmup (``warmup_tokens`` for GPT-2 sizes, ``warmup_steps`` for the CPU sizes), ``source`` (one line) and
+  ``sources`` ({key: citation}).
+* ``param_groups(model, weight_decay) -> list[dict]`` -- weight decay on >=2-D tensors only (GPT-3 / nanoGPT).
+* ``describe_optimizer(opt) -> str`` -- implementation string for summary.json.
+* ``is_schedule_free(name_or_opt) -> bool``; ``optimizer_callbacks(opt) -> list[TrainerCallback]`` (the
+  schedule-free mode switch, Sophia-G's Hessian estimate: each spec's ``callbacks``).
+* ``lookup_tuned(path, optimizer, model_size) -> dict`` -- the tuned values file written by the tuning step;
+  ``lr_grid(name, model_size, factors=(1/4, 1/2, 1, 2, 4)) -> list[float]`` -- the grid around the default.
+* ``resolve_optimizer_name(name)`` / ``check_optimizer_kwargs(name, kwargs)`` /
+  ``check_zero_compatible(name, zero_stage)`` -- cheap validation for config.
+
+Only the standard library is imported at module level (config validation and ``hf-optbench optimizers`` stay
+fast); torch and the optimizer packages are imported when an optimizer is built. Size classes come from
+``models.SIZE_CLASS`` (one row per model size in models.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import math
+import pkgutil
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from hf_optbench.errors import OptBenchError, suggest
+from hf_optbench.models import SIZE_CLASS
+from hf_optbench.optim.dotted import build_dotted, is_dotted_path
+from hf_optbench.optim.spec import TRAINING_KEYS, OptimizerSpec, param_groups, round3, trainable_params
+from hf_optbench.optim.unwrap import innermost_optimizer
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "ALIASES", "CITATIONS", "FAMILIES", "OPTIMIZERS", "SIZE_CLASS", "SIZE_CLASSES", "OptimizerSpec",
+    "build_optimizer", "check_optimizer_kwargs", "check_zero_compatible", "describe_optimizer", "is_dotted_path", "is_schedule_free",
+    "lookup_tuned", "lr_grid", "optimizer_callbacks", "optimizer_defaults", "param_groups",
+    "resolve_optimizer_name", "size_class", "size_class_for_params",
+]
+
+# Modules of hf_optbench/optim/ that are not optimizer families; `*_impl` modules hold torch code of a family.
+_SHARED_MODULES = frozenset({"registry", "spec", "unwrap", "dotted", "schedules"})
+# The order `hf-optbench optimizers` lists the families in; families not named here follow alphabetically.
+_LISTING_ORDER = ("adamw", "lion", "bnb8bit", "adafactor", "sgd", "schedule_free", "muon", "sophia", "soap")
+
+
+def _discover_families() -> tuple[ModuleType, ...]:
+    """Every family module of this package (a module that declares ``SPECS``): adding an optimizer is adding one
+    module, nothing here. Family modules import only the standard library, so this stays fast."""
+    import hf_optbench.optim as package
+
+    names = [m.name for m in pkgutil.iter_modules(package.__path__)
+             if m.name not in _SHARED_MODULES and not m.name.endswith("_impl")]
+    names.sort(key=lambda n: (_LISTING_ORDER.index(n) if n in _LISTING_ORDER else len(_LISTING_ORDER), n))
+    modules = [importlib.import_module(f"hf_optbench.optim.{n}") for n in names]
+    return tuple(m for m in modules if hasattr(m, "SPECS"))
+
+
+FAMILIES = _discover_families()
+
+SIZE_CLASSES = ("cpu", "125M", "350M", "760M", "1.3B")
+_CLASS_PARAMS = {"125M": 124e6, "350M": 355e6, "760M": 774e6, "1.3B": 1558e6}  # GPT-2 parameter counts
+
+
+def _collect() -> tuple[dict[str, str], dict[str, OptimizerSpec], dict[str, str]]:
+    """(citations, specs by name, alias -> name) from the family modules; a clash is a programming error."""
+    citations: dict[str, str] = {}
+    specs: dict[str, OptimizerSpec] = {}
+    aliases: dict[str, str] = {}
+    for family in FAMILIES:
+        for key, text in family.CITATIONS.items():
+            if key in citations:
+                raise RuntimeError(f"citation key '{key}' of {family.__name__} is already used")
+            citations[key] = text
+        for spec in family.SPECS:
+            for name in (spec.name, *spec.aliases):
+                if name in specs or name in aliases:
+                    raise RuntimeError(f"optimizer name '{name}' of {family.__name__} is already registered")
+            specs[spec.name] = spec
+            aliases.update(dict.fromkeys(spec.aliases, spec.name))
+    return citations, specs, aliases
+
+
+# CITATIONS: key -> citation text; OPTIMIZERS: name -> spec; ALIASES: the one alias table (alias -> name).
+CITATIONS, OPTIMIZERS, ALIASES = _collect()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Names, sizes, defaults (standard library only)
+# --------------------------------------------------------------------------------------------------------------
+def resolve_optimizer_name(name: str) -> str:
+    """Canonical registry name (aliases allowed) or a dotted class path; OptBenchError listing the names."""
+    key = str(name).strip()
+    low = key.lower()
+    if low in OPTIMIZERS:
+        return low
+    if low in ALIASES:
+        return ALIASES[low]
+    if is_dotted_path(key):
+        top = key.split(".", 1)[0]
+        if importlib.util.find_spec(top) is None:
+            raise OptBenchError(f"optimizer '{key}': package '{top}' is not installed. Install it or use a registry "
+                                f"name: {', '.join(OPTIMIZERS)}.")
+        return key
+    raise OptBenchError(
+        f"unknown optimizer '{name}'.{suggest(low, list(OPTIMIZERS) + list(ALIASES))} Choose one of: "
+        f"{', '.join(OPTIMIZERS)}, or a dotted class path such as torch.optim.RAdam "
+        "(`hf-optbench optimizers` lists defaults and sources)."
+    )
+
+
+def size_class(model_size: str) -> str:
+    """'cpu' | '125M' | '350M' | '760M' | '1.3B' for a model size name (aliases as in models.resolve_size)."""
+    if model_size in SIZE_CLASSES:
+        return model_size
+    from hf_optbench.models import resolve_size
+
+    return SIZE_CLASS[resolve_size(model_size)]
+
+
+def size_class_for_params(num_params: int) -> str:
+    """Size class for a parameter count: under 50M -> 'cpu', else the nearest GPT-2 size in log space."""
+    if num_params < 50e6:
+        return "cpu"
+    return min(_CLASS_PARAMS, key=lambda c: abs(math.log(num_params / _CLASS_PARAMS[c])))
+
+
+def optimizer_defaults(name: str, model_size: str) -> dict[str, Any]:
+    """Cited defaults of a registry optimizer for a model size: hyperparameters plus ``source`` (one line, the
+    citations joined) and ``sources`` ({key: citation}). Dotted paths have none: OptBenchError.
+
+    A family's ``defaults(size_class)`` marks its citations with private keys: ``_cite`` (the base source),
+    ``_extra_cite`` (the family's own source, for the keys listed in ``_derived``) and ``_also_cite`` (cited on
+    every key, e.g. the 8-bit paper).
+    """
+    canonical = resolve_optimizer_name(name)
+    if canonical not in OPTIMIZERS:
+        raise OptBenchError(
+            f"optimizer '{name}' is a class path, not a registry entry: it has no cited defaults. Set learning_rate "
+            "(and weight_decay) yourself, or run `hf-optbench find-lr` to pick one."
+        )
+    cls = size_class(model_size)
+    raw = OPTIMIZERS[canonical].defaults(cls)
+    cite, extra = raw.pop("_cite"), raw.pop("_extra_cite", None)
+    also = raw.pop("_also_cite", None)
+    derived = set(raw.pop("_derived", ()))
+    sources = {k: CITATIONS[extra] if k in derived else CITATIONS[cite] for k in raw}
+    if also:
+        sources = {k: f"{v} | {CITATIONS[also]}" for k, v in sources.items()}
+    raw["size_class"] = cls
+    raw["sources"] = sources
+    raw["source"] = " | ".join([CITATIONS[cite]] + [CITATIONS[c] for c in (extra, also) if c])
+    return raw
+
+
+def lr_grid(name: str, model_size: str, factors: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0)) -> list[float]:
+    """Learning rates around the cited default for a tuning sweep: default x each factor (by default x1/4 ... x4 in
+    factor-2 steps, the grid the tuning protocol of issue 5 asks for), three significant digits."""
+    base = optimizer_defaults(name, model_size)["learning_rate"]
+    return [round3(base * f) for f in factors]
+
+
+def check_optimizer_kwargs(name: str, kwargs: dict[str, Any]) -> None:
+    """OptBenchError for an argument a registry optimizer does not take (dotted paths are checked at build)."""
+    canonical = resolve_optimizer_name(name)
+    spec = OPTIMIZERS.get(canonical)
+    if spec is None:
+        return
+    for key in kwargs:
+        if key in spec.rejected_kwargs:
+            raise OptBenchError(f"optimizer_kwargs '{key}' for {canonical}: {key} {spec.rejected_kwargs[key]}.")
+        if key in ("lr", "weight_decay", "params"):
+            raise OptBenchError(
+                f"optimizer_kwargs '{key}' for {canonical}: set it as TrainingArguments' "
+                f"{'learning_rate' if key == 'lr' else key} (--{'learning_rate' if key == 'lr' else key}) instead."
+            )
+        if key not in spec.kwargs:
+            raise OptBenchError(
+                f"optimizer_kwargs '{key}' is not an argument of {canonical} ({spec.implementation})."
+                f"{suggest(key, list(spec.kwargs))} "
+                f"It takes: {', '.join(spec.kwargs) or 'nothing beyond learning_rate/weight_decay'}."
+            )
+
+
+def check_zero_compatible(optimizer_name: str, zero_stage: int) -> None:
+    """OptBenchError, before any work, for a registry optimizer that cannot run under DeepSpeed ZeRO stage >= 1
+    (it hands the optimizer flat 1-D partitions; see measure/planner_zero.py). Dotted paths are not checked."""
+    canonical = resolve_optimizer_name(optimizer_name)
+    spec = OPTIMIZERS.get(canonical)
+    if not zero_stage or spec is None or not spec.zero_incompatible:
+        return
+    ok = [n for n, sp in OPTIMIZERS.items() if not sp.zero_incompatible and not sp.requires_cuda]
+    raise OptBenchError(
+        f"optimizer '{canonical}' cannot run under DeepSpeed ZeRO-{zero_stage}: {spec.zero_incompatible}. Use a "
+        f"DDP config (accelerate_configs/cpu_ddp2.yaml, a100x4_ddp.yaml) or an optimizer that runs on ZeRO's "
+        f"flat partitions: {', '.join(ok)}."
+    )
+
+
+def is_schedule_free(name_or_opt: Any) -> bool:
+    """True for a schedule-free optimizer (registry name or object; Accelerate's wrapper is looked through)."""
+    if isinstance(name_or_opt, str):
+        canonical = resolve_optimizer_name(name_or_opt)
+        return bool(OPTIMIZERS.get(canonical) and OPTIMIZERS[canonical].schedule_free)
+    opt = innermost_optimizer(name_or_opt)
+    groups = getattr(opt, "param_groups", None) or [{}]
+    return callable(getattr(opt, "eval", None)) and callable(getattr(opt, "train", None)) \
+        and "train_mode" in groups[0]
+
+
+def lookup_tuned(path: str, optimizer: str, model_size: str) -> dict[str, Any]:
+    """The tuned values for (optimizer, model_size) in a YAML/JSON file {optimizer: {model_size: {...}}}, as
+    written by the tuning step; {} when the file has no entry for them. Names and sizes may be aliases."""
+    import os
+
+    if not os.path.isfile(path):
+        raise OptBenchError(f"tuned_hparams_file '{path}' does not exist. Write it with `hf-optbench tune`.")
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    try:
+        if path.endswith(".json"):
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as exc:  # noqa: BLE001 - YAML and JSON raise different types
+        raise OptBenchError(f"tuned_hparams_file '{path}' could not be parsed: {exc}") from exc
+    if not isinstance(data, dict):
+        raise OptBenchError(f"tuned_hparams_file '{path}' must map optimizer -> size -> values.")
+    want_opt = resolve_optimizer_name(optimizer)
+    want_size = _canonical_size(model_size)
+    for opt_name, by_size in data.items():
+        try:
+            if resolve_optimizer_name(str(opt_name)) != want_opt:
+                continue
+        except OptBenchError:
+            continue
+        if not isinstance(by_size, dict):
+            raise OptBenchError(f"tuned_hparams_file '{path}': entry '{opt_name}' must map model_size -> values.")
+        for size, values in by_size.items():
+            if _canonical_size(str(size)) == want_size:
+                if not isinstance(values, dict):
+                    raise OptBenchError(f"tuned_hparams_file '{path}': {opt_name}/{size} must be a mapping.")
+                return {k: _number(v) for k, v in values.items()}
+    return {}
+
+
+def _number(value: Any) -> Any:
+    """YAML 1.1 reads 3e-4 (no dot) as a string: take numeric strings as floats."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _canonical_size(size: str) -> str:
+    from hf_optbench.models import resolve_size
+
+    try:
+        return resolve_size(size)
+    except OptBenchError:
+        return str(size)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Building (torch imported by the builders)
+# --------------------------------------------------------------------------------------------------------------
+def _model_size_class(model: torch.nn.Module, model_size: str | None) -> str:
+    if model_size is not None:
+        return size_class(model_size)
+    return size_class_for_params(sum(p.numel() for p in trainable_params(model)))
+
+
+def _check_device(spec: OptimizerSpec, model: torch.nn.Module) -> None:
+    if spec.requires_cuda and not all(p.is_cuda for p in trainable_params(model)):
+        raise OptBenchError(
+            f"optimizer '{spec.name}' ({spec.implementation}) needs the model on a CUDA GPU (paged optimizer state "
+            f"lives in CUDA unified memory); this model is on {next(iter(trainable_params(model))).device}. Use "
+            f"'{spec.name.replace('paged_', '')}' on CPU."
+        )
+
+
+def _build_registered(spec: OptimizerSpec, model: torch.nn.Module, lr: float | None, weight_decay: float | None,
+                      model_size: str | None, embedding_state_32bit: bool,
+                      kwargs: dict[str, Any]) -> tuple[Any, str, float]:
+    """(optimizer, implementation string, learning rate) for a registry entry, cited defaults filled in."""
+    check_optimizer_kwargs(spec.name, kwargs)
+    _check_device(spec, model)
+    defaults = optimizer_defaults(spec.name, _model_size_class(model, model_size))
+    lr = defaults["learning_rate"] if lr is None else float(lr)
+    weight_decay = defaults["weight_decay"] if weight_decay is None else float(weight_decay)
+    if not lr > 0:
+        raise OptBenchError(f"learning_rate must be positive, got {lr}.")
+    ctor = {k: v for k, v in defaults.items() if k in spec.kwargs and k not in TRAINING_KEYS}
+    ctor.update(kwargs)
+    for key in ("betas", "adamw_betas", "ns_coefficients", "eps"):
+        if isinstance(ctor.get(key), list):  # JSON has no tuples
+            ctor[key] = tuple(ctor[key])
+    try:
+        opt, impl = spec.builder(model, param_groups(model, weight_decay), lr, ctor, spec=spec,
+                                 weight_decay=weight_decay, embedding_state_32bit=embedding_state_32bit)
+    except OptBenchError:
+        raise
+    except (TypeError, ValueError) as exc:  # the library's own validation of a value
+        raise OptBenchError(f"optimizer '{spec.name}' rejected its arguments {ctor}: {exc}") from exc
+    return opt, impl, lr
+
+
+def build_optimizer(
+    name: str,
+    model: torch.nn.Module,
+    *,
+    lr: float | None = None,
+    weight_decay: float | None = None,
+    model_size: str | None = None,
+    embedding_state_32bit: bool = True,
+    **kwargs: Any,
+) -> torch.optim.Optimizer:
+    """Build optimizer ``name`` over ``model``'s trainable parameters with GPT-3 parameter groups.
+
+    ``lr`` / ``weight_decay`` None take the cited default for ``model_size`` (the size class is inferred from the
+    parameter count when ``model_size`` is None). ``kwargs`` are constructor arguments; one the optimizer does not
+    take raises OptBenchError. ``embedding_state_32bit`` applies to the bitsandbytes optimizers. The result carries
+    ``hf_optbench_impl`` (see :func:`describe_optimizer`) and ``hf_optbench_name``.
+    """
+    canonical = resolve_optimizer_name(name)
+    if not any(True for _ in trainable_params(model)):
+        raise OptBenchError("the model has no trainable parameters to optimize.")
+    if canonical not in OPTIMIZERS:
+        opt, impl = build_dotted(canonical, model, lr, weight_decay, dict(kwargs))
+    else:
+        opt, impl, lr = _build_registered(OPTIMIZERS[canonical], model, lr, weight_decay, model_size,
+                                          embedding_state_32bit, kwargs)
+    opt.hf_optbench_impl = impl
+    opt.hf_optbench_name = canonical
+    # the tensors it was built on: describe_optimizer sees whether DeepSpeed ZeRO swapped them for flat partitions
+    opt.hf_optbench_param_ids = frozenset(id(p) for p in trainable_params(model))
+    opt.hf_optbench_lr = lr  # the learning_rate asked for (groups may differ: Muon's own muon_lr)
+    return opt
+
+
+def describe_optimizer(opt: Any) -> str:
+    """Implementation string for summary.json, e.g. "torch.optim.AdamW(fused=True)", "bitsandbytes.optim.
+    AdamW8bit(embedding state fp32)"; for optimizers not built here, module.Class. It states what the optimizer
+    holds now: the spec's ``describe`` reads the state's dtypes, and "[ZeRO flat partitions]" marks an optimizer
+    whose parameters DeepSpeed replaced with flat 1-D partitions."""
+    inner = innermost_optimizer(opt)
+    impl = getattr(inner, "hf_optbench_impl", None)
+    if not impl:
+        return f"{type(inner).__module__}.{type(inner).__qualname__}"
+    built_ids = getattr(inner, "hf_optbench_param_ids", frozenset())
+    held = {id(p) for g in getattr(inner, "param_groups", []) for p in g.get("params", [])}
+    flattened = bool(built_ids) and bool(held) and not (held & built_ids)
+    spec = OPTIMIZERS.get(getattr(inner, "hf_optbench_name", None) or "")
+    if spec is not None and spec.describe is not None:
+        return spec.describe(inner, impl, flattened)
+    return f"{impl} [ZeRO flat partitions]" if flattened else impl
+
+
+def optimizer_callbacks(opt: Any) -> list[Any]:
+    """The TrainerCallbacks an optimizer needs (its spec's ``callbacks``: the train/eval switch for schedule-free
+    ones, the Hessian estimate for Sophia-G). An optimizer not built from the registry (a dotted path) that follows
+    the schedule-free train/eval protocol gets the mode switch too. Add them last (after the measuring callbacks)."""
+    inner = innermost_optimizer(opt)
+    spec = OPTIMIZERS.get(getattr(inner, "hf_optbench_name", None) or "")
+    if spec is not None:
+        return spec.callbacks() if spec.callbacks else []
+    if not is_schedule_free(inner):
+        return []
+    from hf_optbench.optim import schedule_free
+
+    return schedule_free.mode_callbacks()

@@ -1,0 +1,89 @@
+"""Sophia-G (Liu et al. 2023, arXiv:2305.14342; github.com/Liuhong99/Sophia): a clipped diagonal second-order
+update with a Gauss-Newton-Bartlett Hessian estimate every k steps.
+
+The optimizer (:class:`SophiaG`), :func:`gnb_hessian_update` and the :class:`SophiaGHessianCallback` that runs it
+inside Trainer live in ``sophia_impl`` (torch and pytorch-optimizer at import); they are importable from here,
+loaded on first use so this module stays standard-library only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hf_optbench.optim.adamw import adamw_base
+from hf_optbench.optim.spec import OptimizerSpec, StateLayout, per_tensor
+
+# Liuhong99/Sophia at commit a7e157229b71d58cf995d32854f1be15c265b350 (main, 2024-01-29; read from a clone of the
+# repository): the README table "Hyperparameters for GPT-2 models" and config/train_gpt2_{small,medium,large}_
+# sophiag.py agree at that commit (earlier commits had other values, e.g. rho 0.03 / lr 3e-4 at 125M).
+SOPHIA_COMMIT = "a7e157229b71d58cf995d32854f1be15c265b350"
+CITATIONS: dict[str, str] = {
+    "sophia": f"Liu et al. 2023, Sophia (arXiv:2305.14342); Liuhong99/Sophia@{SOPHIA_COMMIT[:7]} README 'Hyperparameters "
+              "for GPT-2 models' = config/train_gpt2_{small,medium,large}_sophiag.py ((lr, rho) = (6e-4, 0.05) at "
+              "125M, (7e-4, 0.08) at 355M, (3e-4, 0.05) at 770M; weight decay 0.2, betas (0.965, 0.99), interval "
+              "k=10, clip 1.0) and sophia.py (eps 1e-15); sizes outside the table: lr about AdamW's (README rule) and "
+              "rho 0.05 ('all other hyperparameters are transferable')",
+}
+
+# (lr, rho) per GPT-2 size class from the table above.
+SOPHIA_LR_RHO = {"125M": (6e-4, 0.05), "350M": (7e-4, 0.08), "760M": (3e-4, 0.05)}
+SOPHIA_TRANSFER_RHO = 0.05  # the 125M and 770M rows' rho, used where the table has no row
+
+
+def defaults(size_class: str) -> dict[str, Any]:
+    """The Sophia repository's per-size (lr, rho); where it has no row (the CPU sizes, 1.3B) the README's rule:
+    lr "about the same as the learning rate that you would use for AdamW" (AdamW's cited default for the size)
+    and the transferable rho. Clipping and warmup as AdamW's."""
+    base = adamw_base(size_class)
+    lr, rho = SOPHIA_LR_RHO.get(size_class, (base["learning_rate"], SOPHIA_TRANSFER_RHO))
+    d = {k: v for k, v in base.items() if k not in ("betas", "eps", "learning_rate", "weight_decay")}
+    d.update(learning_rate=lr, weight_decay=0.2, betas=(0.965, 0.99), rho=rho, update_period=10, eps=1e-15,
+             _extra_cite="sophia", _derived=("learning_rate", "weight_decay", "betas", "rho", "update_period",
+                                             "eps"))
+    return d
+
+
+def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:
+    """hf_optbench's SophiaG (pytorch_optimizer.SophiaH's update, our GNB estimate)."""
+    from hf_optbench.optim.sophia_impl import SophiaG
+
+    opt = SophiaG(groups, lr=lr, **ctor)
+    return opt, f"hf_optbench.optim.sophia.SophiaG(pytorch_optimizer.SophiaH update, GNB Hessian every " \
+                f"{opt.gnb_update_period} steps)"
+
+
+def hessian_callbacks() -> list[Any]:
+    """Sophia-G's Hessian estimate every k steps, as a Trainer callback."""
+    from hf_optbench.optim.sophia_impl import SophiaGHessianCallback
+
+    return [SophiaGHessianCallback()]
+
+
+def sophia_tensor_bytes(p: Any, s: int) -> int:
+    """``momentum`` + ``hessian_moment`` like the parameter (SophiaG drops SophiaH's ``hessian`` alias)."""
+    return 2 * s * p.numel
+
+
+LAYOUT = StateLayout("sophia", per_tensor(sophia_tensor_bytes))
+
+SPECS = (
+    OptimizerSpec("sophia", "hf_optbench.optim.sophia.SophiaG", build, defaults, ("betas", "rho", "update_period", "eps"),
+                  "Sophia-G (Liu et al. 2023): pytorch_optimizer.SophiaH's clipped update fed with the "
+                  "Gauss-Newton-Bartlett Hessian estimate every k steps (SophiaGHessianCallback)", LAYOUT,
+                  package="pytorch-optimizer", callbacks=hessian_callbacks, aliases=("sophiag", "sophia_g"),
+                  zero_incompatible="its Gauss-Newton-Bartlett Hessian estimate backpropagates outside DeepSpeed's "
+                  "engine and reads the gradients of the optimizer's parameters, which under ZeRO are flat fp32 "
+                  "partitions that only DeepSpeed's own step gives a gradient, so no estimate would reach the "
+                  "Hessian and Sophia would run as sign momentum"),
+)
+
+_LAZY = ("SophiaG", "SophiaGHessianCallback", "gnb_hessian_update")
+
+
+def __getattr__(name: str) -> Any:
+    """SophiaG, its callback and gnb_hessian_update from ``sophia_impl``, imported on first use (PEP 562)."""
+    if name in _LAZY:
+        from hf_optbench.optim import sophia_impl
+
+        return getattr(sophia_impl, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,116 @@
+"""What one optimizer family module declares: :class:`OptimizerSpec` (one registry row) and :class:`StateLayout`
+(its optimizer state, for the memory planner).
+
+Why a module of its own: the family modules (``optim/adamw.py``, ``optim/lion.py``, ...) build their specs from
+these classes and ``optim/registry.py`` imports the family modules; keeping the classes here avoids an import
+cycle. Standard library only: ``hf-optbench --help`` / ``validate`` read the registry without importing torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+# keys of optimizer_defaults() that are training arguments, not constructor arguments
+TRAINING_KEYS = ("learning_rate", "weight_decay", "max_grad_norm", "warmup_steps", "warmup_tokens")
+
+
+class TensorShape(Protocol):
+    """One trainable tensor as the planner describes it (``measure.planner.ParamShape``)."""
+
+    shape: tuple[int, ...]
+    is_embedding: bool
+    is_hidden_matrix: bool
+
+    @property
+    def numel(self) -> int: ...
+
+
+# (tensors, element size of torch-held state in bytes, embedding_state_32bit) -> bytes of optimizer state
+StateBytes = Callable[[Sequence[TensorShape], int, bool], int]
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """The optimizer state an implementation keeps, as bytes over the model's tensors (unpartitioned).
+
+    ``name`` appears in the planner's notes; ``per_tensor`` marks layouts whose size depends on each tensor's
+    shape or role (8-bit blocks and fp32 embeddings, factored moments, Muon's split), so they change when ZeRO
+    flattens the parameters (the planner then applies ``state_bytes`` to the flat partitions).
+    """
+
+    name: str
+    state_bytes: StateBytes
+    per_tensor: bool = False
+
+
+def per_tensor(fn: Callable[[TensorShape, int], int]) -> StateBytes:
+    """A :data:`StateBytes` summing ``fn(tensor, element_size)`` over the tensors (most layouts)."""
+
+    def total(shapes: Sequence[TensorShape], s: int, embedding_state_32bit: bool) -> int:
+        return sum(fn(p, s) for p in shapes)
+
+    return total
+
+
+# Builder signature: (model, param groups, lr, constructor kwargs, *, spec, weight_decay, embedding_state_32bit)
+# -> (optimizer, implementation string for summary.json). Keyword arguments a builder does not use go to **_.
+Builder = Callable[..., "tuple[torch.optim.Optimizer, str]"]
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """One registry entry, declared by its family module.
+
+    ``kwargs`` lists the extra constructor arguments accepted (checked without importing the library; tests check
+    each against the library's signature). ``defaults(size_class)`` gives the cited values (see
+    ``registry.optimizer_defaults`` for the ``_cite``/``_extra_cite``/``_also_cite``/``_derived`` keys).
+    ``builder`` constructs it (torch imported inside). ``layout`` is its state for the memory planner.
+    ``callbacks`` (a factory, called per Trainer) returns the TrainerCallbacks it needs. ``aliases`` are other
+    names that resolve to it. ``zero_incompatible`` says why it cannot run on DeepSpeed ZeRO's flat 1-D
+    partitions ("" = it can). ``describe(optimizer, built, flattened)`` rewrites the implementation string from
+    the state the optimizer really holds (None: the built string, marked when ZeRO flattened the parameters).
+    """
+
+    name: str
+    implementation: str
+    builder: Builder
+    defaults: Callable[[str], dict[str, Any]]
+    kwargs: tuple[str, ...]
+    description: str
+    layout: StateLayout
+    package: str = "torch"
+    requires_cuda: bool = False
+    schedule_free: bool = False
+    needs_tuning: bool = False
+    rejected_kwargs: dict[str, str] = field(default_factory=dict)
+    callbacks: Callable[[], list[Any]] | None = None
+    aliases: tuple[str, ...] = ()
+    zero_incompatible: str = ""
+    describe: Callable[[Any, str, bool], str] | None = None
+
+
+def round3(x: float) -> float:
+    """Three significant digits: a derived default reads 2e-4, not 1.9999999999999998e-4."""
+    return float(f"{x:.3g}")
+
+
+def trainable_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters an optimizer gets (``requires_grad``), tied weights once."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """GPT-3 / nanoGPT groups: weight decay on tensors with >= 2 dims (matmul weights, embeddings), none on biases,
+    LayerNorm gains and other 1-D tensors. Tied weights appear once. Empty groups are left out."""
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():  # remove_duplicate=True: the tied wte/lm_head weight once
+        if not p.requires_grad:
+            continue
+        (decay if p.dim() >= 2 else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": float(weight_decay)}, {"params": no_decay, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]

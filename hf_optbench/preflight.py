@@ -1,0 +1,139 @@
+"""What a run checks before transformers is even imported: that no other run owns its output_dir, and that the
+machine has the hardware the recipe's precision needs.
+
+Both must answer before ``parse_args`` (which builds ``TrainingArguments``: 5-6 s of imports on a loaded 2-core
+machine). A second run into a busy directory is refused in well under 2 s; a bf16 recipe on a machine without a
+bf16 GPU gets our one line naming the override, instead of transformers' ``Your setup doesn't support bf16/gpu``
+raised inside ``TrainingArguments.__post_init__``. The values are read from the recipe and the command line
+with the same precedence as :func:`hf_optbench.config.parse.parse_args` (CLI over recipe), for the few keys
+these checks need; parse_args still validates everything afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from hf_optbench.config.parse import RunConfig, load_recipe
+from hf_optbench.errors import OptBenchError
+from hf_optbench.runlock import RunLock, acquire_run_lock, check_not_busy, is_launch_main_process
+
+# The keys read here; any other is left to parse_args.
+PREFLIGHT_KEYS = ("output_dir", "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "use_cpu", "torch_compile")
+_TRUE = ("yes", "true", "t", "y", "1")  # HfArgumentParser's string_to_bool
+# Devices on which Accelerate allows fp16 mixed precision (accelerate 1.15, Accelerator.__init__).
+FP16_DEVICES = ("xpu", "cuda", "npu", "xla", "mlu", "musa", "hpu", "sdaa", "mps")
+
+
+def light_settings(argv: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """({key: value}, {key: where it was set}) for :data:`PREFLIGHT_KEYS`, from ``[RECIPE] [--key value ...]``.
+
+    A value is the recipe's (YAML types) unless the command line sets the key (a string, last one wins; a bare
+    ``--flag`` is "true"). A leading token that is not a recipe is left for parse_args to refuse.
+    """
+    recipe_path = argv[0] if argv and argv[0].endswith((".yaml", ".yml", ".json")) else None
+    tokens = argv[1:] if recipe_path else list(argv)
+    values: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    if recipe_path is not None:
+        recipe = load_recipe(recipe_path)
+        for key in PREFLIGHT_KEYS:
+            if recipe.get(key) is not None:
+                values[key], where[key] = recipe[key], f"recipe '{recipe_path}'"
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        i += 1
+        if not tok.startswith("--") or len(tok) == 2:
+            continue
+        key, eq, value = tok[2:].partition("=")
+        key = key.replace("-", "_")
+        if not eq:
+            has_value = i < len(tokens) and not tokens[i].startswith("--")
+            value = tokens[i] if has_value else "true"
+            i += int(has_value)
+        if key in PREFLIGHT_KEYS:
+            values[key], where[key] = value, "the command line"
+    return values, where
+
+
+def as_bool(value: Any) -> bool:
+    """A recipe bool or a command-line string, read as HfArgumentParser reads it."""
+    return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
+
+
+def _accelerator() -> tuple[str | None, bool]:
+    """(this machine's accelerator type or None, whether it computes in bf16), by transformers' own test."""
+    import torch
+    from transformers.utils import is_torch_bf16_gpu_available
+
+    acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    return (acc.type if acc is not None else None), bool(is_torch_bf16_gpu_available())
+
+
+def _device_words(kind: str | None) -> str:
+    if kind is None:
+        return "no GPU"
+    if kind == "cuda":
+        import torch
+
+        return f"a {torch.cuda.get_device_name(0)}"
+    return f"a '{kind}' device"
+
+
+def check_hardware(values: dict[str, Any], where: dict[str, str]) -> None:
+    """Refuse bf16/fp16 that this machine cannot run, naming the hardware they need and the override that runs
+    the recipe here. torch and transformers are imported only when a recipe asks for half precision."""
+    use_cpu = as_bool(values.get("use_cpu", False))
+    bf16 = next((k for k in ("bf16", "bf16_full_eval") if as_bool(values.get(k, False))), None)
+    fp16 = next((k for k in ("fp16", "fp16_full_eval") if as_bool(values.get(k, False))), None)
+    if bf16 is None and fp16 is None:
+        return
+    kind, has_bf16 = _accelerator()
+    compile_ = as_bool(values.get("torch_compile", False)) and kind is None
+    cpu_fix = f"--{bf16 or fp16} false" + (" --torch_compile false" if compile_ else "")
+    if bf16 and not use_cpu and not has_bf16:
+        fix = "--bf16 false --fp16 true" if kind in FP16_DEVICES else cpu_fix
+        raise OptBenchError(
+            f"{where[bf16]} sets {bf16} true, for a GPU that computes in bf16 (NVIDIA Ampere or newer: A100, H100, "
+            f"L4, RTX 30xx+); this machine has {_device_words(kind)}. Run it here with {fix}"
+            + (" (and a smaller model_size) or use recipes/quickstart_cpu.yaml." if kind is None else ".")
+        )
+    if fp16 and (use_cpu or kind not in FP16_DEVICES):
+        where_fp16 = where[fp16]
+        here = "use_cpu is set" if use_cpu and kind is not None else f"this machine has {_device_words(kind)}"
+        raise OptBenchError(
+            f"{where_fp16} sets {fp16} true, which needs a GPU (fp16 mixed precision does not run on a CPU); "
+            f"{here}. Run it here with {cpu_fix}"
+            + (" (and a smaller model_size) or use recipes/quickstart_cpu.yaml." if kind is None else ".")
+        )
+
+
+def explicit_output_dir(values: dict[str, Any]) -> Path | None:
+    """The output_dir the recipe or command line names, or None (parse_args then derives one)."""
+    value = values.get("output_dir")
+    return Path(os.path.expanduser(str(value))) if value not in (None, "") else None
+
+
+def own_output_dir(cfg: RunConfig, held: RunLock | None = None) -> RunLock | None:
+    """The run-directory lock for ``cfg``'s output_dir (main process only; None on the other ranks): ``held`` when
+    it already locks that directory, else a new lock (the directory is created). Raises OptBenchError naming the
+    holder when another run owns it."""
+    if not is_launch_main_process():
+        return None
+    out = Path(cfg.training.output_dir)
+    if held is not None and held.held and held.output_dir.resolve() == out.resolve():
+        return held
+    return acquire_run_lock(out)
+
+
+def preflight(argv: list[str]) -> None:
+    """Before transformers is imported: refuse an output_dir (named by the recipe or command line) that a live run
+    holds, in well under 2 s, and half precision this machine cannot run. Touches nothing: the lock is taken by
+    :func:`own_output_dir` once the arguments are valid."""
+    values, where = light_settings(argv)
+    out = explicit_output_dir(values)
+    if out is not None and is_launch_main_process():
+        check_not_busy(out)
+    check_hardware(values, where)

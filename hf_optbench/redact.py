@@ -1,0 +1,140 @@
+"""Secrets out of everything a run writes, prints or shares: ``config.yaml``, the model card, the upload folder,
+error messages; and the content checks that keep pickles and tokens out of an upload.
+
+The Hub token comes from ``HF_TOKEN`` or the login cache (``hf auth login``) through ``huggingface_hub``; it is
+never accepted on the command line, and :func:`scrub_secrets` removes it (and anything shaped like one) from
+what hf_optbench writes, wherever it was pasted.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+# An HF user-access token is "hf_" followed by ~34 letters/digits; 30+ catches it without matching identifiers.
+HF_TOKEN_RE = re.compile(r"hf_[A-Za-z0-9]{30,}")
+REDACTED = "<redacted>"
+# Suffixes of files that torch/pickle would deserialise by executing code: never part of an upload.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+# Keys whose value is a secret whatever it looks like (TrainingArguments.hub_token, W&B keys, ...).
+SECRET_KEYS = frozenset({"hub_token", "hf_token", "token", "use_auth_token", "push_to_hub_token",
+                         "wandb_api_key", "api_key", "password", "secret"})
+
+
+def _is_secret_key(key: Any) -> bool:
+    return isinstance(key, str) and key.lower() in SECRET_KEYS
+
+
+def scrub_secrets(obj: Any) -> Any:
+    """A copy of ``obj`` (dicts/lists/tuples/strings, nested) without secrets.
+
+    Keys in :data:`SECRET_KEYS` (``hub_token``, ...) are dropped entirely, and every substring that looks like an
+    HF token (``hf_`` + 30 or more letters/digits) is replaced by ``<redacted>``, wherever it appears (a token
+    pasted into ``run_name`` or a URL is caught too). Other objects are returned unchanged.
+    """
+    if isinstance(obj, dict):
+        return {k: scrub_secrets(v) for k, v in obj.items() if not _is_secret_key(k)}
+    if isinstance(obj, list):
+        return [scrub_secrets(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(scrub_secrets(v) for v in obj)
+    if isinstance(obj, str):
+        return HF_TOKEN_RE.sub(REDACTED, obj)
+    return obj
+
+
+# ------------------------------------------------------------------------------------ names, text and argv
+
+# Words that make a variable or option name secret (issue 13: TOKEN, KEY, SECRET, PASSWORD, case-insensitive).
+SECRET_NAME_WORDS = frozenset({"token", "key", "secret", "password", "passwd", "apikey", "credentials"})
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable or option name looks secret: one of its words (split on ``-``/``_``/``.``) is in
+    :data:`SECRET_NAME_WORDS` (``HF_TOKEN``, ``--hub-token``, ``WANDB_API_KEY``; not ``max_train_tokens``)."""
+    words = re.split(r"[-_.\s]+", name.strip("-").lower())
+    return any(w in SECRET_NAME_WORDS for w in words)
+
+
+def secret_option_values(argv: list[str]) -> list[str]:
+    """The values given to options whose names look secret (``--token X``, ``--api-key=X``), to keep them out of
+    any message that would otherwise echo the command line."""
+    values = []
+    for i, tok in enumerate(argv):
+        if not tok.startswith("-"):
+            continue
+        name, eq, value = tok.partition("=")
+        if not is_secret_name(name):
+            continue
+        if eq:
+            values.append(value)
+        elif i + 1 < len(argv):
+            values.append(argv[i + 1])
+    return [v for v in values if v]
+
+
+def redact_text(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
+    """``text`` with each of ``secrets`` (literal values) and every HF-token-shaped substring replaced by
+    ``<redacted>``."""
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return HF_TOKEN_RE.sub(REDACTED, text)
+
+
+# ------------------------------------------------------------------------------------------- file contents
+
+
+def file_contains_token(path: Path, token: str | None, chunk: int = 8 << 20) -> bool:
+    """Stream the file (weights can be GBs) looking for a token-like string or ``token`` itself."""
+    needle = token.encode() if token else None
+    overlap = 256  # longer than any token, so a match split across two chunks is still seen
+    tail = b""
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            window = tail + block
+            if HF_TOKEN_RE.search(window.decode("latin-1")) or (needle and needle in window):
+                return True
+            tail = window[-overlap:]
+    return False
+
+
+def looks_pickled(path: Path) -> bool:
+    """Whether the file's *content* is a pickle, whatever its name: pickle protocol 2-5 (``torch.save``'s legacy
+    format too) opens with the PROTO opcode ``0x80`` and the protocol number; ``torch.save``'s zip format holds a
+    ``*.pkl`` member. Not for ``.safetensors`` files, whose 8-byte header length may start with those bytes (they
+    are checked by parsing them instead). Protocols 0-1 (text opcodes) are not recognised."""
+    with path.open("rb") as f:
+        head = f.read(4)
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return True
+    if head == b"PK\x03\x04":
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as archive:
+                return any(name.endswith(".pkl") for name in archive.namelist())
+        except zipfile.BadZipFile:
+            return False
+    return False
+
+
+def upload_file_problems(path: Path, rel: Path, token: str | None) -> list[str]:
+    """Why ``path`` (shown as ``rel``) must not be uploaded: pickled by name or content, unreadable safetensors,
+    or a token inside; [] when it may go."""
+    from safetensors import safe_open
+
+    problems = []
+    if path.suffix in PICKLE_SUFFIXES:
+        problems.append(f"{rel}: pickled file (loading it can run code); only safetensors are uploaded")
+    if path.suffix == ".safetensors":
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                f.keys()
+        except Exception as exc:  # safetensors raises its own error types
+            problems.append(f"{rel}: not a readable safetensors file ({exc})")
+    elif path.suffix not in PICKLE_SUFFIXES and looks_pickled(path):
+        problems.append(f"{rel}: holds a pickle (torch.save/pickle content under another name); not uploaded")
+    if file_contains_token(path, token):
+        problems.append(f"{rel}: contains a Hugging Face token")
+    return problems

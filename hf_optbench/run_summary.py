@@ -1,0 +1,96 @@
+"""summary.json of one run: what was asked and resolved (written before training, so a crash still leaves it)
+and what was measured (filled in after training, whatever its outcome).
+
+The keys are the run-directory contract in docs/ARCHITECTURE.md ("summary.json keys"); the report, the sweep,
+the model card and ``push`` read them, so a key is added here, never renamed or dropped.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any
+
+from hf_optbench.provenance import environment
+
+
+def precision_name(args: Any) -> str:
+    """bf16 / fp16 / fp32 from TrainingArguments' flags."""
+    return "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
+
+
+def build_summary(cfg: Any, prepared: Any, optimizer: Any, scheduler: Any, *, schedule: str,
+                  hparams: dict[str, Any], tokens_per_step: int, git: dict[str, Any]) -> dict[str, Any]:
+    """The settings half of summary.json; ``status`` starts as "failed" until training says otherwise."""
+    from hf_optbench.models import count_parameters
+    from hf_optbench.optim.registry import describe_optimizer
+    from hf_optbench.optim.schedules import describe_scheduler
+
+    args = cfg.training
+    model = prepared.model
+    return {
+        "optimizer": cfg.optim.optimizer,
+        "optimizer_impl": describe_optimizer(optimizer),  # re-read after training: what actually stepped
+        "model_size": cfg.model.model_size,
+        "num_params": count_parameters(model),
+        "num_params_non_embedding": count_parameters(model, exclude_embeddings=True),
+        "vocab_size": prepared.bundle.vocab_size,
+        "embedding_rows": model.get_input_embeddings().num_embeddings,
+        "block_size": cfg.data.block_size,
+        "micro_batch_size": args.per_device_train_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "world_size": args.world_size,
+        "tokens_per_step": tokens_per_step,
+        "seed": args.seed,
+        "learning_rate": args.learning_rate,
+        "weight_decay": args.weight_decay,
+        "max_grad_norm": args.max_grad_norm,
+        "hyperparameter_sources": {k: v["source"] for k, v in hparams.items()},
+        "schedule": schedule,
+        "schedule_resolved": describe_scheduler(scheduler),
+        "schedule_kwargs": {"warmup_steps": args.warmup_steps, "min_lr_ratio": cfg.optim.min_lr_ratio,
+                            **cfg.optim.schedule_kwargs_dict()},
+        "embedding_state_32bit": cfg.optim.embedding_state_32bit,
+        "precision": precision_name(args),
+        "max_steps": args.max_steps,
+        "data": prepared.bundle.info,
+        "env": environment(),
+        "git": git,
+        "recipe": cfg.recipe_path,
+        "status": "failed",
+        "error": None,
+        "final_tuning_loss": None,  # the tuning split's loss, for learning-rate selection only (never reported)
+    }
+
+
+def record_failure(summary: dict[str, Any], exc: BaseException, started: float) -> None:
+    """Status, error and traceback of a run that raised: an out-of-memory error is a result ("oom"), not a bug."""
+    summary["status"] = "oom" if "out of memory" in str(exc).lower() else "failed"
+    summary["error"] = f"{type(exc).__name__}: {exc}"
+    summary["traceback"] = traceback.format_exc(limit=20)
+    summary["train_runtime_s"] = time.time() - started
+
+
+def last_log(log_history: list[dict[str, Any]], key: str) -> float | None:
+    """The latest value of ``key`` in Trainer's log history, or None."""
+    for row in reversed(log_history):
+        if key in row:
+            return row[key]
+    return None
+
+
+def finish_summary(summary: dict[str, Any], state: Any, recorder: Any, optimizer: Any,
+                   tokens_per_step: int) -> None:
+    """The measured half: steps and tokens done, final losses, the recorder's figures, and the optimizer that
+    actually stepped (DeepSpeed or Accelerate may have wrapped the one we built). A divergence the recorder saw
+    wins over any other status."""
+    from hf_optbench.optim.registry import describe_optimizer
+
+    summary["steps"] = state.global_step
+    summary["tokens_seen"] = state.global_step * tokens_per_step
+    summary["final_train_loss"] = last_log(state.log_history, "loss")
+    summary["final_eval_loss"] = last_log(state.log_history, "eval_loss")
+    summary.update(recorder.summary())
+    summary["optimizer_impl"] = describe_optimizer(optimizer)
+    if recorder.status == "diverged":
+        summary["status"] = "diverged"

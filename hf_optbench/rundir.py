@@ -1,0 +1,162 @@
+"""Run-directory files: their names, run ids, atomic writes and readers, shared by a run, a sweep and the report.
+
+A run directory is written by one process and read by many (the sweep's progress, the report, `push`), so every
+JSON file is replaced atomically: a reader sees the old file or the new one, never half of one. A sweep directory
+adds two files of its own, read by the sweep (to restart) and by the report (to name each run's status):
+``sweep_state.jsonl`` (one line per event, appended) and ``sweep_manifest.json`` (the matrix).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hf_optbench.errors import OptBenchError
+
+SUMMARY_FILE = "summary.json"
+METRICS_FILE = "metrics.jsonl"
+CONFIG_FILE = "config.yaml"
+STATE_FILE = "sweep_state.jsonl"
+MANIFEST_FILE = "sweep_manifest.json"
+
+# A run's final status in summary.json. FINISHED: the run did what it was asked (a divergence is a result, not a
+# failure). FINAL: it will not change on its own (a sweep does not re-launch it unless asked).
+FINISHED_STATUSES = ("completed", "diverged")
+FINAL_STATUSES = ("completed", "diverged", "failed", "oom")
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` through a temporary file and ``os.replace``."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` to ``path`` exactly as given (no newline translation) through a temporary file and
+    ``os.replace``, so a reader (a sweep refreshing summary.csv while the report reads it) never sees half a file."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def run_id_for(optimizer: str, model_size: str, seed: int, lr_multiplier: float | None = None) -> str:
+    """Deterministic, filesystem-safe id of a sweep's matrix point: ``adamw__tiny__s0`` or ``lion__mini__s1__lrx0.5``
+    (:func:`parse_run_id` reads it back)."""
+    rid = f"{optimizer}__{model_size}__s{seed}"
+    if lr_multiplier is not None:
+        rid += f"__lrx{lr_multiplier:g}"
+    return re.sub(r"[^A-Za-z0-9_.\-]", "-", rid)
+
+
+def parse_run_id(run_id: str) -> dict[str, Any]:
+    """optimizer / model_size / seed (/ lr_multiplier) of an id made by :func:`run_id_for`; {} for another name."""
+    parts = run_id.split("__")
+    out: dict[str, Any] = {}
+    if len(parts) >= 3 and parts[2].startswith("s") and parts[2][1:].isdigit():
+        out = {"optimizer": parts[0], "model_size": parts[1], "seed": int(parts[2][1:])}
+        if len(parts) > 3 and parts[3].startswith("lrx"):
+            out["lr_multiplier"] = float(parts[3][3:])
+    return out
+
+
+def read_summary(run_dir: str | os.PathLike[str], *, required: bool = False) -> dict[str, Any] | None:
+    """A run's summary.json. Missing or unreadable: None, or with ``required`` an OptBenchError that names the fix."""
+    path = Path(run_dir) / SUMMARY_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError:
+        if not required:
+            return None
+        raise OptBenchError(
+            f"'{run_dir}' has no {SUMMARY_FILE}: it is not an hf_optbench run directory, or the run has not "
+            "finished. Point at a run's output_dir (the folder holding summary.json and metrics.jsonl)."
+        ) from None
+    except json.JSONDecodeError as exc:
+        if not required:
+            return None
+        raise OptBenchError(f"{path} is not valid JSON ({exc}): re-run or repair the run directory.") from exc
+    if not isinstance(data, dict):
+        if not required:
+            return None
+        raise OptBenchError(f"{path} does not hold a JSON object: re-run or repair the run directory.")
+    return data
+
+
+def read_metrics(run_dir: str | os.PathLike[str]) -> dict[str, list[dict[str, Any]]]:
+    """metrics.jsonl split by kind, the last row per (kind, step) kept (a resumed run may repeat a step); a torn
+    last line (a run killed mid-write) is skipped."""
+    by_kind: dict[str, dict[int, dict[str, Any]]] = {}
+    path = Path(run_dir) / METRICS_FILE
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            by_kind.setdefault(str(row.get("kind")), {})[int(row.get("step", -1))] = row
+    return {k: [v[s] for s in sorted(v)] for k, v in by_kind.items()}
+
+
+def append_state(path: Path, row: dict[str, Any]) -> None:
+    """Append one JSON line to a sweep's state file with a single O_APPEND write (a crash leaves at most a torn
+    last line, which :func:`read_state` skips) and fsync it."""
+    data = (json.dumps(row, sort_keys=True, default=str) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_state(path: Path) -> list[dict[str, Any]]:
+    """Every event row of a sweep's state file, oldest first; [] when there is none yet."""
+    rows: list[dict[str, Any]] = []
+    if not path.is_file():
+        return rows
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a torn line from a killed writer
+    return rows
+
+
+def finished_status(run_dir: Path, rows: Sequence[dict[str, Any]], run_id: str) -> str | None:
+    """The final status of a run, or None when it still has to run. summary.json is the truth; a crash that
+    left none is final when the sweep recorded its end for the current directory."""
+    summary = read_summary(run_dir)
+    if summary and summary.get("status") in FINAL_STATUSES:
+        return str(summary["status"])
+    ends = [r for r in rows if r.get("run_id") == run_id and r.get("event") == "end"]
+    moved = [r for r in rows if r.get("run_id") == run_id and r.get("event") == "moved"]
+    if ends and ends[-1].get("status") in FINAL_STATUSES and run_dir.is_dir():
+        if not moved or ends[-1].get("time", 0) > moved[-1].get("time", 0):
+            return str(ends[-1]["status"])
+    return None
+
+
+# A run's own bookkeeping files (written by the run layer, read back by a resumed run of the same directory).
+RUN_LOCK_FILE = "run.lock"  # the flock that makes one process the owner of a run directory (hf_optbench.runlock)
+SEGMENTS_FILE = "train_segments.json"  # one entry per training process of the run (hf_optbench.segments)
+TORN_CHECKPOINTS_DIR = "torn_checkpoints"  # checkpoints a kill tore mid-save, kept out of checkpoint-* rotation
+
+
+def read_segments(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The training segments recorded in a run directory (one per process that trained it), oldest first; [] when
+    there is no readable file."""
+    try:
+        data = json.loads((Path(run_dir) / SEGMENTS_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return []
+    segments = data.get("segments") if isinstance(data, dict) else None
+    return [s for s in segments if isinstance(s, dict)] if isinstance(segments, list) else []

@@ -1,0 +1,279 @@
+"""The numbers of a sweep's report: one flat record per run directory, the targets, the derived columns
+(time to each target, eval loss at matched budgets, spikes per 1k steps, planner state), the verdicts, and means
+over seeds per optimizer and size.
+
+Reads only run directories (``summary.json`` + ``metrics.jsonl``, docs/ARCHITECTURE.md) and the sweep's
+``sweep_manifest.json`` / ``sweep_state.jsonl``, so it works on a sweep that is still running or was killed.
+Convergence is compared at targets fixed from the baseline's runs alone (:mod:`hf_optbench.study.targets`); the
+verdict uses the 50 % target, and a run that never reaches it (or diverges) counts at its budget, marked censored.
+Runs at a learning-rate multiplier other than 1 are tuning runs: they feed the tuning curves, not the comparison.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hf_optbench.errors import OptBenchError
+from hf_optbench.rundir import (
+    FINISHED_STATUSES,
+    MANIFEST_FILE,
+    STATE_FILE,
+    finished_status,
+    parse_run_id,
+    read_metrics,
+    read_state,
+    read_summary,
+    write_text_atomic,
+)
+
+BASELINE = "adamw"
+DEFAULT_SMOOTHING = 20
+
+SUMMARY_COLUMNS = (
+    "run_id", "optimizer", "model_size", "seed", "lr_multiplier", "status", "error", "attempts",
+    "num_params", "num_params_non_embedding", "optimizer_impl", "learning_rate", "weight_decay", "precision",
+    "world_size", "micro_batch_size", "block_size", "tokens_per_step", "steps", "tokens_seen",
+    "final_train_loss", "final_eval_loss", "final_tuning_loss", "max_steps", "optimizer_state_bytes", "optimizer_state_bytes_per_param",
+    "param_bytes", "grad_bytes", "peak_memory_bytes", "peak_memory_kind", "step_time_median_s", "step_time_p90_s",
+    "tokens_per_s", "mfu", "loss_spikes", "max_loss_spike", "grad_norm_spikes", "diverged_step", "train_runtime_s",
+    "run_dir",
+)
+DERIVED_COLUMNS = ("target", "target_loss", "steps_to_target", "tokens_to_target", "seconds_to_target",
+                   "target_censored", "mean_loss_over_budget", "eval_loss_at_50%", "loss_spikes_per_1k", "diverged",
+                   "planner_optimizer_state_bytes", "hyperparameter_sources")
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def _run_dirs(sweep_dir: Path) -> list[Path]:
+    root = sweep_dir / "runs" if (sweep_dir / "runs").is_dir() else sweep_dir
+    return sorted(p for p in root.iterdir() if p.is_dir() and ".incomplete-" not in p.name
+                  and ((p / "summary.json").is_file() or (p / "metrics.jsonl").is_file()
+                       or (p / "stdout.log").is_file()))
+
+
+def load_runs(sweep_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """One flat record per run directory: the matrix point, the final status, summary.json's figures."""
+    d = Path(sweep_dir)
+    if not d.is_dir():
+        raise OptBenchError(f"sweep directory not found: '{sweep_dir}'. Pass a sweep's output_dir.")
+    manifest: dict[str, dict[str, Any]] = {}
+    if (d / MANIFEST_FILE).is_file():
+        manifest = {r["run_id"]: r for r in json.loads((d / MANIFEST_FILE).read_text(encoding="utf-8"))["runs"]}
+    rows = read_state(d / STATE_FILE)
+    return [_record(run_dir, manifest.get(run_dir.name, {}), rows) for run_dir in _run_dirs(d)]
+
+
+def _record(run_dir: Path, planned: Mapping[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A run's record: summary.json's figures, its matrix point (manifest, else its id), its status and error as
+    the state file has them, and the whole summary under ``_summary``."""
+    rid = run_dir.name
+    summary = read_summary(run_dir) or {}
+    point = {**parse_run_id(rid), **{k: v for k, v in planned.items()
+                                      if k in ("optimizer", "model_size", "seed", "lr_multiplier", "max_steps")}}
+    rec: dict[str, Any] = {k: summary.get(k) for k in SUMMARY_COLUMNS}
+    rec.update({"run_id": rid, "run_dir": str(run_dir)})
+    for key in ("optimizer", "model_size", "seed"):
+        rec[key] = summary.get(key, point.get(key))
+    rec["lr_multiplier"] = point.get("lr_multiplier")
+    rec["max_steps"] = summary.get("max_steps") or point.get("max_steps")
+    ends = [r for r in rows if r.get("run_id") == rid and r.get("event") == "end"]
+    rec["attempts"] = sum(1 for r in rows if r.get("run_id") == rid and r.get("event") in ("start", "submitted"))
+    status = finished_status(run_dir, rows, rid) if rows else summary.get("status")
+    rec["status"] = status or "running/unfinished"
+    if ends and ends[-1].get("status") == rec["status"] and ends[-1].get("error") and not rec.get("error"):
+        rec["error"] = ends[-1]["error"]
+    if rec["status"] == "failed" and ends and ends[-1].get("status") == "oom":
+        rec["status"] = "oom"
+    rec["_summary"] = summary
+    return rec
+
+
+def write_summary_csv(records: Sequence[Mapping[str, Any]], path: str | os.PathLike[str],
+                      extra: Sequence[str] = ()) -> Path:
+    """One row per run (rewritten whole each time, atomically: never a duplicate or torn row)."""
+    buf = io.StringIO(newline="")
+    writer = csv.DictWriter(buf, fieldnames=list(SUMMARY_COLUMNS) + list(extra), extrasaction="ignore")
+    writer.writeheader()
+    for rec in records:
+        row = {k: rec.get(k) for k in writer.fieldnames}
+        if isinstance(row.get("error"), str):
+            row["error"] = row["error"].strip().splitlines()[-1][:300] if row["error"].strip() else ""
+        writer.writerow(row)
+    return write_text_atomic(path, buf.getvalue())
+
+
+# ---------------------------------------------------------------------------------------------- derived
+def parse_targets(text: str | None) -> float | dict[str, float] | None:
+    """``5.0`` (every size) or ``tiny=6.1,mini=5.4``; None for the targets fixed from the baseline's runs."""
+    if not text:
+        return None
+    try:
+        if "=" not in text:
+            return float(text)
+        return {k.strip(): float(v) for k, v in (part.split("=", 1) for part in text.split(",") if part.strip())}
+    except ValueError as exc:
+        raise OptBenchError(f"--target-loss '{text}' is not a number or a list like tiny=6.1,mini=5.4.") from exc
+
+
+def is_comparison(rec: Mapping[str, Any]) -> bool:
+    """A run of the comparison: no learning-rate multiplier, or x1 (the rate the sweep compares at)."""
+    mult = rec.get("lr_multiplier")
+    return mult is None or float(mult) == 1.0
+
+
+@dataclass
+class Analysis:
+    """Everything the report shows, computed once: the comparison's records (with derived columns), every run's
+    record and metrics, the targets, the verdicts and the tuning runs."""
+
+    records: list[dict[str, Any]]  # the comparison (lr multiplier none or 1)
+    all_records: list[dict[str, Any]] = field(default_factory=list)  # every run directory of the sweep
+    tuning: list[dict[str, Any]] = field(default_factory=list)  # runs with an lr multiplier (+ --tuning-dir)
+    metrics: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    targets: dict[str, list[Any]] = field(default_factory=dict)  # size -> [targets.Target]
+    target_notes: list[str] = field(default_factory=list)
+    given_targets: bool = False
+    sizes: list[str] = field(default_factory=list)  # by parameter count
+    optimizers: list[str] = field(default_factory=list)
+    verdicts: list[Any] = field(default_factory=list)
+    predicted: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def ok(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["status"] in FINISHED_STATUSES]
+
+    def verdict_target(self, size: str) -> Any:
+        """The target the verdict uses at ``size`` (the given one, else the baseline's 50 % point), or None."""
+        from hf_optbench.study.targets import GIVEN, VERDICT_TARGET
+
+        want = GIVEN if self.given_targets else VERDICT_TARGET
+        return next((t for t in self.targets.get(size, []) if t.name == want), None)
+
+
+def window(rec: Mapping[str, Any]) -> int:
+    """The run's own target_smoothing_steps (summary.json, else config.yaml), so report and recorder agree."""
+    from hf_optbench.study.planned import run_config
+
+    value = (rec.get("_summary") or {}).get("target_smoothing_steps") or run_config(rec).get("target_smoothing_steps")
+    return int(value or DEFAULT_SMOOTHING)
+
+
+def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, float] | None = None,
+            baseline: str = BASELINE, tuning_dir: str | os.PathLike[str] | None = None) -> Analysis:
+    """Everything the report shows, computed once. ``tuning_dir``: a tuning sweep whose runs give the tuning
+    curves (the sweep's own runs at lr multipliers other than 1 always do)."""
+    from hf_optbench.measure.verdict import verdict
+    from hf_optbench.study.planned import planner_state, predicted_ratios
+
+    everything = load_runs(sweep_dir)
+    if not everything:
+        raise OptBenchError(f"no run directories in '{sweep_dir}'. Run `hf-optbench sweep` first.")
+    an = Analysis(records=[r for r in everything if is_comparison(r)], all_records=everything)
+    extra = load_runs(tuning_dir) if tuning_dir is not None else []
+    an.tuning = [r for r in everything + extra if r.get("lr_multiplier") is not None]
+    skipped = len(everything) - len(an.records)
+    if skipped:
+        an.notes.append(f"{skipped} run(s) at a learning-rate multiplier other than 1 are tuning runs: they appear "
+                        "in the tuning curves and the run list, not in the comparison")
+    ok = an.ok()
+    params = {r["model_size"]: float(r["num_params"]) for r in reversed(ok) if r.get("num_params")}
+    an.sizes = sorted({r["model_size"] for r in an.records if r.get("model_size")},
+                      key=lambda s: params.get(s, math.inf))
+    an.optimizers = sorted({r["optimizer"] for r in an.records if r.get("optimizer")},
+                           key=lambda o: (o != baseline, o))
+    for r in everything + extra:
+        if r["status"] in FINISHED_STATUSES:
+            an.metrics[r["run_id"]] = read_metrics(r["run_dir"])
+    _set_targets(an, target_loss, baseline)
+    for r in an.records:
+        _derive(an, r)
+        r["planner_optimizer_state_bytes"] = planner_state(r)
+    if any(r["optimizer"] == baseline for r in ok):
+        an.verdicts = verdict(ok, baseline=baseline)
+    else:
+        an.notes.append(f"no completed '{baseline}' runs: ratios and verdicts need the baseline")
+    an.predicted = predicted_ratios(an, baseline)
+    return an
+
+
+def _set_targets(an: Analysis, target_loss: float | dict[str, float] | None, baseline: str) -> None:
+    """The targets per size: given (one for all, or per size), else fixed from the baseline's completed runs."""
+    from hf_optbench.study.targets import baseline_targets, given_target
+
+    an.given_targets = target_loss is not None
+    for size in an.sizes:
+        if isinstance(target_loss, dict):
+            if size in target_loss:
+                an.targets[size] = [given_target(size, target_loss[size])]
+        elif target_loss is not None:
+            an.targets[size] = [given_target(size, float(target_loss))]
+        else:
+            runs = [(r, an.metrics[r["run_id"]].get("train", []), window(r)) for r in an.ok()
+                    if r["model_size"] == size and r["optimizer"] == baseline and r["status"] == "completed"]
+            an.targets[size], notes = baseline_targets(size, runs, baseline)
+            an.target_notes += notes
+            if not runs:
+                an.target_notes.append(f"{size}: no completed {baseline} run, so no target")
+
+
+def _derive(an: Analysis, r: dict[str, Any]) -> None:
+    """The derived columns of one record, in place: stability figures, the time to each target (censored at the
+    budget), the eval loss at each target's token count and the mean loss over the budget."""
+    from hf_optbench.study.targets import budget, eval_at_tokens, mean_loss_over_budget, time_to_each
+
+    finished = r["status"] in FINISHED_STATUSES
+    r["diverged"] = 1.0 if r["status"] == "diverged" else 0.0 if r["status"] == "completed" else None
+    steps = r.get("steps") or 0
+    r["loss_spikes_per_1k"] = (1000.0 * float(r.get("loss_spikes") or 0) / steps) if finished and steps else None
+    r["hyperparameter_sources"] = (r.get("_summary") or {}).get("hyperparameter_sources")
+    if r["status"] == "diverged":
+        r["final_eval_loss"] = None  # a diverged run's last loss is not a convergence figure (see stability)
+    targets = an.targets.get(r.get("model_size"), [])
+    m = an.metrics.get(r["run_id"], {})
+    train = m.get("train", [])
+    limit = budget(r, train) if finished else None
+    r["to_target"] = time_to_each(train, targets, window(r), limit) if finished and targets else {}
+    r["eval_at"] = {t.name: eval_at_tokens(m.get("eval", []), t.tokens) for t in targets}
+    r["eval_loss_at_50%"] = r["eval_at"].get("50%")
+    r["mean_loss_over_budget"] = mean_loss_over_budget(train, (limit or {}).get("tokens"),
+                                                       r["status"] == "diverged") if finished else None
+    chosen = an.verdict_target(r.get("model_size"))
+    r["target"] = chosen.name if chosen else None
+    r["target_loss"] = chosen.loss if chosen else None
+    hit = r["to_target"].get(chosen.name) if chosen else None
+    for key in ("steps", "tokens", "seconds"):
+        r[f"{key}_to_target"] = hit[key] if hit else None
+        r[f"{key}_to_target_censored"] = bool(hit and hit["censored"])
+    r["target_censored"] = r["tokens_to_target_censored"] if hit else None
+
+
+# ------------------------------------------------------------------------------------------- aggregation
+def _agg(values: Iterable[Any]) -> dict[str, float] | None:
+    vals = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not vals:
+        return None
+    return {"mean": statistics.fmean(vals), "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+            "min": min(vals), "max": max(vals), "n": len(vals)}
+
+
+def value(rec: Mapping[str, Any], key: str) -> Any:
+    """A record's ``key``: a record column, else the run's summary.json key of that name (so a report table can
+    show any summary figure without adding it to summary.csv)."""
+    return rec[key] if key in rec else (rec.get("_summary") or {}).get(key)
+
+
+def group(records: Sequence[Mapping[str, Any]], key: str, optimizer: str, size: str,
+          statuses: tuple[str, ...] = FINISHED_STATUSES) -> dict[str, float] | None:
+    """mean/std/min/max/n of ``key`` over the seeds of one optimizer at one size (runs with ``statuses``)."""
+    return _agg(value(r, key) for r in records
+                if r.get("optimizer") == optimizer and r.get("model_size") == size and r["status"] in statuses)
+

@@ -1,0 +1,278 @@
+"""The report of a sweep: tables, plots and the scaling verdict, as Markdown, HTML (plots embedded), CSV and PNG.
+
+    hf-optbench report runs/cpu_demo [--output runs/cpu_demo/report] [--target-loss 5.0 | tiny=6.1,mini=5.4]
+
+Three parts: :mod:`~hf_optbench.study.analysis` computes every number once (records, targets, derived columns,
+verdicts), :mod:`~hf_optbench.study.plots` draws the PNGs, :mod:`~hf_optbench.study.tables` declares the tables
+as column specs; this module lays them out in one :class:`Doc`, rendered to both Markdown and HTML.
+Means over seeds are arithmetic in the tables; the plots draw every seed. Besides report.md / report.html:
+summary.csv (one row per run) and runs.parquet (every metrics row of every run, :mod:`~hf_optbench.study.export`).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hf_optbench.rundir import write_text_atomic
+from hf_optbench.study import tables as T
+from hf_optbench.study import tables_targets as TT
+from hf_optbench.study.analysis import (
+    BASELINE,
+    DERIVED_COLUMNS,
+    SUMMARY_COLUMNS,
+    Analysis,
+    analyse,
+    group,
+    load_runs,
+    parse_targets,
+    write_summary_csv,
+)
+from hf_optbench.study.plots import write_plots
+
+__all__ = ["BASELINE", "DERIVED_COLUMNS", "SUMMARY_COLUMNS", "Analysis", "Doc", "analyse", "build_report", "group",
+           "load_runs", "parse_targets", "write_summary_csv"]
+
+
+class Doc:
+    """Blocks rendered to both Markdown and HTML, so the two reports never disagree."""
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[str, Any]] = []
+
+    def h(self, level: int, text: str) -> None:
+        self.blocks.append(("h", (level, text)))
+
+    def p(self, text: str) -> None:
+        self.blocks.append(("p", text))
+
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        self.blocks.append(("table", (list(header), [[str(c) for c in r] for r in rows])))
+
+    def img(self, path: Path, alt: str) -> None:
+        self.blocks.append(("img", (path, alt)))
+
+    def markdown(self, base: Path) -> str:
+        out = []
+        for kind, val in self.blocks:
+            if kind == "h":
+                out.append("#" * val[0] + " " + val[1])
+            elif kind == "p":
+                out.append(val)
+            elif kind == "table":
+                header, rows = val
+                out.append("| " + " | ".join(header) + " |")
+                out.append("|" + "|".join("---" for _ in header) + "|")
+                out += ["| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in r) + " |"
+                        for r in rows]
+            elif kind == "img":
+                out.append(f"![{val[1]}]({os.path.relpath(val[0], base)})")
+            out.append("")
+        return "\n".join(out)
+
+    def html(self, title: str) -> str:
+        out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+               "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+               "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}"
+               "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f3f3f3}"
+               "img{max-width:100%}code{background:#f6f6f6}</style></head><body>"]
+        for kind, val in self.blocks:
+            if kind == "h":
+                out.append(f"<h{val[0]}>{html.escape(val[1])}</h{val[0]}>")
+            elif kind == "p":
+                out.append("<p>" + re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(val)) + "</p>")
+            elif kind == "table":
+                header, rows = val
+                out.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in header) + "</tr>")
+                out += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows]
+                out.append("</table>")
+            elif kind == "img":
+                data = base64.b64encode(Path(val[0]).read_bytes()).decode("ascii")
+                out.append(f"<p><img alt='{html.escape(val[1])}' src='data:image/png;base64,{data}'></p>")
+        out.append("</body></html>")
+        return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------------ sections
+def _overview(doc: Doc, an: Analysis, name: str) -> None:
+    ok = an.ok()
+    env = next((r["_summary"].get("env") for r in ok if r["_summary"].get("env")), {}) or {}
+    git = next((r["_summary"].get("git") for r in ok if r["_summary"].get("git")), {}) or {}
+    statuses: dict[str, int] = {}
+    for r in an.all_records:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    doc.h(1, f"Optimizer benchmark report: {name}")
+    doc.p(f"{len(an.all_records)} runs ({', '.join(f'{v} {k}' for k, v in sorted(statuses.items()))}); "
+          f"optimizers: {', '.join(an.optimizers)}; sizes: {', '.join(an.sizes)}. "
+          f"Device: {env.get('device', 'n/a')}; torch {((env.get('packages') or {}).get('torch')) or 'n/a'}, "
+          f"transformers {((env.get('packages') or {}).get('transformers')) or 'n/a'}; "
+          f"git {str(git.get('commit') or 'n/a')[:10]}{' (dirty)' if git.get('dirty') else ''}.")
+    for note in an.notes:
+        doc.p(f"Note: {note}.")
+
+
+def _verdict(doc: Doc, an: Analysis) -> None:
+    doc.h(2, f"Scaling verdict (advantage over {BASELINE} as parameters grow)")
+    if not an.verdicts:
+        doc.p(f"No verdict: it needs completed {BASELINE} runs and at least one other optimizer.")
+        return
+    doc.table(*T.render(T.verdict_columns(an), [o for o in an.optimizers if o != BASELINE]))
+    from hf_optbench.measure.verdict import ALPHA, VERDICT_MEANINGS
+
+    doc.p(f"Cells: the verdict, then the ratio (or gap) to {BASELINE} at the smallest → largest size run and where "
+          f"the optimizer stands at the largest size. Runs are paired with {BASELINE} by seed (same initial weights "
+          f"and data order); each size has a Student-t interval of the mean paired log-ratio, and the trend is the "
+          f"mean of per-seed slopes over log10(parameters) with its own interval. Both tests share a family-wise "
+          f"level of {ALPHA:.0%} (each at {ALPHA / 2:.1%}, so the intervals shown are {1 - ALPHA / 2:.1%} intervals); "
+          "differences within the margin (2 % for ratios; 1 spike / 1k steps; 0.2 of seeds diverging) count as level. "
+          "Time to target uses the 50 % target (see Convergence); a run that never reached it, or diverged, counts "
+          "at its budget and the pair is marked censored (the true ratio is then at least as far from 1 in that "
+          "run's disfavour). Full rule: hf_optbench/measure/verdict.py.")
+    doc.table(["verdict", "meaning"], [[k, v] for k, v in VERDICT_MEANINGS.items()])
+    doc.h(3, "Evidence")
+    doc.table(*T.render(T.EVIDENCE, an.verdicts))
+
+
+def _ratios(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
+    from hf_optbench.measure.verdict import ALPHA
+
+    if not an.verdicts:
+        return
+    doc.h(2, f"Ratios to {BASELINE} per model size")
+    doc.table(*T.render(T.ratio_columns(), T.ratio_rows(an)))
+    doc.p(f"Cells: mean paired ratio to {BASELINE} [its {1 - ALPHA / 2:.1%} t interval] and the stance (ahead / behind: "
+          "the whole interval beyond the ±2 % margin; level: inside it; no difference: neither); censored: pairs where "
+          "a run never reached the target and counts at its budget. A wall-clock figure whose per-seed ratios spread "
+          "wider than its effect is marked not interpretable: the machine's load, not the optimizer, moved it. "
+          "Predicted rows: the memory planner's "
+          "optimizer-state ratio at GPT-2 sizes not run (`hf-optbench memory`), with GPT-2's 50,304-row embedding and "
+          "1,024 positions; the 8-bit optimizers as configured in this sweep (embedding state 32-bit or not).")
+    if files.get("scaling.png"):
+        doc.img(files["scaling.png"], "scaling")
+
+
+def _memory(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
+    doc.h(2, "Memory (MiB, mean over seeds)")
+    doc.table(*T.render(T.MEMORY.columns, T.MEMORY.rows(an)))
+    kinds = sorted({str(r.get("peak_memory_kind")) for r in an.ok() if r.get("peak_memory_kind")})
+    doc.p(f"Peak memory kind: {', '.join(kinds) or 'n/a'} (cpu_peak_rss includes the Python/torch runtime, which "
+          "dominates the smallest models).")
+    if files.get("memory.png"):
+        doc.img(files["memory.png"], "memory")
+
+
+def _convergence(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
+    from hf_optbench.study.targets import VERDICT_TARGET
+
+    doc.h(2, "Convergence")
+    if an.given_targets:
+        doc.p("Target loss per size: given with --target-loss (the verdict uses it).")
+    else:
+        doc.p(f"Targets, fixed before any other optimizer is looked at: {BASELINE}'s smoothed train loss at 25 / 50 / "
+              f"75 / 100 % of its step budget, averaged over its seeds, so adding or dropping an optimizer cannot move "
+              f"them. The verdict uses the {VERDICT_TARGET} target: mid-run, where the optimizer and not the end of the "
+              "schedule decides when it is reached. Train loss, not eval loss: it is logged every step, so a time to "
+              "target is resolved to one step (eval runs every eval_steps); the held-out comparison is the eval loss at "
+              "matched token budgets below.")
+    doc.table(*TT.targets_table(an))
+    for note in an.target_notes:
+        doc.p(f"Note: {note}.")
+    doc.table(*T.render(T.CONVERGENCE.columns, T.CONVERGENCE.rows(an)))
+    doc.p("Mean train loss over budget: the area under train loss vs tokens divided by the token budget (summary.json's "
+          "loss_auc_tokens is not normalised, so a run that stopped early would look better); a run that logged fewer "
+          "tokens than its budget is extended at its last loss, a diverged run has none (it counts under Stability). "
+          "A diverged run's final eval loss is left out for the same reason.")
+    doc.h(3, "Tokens to each target")
+    doc.p("Mean ± sd over seeds; a run that never reached a target (or diverged first) counts at its token budget and "
+          "is counted as censored: the mean is then a lower bound.")
+    doc.table(*TT.per_target_table(an, "tokens"))
+    doc.h(3, "Eval loss at matched token budgets")
+    doc.p("Every run's eval loss at the token counts of the target points (linear interpolation between the two "
+          "evaluations around each point; – where the run has no evaluation on both sides, e.g. before the first one "
+          "or after a divergence).")
+    doc.table(*TT.per_target_table(an, "eval"))
+    for size in an.sizes:
+        for key in (f"loss_{size}.png", f"lr_gradnorm_{size}.png"):
+            if key in files:
+                doc.img(files[key], key)
+
+
+def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
+    from hf_optbench.study.tuning_curves import sources_cell
+
+    doc.h(2, "Hyperparameters: where each came from, and the tuning curves")
+    seen: dict[tuple[str, str], set[str]] = {}
+    for r in an.records:
+        seen.setdefault((r.get("optimizer"), r.get("model_size")), set()).add(
+            sources_cell((r.get("_summary") or {}).get("hyperparameter_sources")))
+    doc.table(["optimizer", "size", "learning rate, weight decay, clipping from"],
+              [[o, s, " / ".join(sorted(seen[(o, s)]))] for o in an.optimizers for s in an.sizes if (o, s) in seen])
+    doc.p("cited: the optimizer registry's default for the size, with its citation (`hf-optbench optimizers`); tuned: "
+          "the tuned_hparams_file that gave it; user: set in the recipe or on the command line. Per run: the Runs table.")
+    header, rows, key = TT.tuning_table(an)
+    if not rows:
+        doc.p("No tuning runs (runs at learning-rate multipliers) in this sweep: pass a tuning sweep with "
+              "`--tuning-dir` to show the tuning curves.")
+        return
+    doc.p(f"Tuning curves: {key.replace('_', ' ')} "
+          + ("(the held-out tuning split, not the reported eval split)" if key == "final_tuning_loss" else
+             "(the reported eval split: these runs have no final_tuning_loss, so selection and report share a split)")
+          + " per learning rate, mean ± sd over seeds; best: the lowest mean among learning rates with no diverged or "
+          "failed seed (the rule of `hf-optbench tune`).")
+    doc.table(header, rows)
+    for name in sorted(k for k in files if k.startswith("tuning_")):
+        doc.img(files[name], name)
+
+
+def _throughput_and_stability(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
+    doc.h(2, "Step time and throughput")
+    doc.table(*T.render(T.THROUGHPUT.columns, T.THROUGHPUT.rows(an)))
+    if files.get("throughput.png"):
+        doc.img(files["throughput.png"], "throughput")
+    doc.h(2, "Stability")
+    doc.table(*T.render(T.STABILITY.columns, T.STABILITY.rows(an)))
+    if files.get("stability.png"):
+        doc.img(files["stability.png"], "stability")
+
+
+def _runs(doc: Doc, an: Analysis) -> None:
+    doc.h(2, "Runs")
+    doc.table(*T.render(T.RUNS, an.all_records))
+    doc.p("Machine-readable: summary.csv (one row per run, with the derived target columns) and runs.parquet (every "
+          "metrics row of every run, tidy: `pandas.read_parquet(\"runs.parquet\")` or "
+          "`datasets.load_dataset(\"parquet\", data_files=\"runs.parquet\")`).")
+
+
+# ------------------------------------------------------------------------------------------------- report
+def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None,
+                 target_loss: float | dict[str, float] | None = None,
+                 tuning_dir: str | os.PathLike[str] | None = None) -> dict[str, Path]:
+    """Write report.md, report.html, summary.csv, runs.parquet and the PNG plots; returns their paths by name.
+    ``tuning_dir``: a tuning sweep whose runs give the tuning curves."""
+    from hf_optbench.study.export import write_runs_parquet
+
+    sweep = Path(sweep_dir)
+    out = Path(output) if output else sweep / "report"
+    an = analyse(sweep, target_loss, tuning_dir=tuning_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Path] = {"summary.csv": write_summary_csv(an.all_records, out / "summary.csv", DERIVED_COLUMNS)}
+    files["runs.parquet"] = write_runs_parquet(an.all_records, an.metrics, out / "runs.parquet")
+    files.update(write_plots(an, out))
+    name = sweep.resolve().name
+    doc = Doc()
+    _overview(doc, an, name)
+    _verdict(doc, an)
+    _ratios(doc, an, files)
+    _memory(doc, an, files)
+    _convergence(doc, an, files)
+    _hyperparameters(doc, an, files)
+    _throughput_and_stability(doc, an, files)
+    _runs(doc, an)
+    files["report.md"] = write_text_atomic(out / "report.md", doc.markdown(out))
+    files["report.html"] = write_text_atomic(out / "report.html", doc.html(f"hf_optbench report: {name}"))
+    return files

@@ -1,0 +1,249 @@
+"""Sweeps: a base recipe x a matrix of optimizers, model sizes, seeds (and learning-rate multipliers), one
+process per run, restartable.
+
+    hf-optbench sweep recipes/sweeps/cpu_demo.yaml [--dry-run] [--max-runs N] [--retry-failed] [--output-dir DIR]
+
+Sweep file (YAML)::
+
+    base: recipes/quickstart_cpu.yaml      # a run recipe; relative paths: current dir first, then the sweep file's
+    output_dir: runs/cpu_demo              # relative to the current directory
+    overrides: {max_steps: 60}             # recipe keys applied to every run
+    matrix:
+      optimizer: [adamw, lion]
+      model_size: [tiny, mini]
+      seed: [0, 1]
+      lr_multipliers: [0.5, 1, 2]          # optional: x the run's resolved learning rate (a tuning grid by hand)
+    tune:                                  # optional: tune, then compare (the main protocol, see below)
+      lr_multipliers: [0.5, 1, 2]          # >= 3, around x1 (the cited default)
+      seed: [0]                            # seeds of the tuning runs
+    per_optimizer: {lion: {weight_decay: 1.0}}   # optional recipe keys for one optimizer
+    per_model_size: {gpt2-xl: {per_device_train_batch_size: 4}}   # optional recipe keys for one size
+    launcher:
+      type: accelerate                     # accelerate (default) | python | command
+      accelerate_config: accelerate_configs/cpu.yaml
+      command: [...]                       # type command: argv prefix that accepts hf_optbench.run's arguments
+      executor: local                      # local (default) | slurm (submitit; one job per run)
+      slurm: {partition: gpu, gpus_per_node: 4, timeout_min: 120}   # submitit parameters
+      timeout_s: null                      # per-run wall-clock limit (local executor)
+      env: {}                              # extra environment variables for every run; a value whose name
+                                           # has TOKEN/KEY/SECRET/PASSWORD is never written (name kept)
+      validate: true                       # parse every run's arguments in-process before launching
+
+Tune, then compare: with ``tune:``, every optimizer x size of the matrix first runs the learning-rate grid (cited
+default x each multiplier, tune seeds, the same overrides, horizon and batch as the comparison) into
+``<output_dir>/tuning/`` (a sweep directory of its own); the best multiplier by mean ``final_tuning_loss`` (a
+held-out split: set ``tuning_blocks`` in overrides) goes to ``<output_dir>/tuned_hparams.yaml`` with its
+provenance; then the comparison matrix runs with ``--tuned_hparams_file`` pointing at it. An optimizer x size
+without a tuned value stops the sweep before the comparison starts. Tuning runs are never reused as comparison
+runs: their seed's result picked the rate, so give the comparison other seeds (its runs are fresh either way).
+
+Trackers: every run gets WANDB_RUN_GROUP (the sweep's name; ``<name>-tuning`` for the grid), WANDB_TAGS
+(optimizer, model_size, seed, phase, lr_multiplier), WANDB_NAME (the run id), WANDB_JOB_TYPE (tune/compare) and
+HF_OPTBENCH_SWEEP_POINT (the matrix point as JSON), so with ``report_to: wandb`` W&B groups and filters a sweep's
+runs on its own.
+
+Why one process per run: allocator caches and leftovers of a previous optimizer would skew the next run's memory
+figures (peak memory is a per-process maximum: CUDA's max_memory_allocated, or the process's peak RSS on CPU). Why the state file: a sweep is killed (pre-emption, Ctrl-C, OOM killer) and must restart
+without redoing or duplicating finished runs. The run's own ``summary.json`` decides whether it finished
+(completed/diverged; failed/oom are final too unless ``--retry-failed``); ``sweep_state.jsonl`` records every
+attempt, one JSON line per event written with a single O_APPEND write. An unfinished run directory is resumed
+from its last ``checkpoint-*`` (``--resume_from_checkpoint true``) or moved aside to ``<run_id>.incomplete-<n>``;
+nothing is ever deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from hf_optbench.redact import REDACTED, scrub_secrets
+from hf_optbench.rundir import (
+    MANIFEST_FILE,
+    STATE_FILE,
+    append_state,
+    finished_status,
+    read_state,
+    run_id_for,
+    write_json_atomic,
+    write_text_atomic,
+)
+from hf_optbench.study.launch import RUN_DIR_ENV, build_command, execute, kill_tree, run_env, run_local
+from hf_optbench.study.slurm import run_slurm
+from hf_optbench.study.sweep_spec import (
+    RunSpec,
+    SweepSpec,
+    attach_tuned_file,
+    load_sweep,
+    public_env,
+    resolve_grid,
+    secret_values,
+    validate_runs,
+)
+from hf_optbench.study.sweep_state import OOM_PATTERN, Progress, classify_outcome, sweep_lock
+
+# The sweep's names in one place (its parts live in sweep_spec, sweep_state, launch and slurm).
+__all__ = [
+    "MANIFEST_FILE", "OOM_PATTERN", "RUN_DIR_ENV", "STATE_FILE", "Progress", "RunSpec", "SweepSpec", "append_state",
+    "build_command", "classify_outcome", "execute", "finished_status", "kill_tree", "load_sweep", "read_state",
+    "run_env", "run_id_for", "run_sweep", "sweep_lock", "validate_runs",
+]
+
+
+def _redacted_copy(spec: SweepSpec, secrets: list[str]) -> str:
+    """The sweep file's text with every secret value replaced (comments kept); when that does not read back as
+    YAML free of them (a value written quoted or escaped), the parsed file re-dumped with the values replaced."""
+    import yaml
+
+    original = spec.path.read_text(encoding="utf-8")
+    text = original
+    for value in sorted(secrets, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    try:
+        raw = yaml.safe_load(text) or {}
+        env = (raw.get("launcher") or {}).get("env") or {}
+        clean = not any(str(v) in secrets for v in env.values())
+    except (yaml.YAMLError, AttributeError):
+        clean = False
+    if not clean:
+        raw = yaml.safe_load(original) or {}
+        launcher = {**raw["launcher"], "env": public_env(dict(raw["launcher"]["env"]))}
+        text = "# secrets removed by hf-optbench\n" + yaml.safe_dump({**raw, "launcher": launcher}, sort_keys=False)
+    return str(scrub_secrets(text))
+
+
+def _manifest(spec: SweepSpec) -> dict[str, Any]:
+    """The manifest of one phase: secret-named env values replaced by a marker, token-shaped strings removed."""
+    launcher = {k: v for k, v in spec.launcher.items() if k != "env"}
+    runs = []
+    for r in spec.runs:
+        d = asdict(r)
+        d["env"] = public_env(r.env)
+        runs.append(d)
+    manifest = scrub_secrets({
+        "name": spec.name, "sweep_file": str(spec.path), "base": str(spec.base), "launcher": launcher,
+        "overrides": spec.overrides, "per_optimizer": spec.per_optimizer, "per_model_size": spec.per_model_size,
+        "runs": runs})
+    manifest["launcher"]["env"] = public_env(dict(spec.launcher.get("env") or {}))
+    if spec.tune is not None and spec.tuning is not None:
+        manifest["tune"] = {**asdict(spec.tune), "tuning_dir": str(spec.tuning.output_dir),
+                            "tuned_file": str(spec.tuned_file)}
+    return manifest
+
+
+def _write_manifest(spec: SweepSpec, sweep_copy: bool = True) -> None:
+    """The matrix point and arguments of every run (the report and `tune` read it) and a copy of the sweep file;
+    no secret value in either."""
+    spec.runs_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(spec.output_dir / MANIFEST_FILE, _manifest(spec))
+    if sweep_copy:
+        secrets = secret_values(dict(spec.launcher.get("env") or {}))
+        write_text_atomic(spec.output_dir / "sweep.yaml", _redacted_copy(spec, secrets))
+
+
+def _refresh_summary(spec: SweepSpec) -> None:
+    """summary.csv of the sweep directory, rewritten after every run so that a killed sweep still has one."""
+    from hf_optbench.study.analysis import load_runs, write_summary_csv
+
+    write_summary_csv(load_runs(spec.output_dir), spec.output_dir / "summary.csv")
+
+
+def _counts(spec: SweepSpec, rows: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for run in spec.runs:
+        status = finished_status(spec.run_dir(run), rows, run.run_id) or "pending"
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+def _add(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in sorted(set(a) | set(b))}
+
+
+def _phases(spec: SweepSpec) -> list[SweepSpec]:
+    return ([spec.tuning] if spec.tuning is not None else []) + [spec]
+
+
+def _dry_run(spec: SweepSpec, out_stream: Any) -> dict[str, int]:
+    """Print each run's status and command (the tuning phase first); launch nothing, write nothing."""
+    if spec.tune is not None:
+        attach_tuned_file(spec)
+    counts: dict[str, int] = {}
+    for phase in _phases(spec):
+        rows = read_state(phase.output_dir / STATE_FILE)
+        for run in phase.runs:
+            status = finished_status(phase.run_dir(run), rows, run.run_id) or "pending"
+            cmd = " ".join(build_command(phase, run, phase.run_dir(run), False))
+            print(f"{run.run_id:<40} {status:<10} {cmd}", file=out_stream)
+        counts = _add(counts, _counts(phase, rows))
+    return counts
+
+
+def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any,
+               sweep_copy: bool) -> tuple[dict[str, int], int]:
+    """Run (or continue) one phase's runs; (counts by status, runs launched)."""
+    _write_manifest(spec, sweep_copy)
+    state = spec.output_dir / STATE_FILE
+    rows = read_state(state)
+    todo, done = [], 0
+    for run in spec.runs:
+        status = finished_status(spec.run_dir(run), rows, run.run_id)
+        if status is None or (retry_failed and status in ("failed", "oom")):
+            todo.append(run)
+        else:
+            done += 1
+    progress = Progress(len(spec.runs), done, out_stream)
+    progress.say(f"{spec.name}: {len(spec.runs)} runs, {done} already finished, {len(todo)} to run "
+                 f"-> {spec.output_dir}")
+    if max_runs is not None:
+        todo = todo[:max_runs]
+    if todo and spec.launcher["executor"] == "slurm":
+        run_slurm(spec, todo, state, rows, progress)
+    elif todo:
+        run_local(spec, todo, state, rows, progress, after_each=lambda: _refresh_summary(spec))
+    rows = read_state(state)
+    _refresh_summary(spec)
+    counts = _counts(spec, rows)
+    progress.say("finished: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    return counts, len(todo)
+
+
+def _tune_then_attach(spec: SweepSpec, out_stream: Any) -> None:
+    """Select the tuned values, write them (tune_phase checks that every compared optimizer x size has one), and
+    point the comparison runs at them."""
+    from hf_optbench.study.tuning import tune_phase
+
+    path, warnings = tune_phase(spec)
+    for w in warnings:
+        print(f"[sweep] tuning warning: {w}", file=out_stream, flush=True)
+    print(f"[sweep] tuned learning rates -> {path}", file=out_stream, flush=True)
+    attach_tuned_file(spec)
+
+
+def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dry_run: bool = False,
+              max_runs: int | None = None, retry_failed: bool = False, stream: Any = None) -> dict[str, int]:
+    """Run (or continue) a sweep: with ``tune:``, the tuning phase, the tuned-values file, then the comparison.
+    Returns counts by status of every run of both phases ("pending" for those not run). Bad sweep files raise
+    OptBenchError before anything is launched; an optimizer x size the tuning could not tune, before the
+    comparison starts."""
+    out_stream = stream or sys.stdout
+    spec = load_sweep(path, output_dir)
+    if spec.launcher.get("validate", True):
+        validate_runs(spec)
+    else:
+        for phase in _phases(spec):
+            resolve_grid(phase)
+    if dry_run:
+        return _dry_run(spec, out_stream)
+    with sweep_lock(spec.output_dir):
+        counts: dict[str, int] = {}
+        if spec.tuning is not None:
+            _write_manifest(spec)  # the whole sweep's file and matrix, before its first (tuning) run
+            counts, launched = _run_phase(spec.tuning, max_runs, retry_failed, out_stream, sweep_copy=False)
+            max_runs = None if max_runs is None else max_runs - launched
+            if set(counts) - {"completed", "diverged", "failed", "oom"}:  # stopped early: compare later
+                return _add(counts, {"pending": len(spec.runs)})
+            _tune_then_attach(spec, out_stream)
+        compared, _ = _run_phase(spec, max_runs, retry_failed, out_stream, sweep_copy=True)
+        return _add(counts, compared)

@@ -1,0 +1,385 @@
+"""A sweep file, read and checked: the matrix expanded into one :class:`RunSpec` per run, before anything is launched.
+
+The file format is documented in :mod:`hf_optbench.study.sweep` (the ``hf-optbench sweep --help`` text). Every
+mistake raises OptBenchError naming the key and the fix: a sweep that fails after its tenth run because of a typo
+in its last one wastes the first nine. A sweep with a ``tune:`` section holds two phases: the tuning grid (its own
+:class:`SweepSpec` in ``<output_dir>/tuning``) and the comparison, whose runs read ``<output_dir>/tuned_hparams.yaml``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hf_optbench.errors import OptBenchError, suggest
+from hf_optbench.redact import REDACTED
+from hf_optbench.rundir import run_id_for
+
+SWEEP_KEYS = {"base", "output_dir", "overrides", "matrix", "per_optimizer", "per_model_size", "launcher", "name",
+              "description", "tune"}
+TUNE_KEYS = {"lr_multipliers", "seed"}
+TUNING_DIR = "tuning"  # the tuning phase's sweep directory, under the sweep's output_dir
+TUNED_FILE = "tuned_hparams.yaml"  # what the tuning phase selected; every comparison run reads it
+TUNING_METRIC = "final_tuning_loss"  # summary.json: loss on the held-out tuning split (DataArguments.tuning_blocks)
+# Keys that would beat or bypass the tuned value (an explicit value wins in config.hparams.resolve_hyperparameters).
+TUNED_KEYS = ("learning_rate", "tuned_hparams_file")
+# Environment variables whose value hf_optbench never writes or prints (the name is kept: it says what was set).
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.I)
+MATRIX_KEYS = {"optimizer", "model_size", "seed", "lr_multipliers"}
+LAUNCHER_KEYS = {"type", "accelerate_config", "command", "executor", "slurm", "timeout_s", "env", "validate",
+                 "progress_interval_s"}
+LAUNCHER_TYPES = ("accelerate", "python", "command")
+EXECUTORS = ("local", "slurm")
+# Keys the sweep sets per run: in overrides they would be silently replaced.
+RESERVED_KEYS = {"optimizer", "model_size", "seed", "output_dir"}
+
+
+@dataclass
+class RunSpec:
+    """One point of the matrix and the arguments of its run (without --output_dir)."""
+
+    run_id: str
+    optimizer: str
+    model_size: str
+    seed: int
+    lr_multiplier: float | None
+    args: list[str]
+    learning_rate: float | None = None
+    max_steps: int | None = None
+    phase: str = "compare"  # "tune" for a run of the tuning grid
+    env: dict[str, str] = field(default_factory=dict)  # tracker grouping (W&B), added to the run's environment
+
+
+@dataclass
+class TuneSpec:
+    """The ``tune:`` section: the learning-rate grid (multipliers of each optimizer's cited default) and its seeds."""
+
+    multipliers: list[float]
+    seeds: list[int]
+    metric: str = TUNING_METRIC
+
+
+@dataclass
+class SweepSpec:
+    """A checked sweep file: where its runs go, how they are launched, and the runs themselves."""
+
+    path: Path
+    base: Path
+    output_dir: Path
+    overrides: dict[str, Any]
+    per_optimizer: dict[str, dict[str, Any]]
+    per_model_size: dict[str, dict[str, Any]]
+    launcher: dict[str, Any]
+    runs: list[RunSpec] = field(default_factory=list)
+    name: str = ""
+    tune: TuneSpec | None = None
+    tuning: SweepSpec | None = None  # the tuning phase (runs into <output_dir>/tuning), when ``tune`` is set
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.output_dir / "runs"
+
+    @property
+    def tuned_file(self) -> Path:
+        """Where the tuning phase writes the selected values (read by every comparison run)."""
+        return self.output_dir / TUNED_FILE
+
+    def run_dir(self, run: RunSpec) -> Path:
+        return self.runs_dir / run.run_id
+
+
+def _resolve_path(value: str, sweep_file: Path, key: str) -> Path:
+    p = Path(value).expanduser()
+    for cand in ([p] if p.is_absolute() else [Path.cwd() / p, sweep_file.parent / p]):
+        if cand.is_file():
+            return cand.resolve()
+    raise OptBenchError(
+        f"{key} '{value}' of sweep '{sweep_file}' not found (looked in the current directory and next to the "
+        "sweep file). Fix the path."
+    )
+
+
+def _as_list(matrix: dict[str, Any], key: str, required: bool) -> list[Any]:
+    value = matrix.get(key)
+    if value is None:
+        if required:
+            raise OptBenchError(f"sweep matrix needs '{key}': a list, e.g. {key}: [...].")
+        return []
+    if not isinstance(value, list):
+        value = [value]
+    if required and not value:
+        raise OptBenchError(f"sweep matrix '{key}' is empty: give at least one value.")
+    if len(set(map(str, value))) != len(value):
+        raise OptBenchError(f"sweep matrix '{key}' lists a value twice: {value}. Remove the duplicate.")
+    return value
+
+
+def mapping(value: Any, where: str) -> dict[str, Any]:
+    """``value`` as a dict ({} for None); anything else is an OptBenchError naming ``where``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise OptBenchError(f"{where} must be a mapping (key: value), got {type(value).__name__}.")
+    return value
+
+
+def _check_keys(value: Any, allowed: set[str], where: str) -> dict[str, Any]:
+    value = mapping(value, where)
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        hint = suggest(unknown[0], sorted(allowed))
+        raise OptBenchError(f"unknown key '{unknown[0]}' in {where}.{hint} Allowed: {', '.join(sorted(allowed))}.")
+    return value
+
+
+def _read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    import yaml
+
+    if not Path(path).is_file():
+        raise OptBenchError(f"sweep file not found: '{path}'. Pass an existing YAML file (see recipes/sweeps/).")
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise OptBenchError(f"sweep '{path}' is not valid YAML: {exc}") from exc
+    raw = _check_keys(raw, SWEEP_KEYS, f"sweep '{path}'")
+    if "base" not in raw:
+        raise OptBenchError(f"sweep '{path}' needs 'base: <recipe.yaml>' (the recipe every run starts from).")
+    return raw
+
+
+def _overrides(raw: dict[str, Any]) -> dict[str, Any]:
+    overrides = dict(mapping(raw.get("overrides"), "overrides"))
+    bad = sorted(RESERVED_KEYS & set(overrides))
+    if bad:
+        raise OptBenchError(f"'{bad[0]}' cannot be an override: the sweep sets it per run. Put it in 'matrix' "
+                            "(optimizer, model_size, seed) or use --output-dir / 'output_dir' for the sweep.")
+    return overrides
+
+
+def _matrix(raw: dict[str, Any]) -> tuple[list[str], list[str], list[int], list[float]]:
+    """(optimizers, sizes, seeds, lr multipliers) of the matrix, each checked."""
+    matrix = _check_keys(raw.get("matrix"), MATRIX_KEYS, "matrix")
+    optimizers = [str(o) for o in _as_list(matrix, "optimizer", True)]
+    sizes = [str(s) for s in _as_list(matrix, "model_size", True)]
+    seeds = _seeds(_as_list(matrix, "seed", False) or [0], "matrix seed")
+    return optimizers, sizes, seeds, _multipliers(_as_list(matrix, "lr_multipliers", False), "lr_multipliers")
+
+
+def _seeds(seeds: list[Any], where: str) -> list[int]:
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise OptBenchError(f"{where} must be a list of integers, got {seeds}.")
+    return [int(s) for s in seeds]
+
+
+def _multipliers(mults: list[Any], where: str) -> list[float]:
+    for m in mults:
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not m > 0:
+            raise OptBenchError(f"{where} must be positive numbers, got {m!r}. E.g. [0.25, 0.5, 1, 2, 4].")
+    return [float(m) for m in mults]
+
+
+def _tune(raw: dict[str, Any], mults: list[float], overrides: dict[str, Any],
+          per_point: list[tuple[str, dict[str, Any]]]) -> TuneSpec | None:
+    """The ``tune:`` section, checked: a grid around the cited default (>= 3 points, some below and some above x1),
+    and nothing elsewhere in the file that would replace the tuned learning rate."""
+    if raw.get("tune") is None:
+        return None
+    tune = _check_keys(raw["tune"], TUNE_KEYS, "tune")
+    grid = sorted(_multipliers(_as_list(tune, "lr_multipliers", True), "tune.lr_multipliers"))
+    if len(grid) < 3 or not grid[0] < 1 < grid[-1]:
+        raise OptBenchError(f"tune.lr_multipliers {grid} is not a grid around the cited default: give at least 3 "
+                            "multipliers with some below 1 and some above, e.g. [0.5, 1, 2].")
+    if mults:
+        raise OptBenchError("a sweep with 'tune' compares at the tuned learning rates: remove matrix.lr_multipliers "
+                            "(the grid belongs in tune.lr_multipliers).")
+    for where, table in [("overrides", overrides)] + per_point:
+        bad = [k for k in TUNED_KEYS if k in table]
+        if bad:
+            raise OptBenchError(f"'{bad[0]}' in {where} would replace the tuned learning rate of a sweep with 'tune': "
+                                f"remove it (the tuning phase writes {TUNED_FILE} and every compared run reads it).")
+    return TuneSpec(multipliers=grid, seeds=_seeds(_as_list(tune, "seed", False) or [0], "tune.seed"))
+
+
+def _per_point(raw: dict[str, Any], key: str, names: list[str], what: str) -> dict[str, Any]:
+    """per_optimizer / per_model_size: keys must be matrix values, and none may set a reserved key."""
+    table = _check_keys(raw.get(key), set(names), f"{key} (keys must be matrix {what})")
+    for name, extra in table.items():
+        _check_keys(extra, set(mapping(extra, f"{key}.{name}")) - RESERVED_KEYS, f"{key}.{name}")
+    return table
+
+
+def _launcher(raw: dict[str, Any], sweep_file: Path) -> dict[str, Any]:
+    launcher = dict(_check_keys(raw.get("launcher"), LAUNCHER_KEYS, "launcher"))
+    launcher.setdefault("type", "accelerate")
+    launcher.setdefault("executor", "local")
+    launcher.setdefault("validate", True)
+    launcher["env"] = {str(k): v for k, v in mapping(launcher.get("env"), "launcher.env").items()}
+    if launcher["type"] not in LAUNCHER_TYPES:
+        raise OptBenchError(f"launcher.type '{launcher['type']}' is not one of {', '.join(LAUNCHER_TYPES)}.")
+    if launcher["executor"] not in EXECUTORS:
+        raise OptBenchError(f"launcher.executor '{launcher['executor']}' is not one of {', '.join(EXECUTORS)}.")
+    if launcher["type"] == "accelerate":
+        if not launcher.get("accelerate_config"):
+            raise OptBenchError("launcher.type accelerate needs launcher.accelerate_config (e.g. "
+                                "accelerate_configs/cpu.yaml), or use type: python.")
+        launcher["accelerate_config"] = str(_resolve_path(str(launcher["accelerate_config"]), sweep_file,
+                                                          "launcher.accelerate_config"))
+    if launcher["type"] == "command" and not (isinstance(launcher.get("command"), list) and launcher["command"]):
+        raise OptBenchError("launcher.type command needs launcher.command: a list, e.g. [python, wrapper.py].")
+    return launcher
+
+
+SWEEP_POINT_ENV = "HF_OPTBENCH_SWEEP_POINT"  # the run's matrix point as JSON, for the run's tracker config
+
+
+def tracker_env(spec: SweepSpec, run: RunSpec) -> dict[str, str]:
+    """W&B's grouping of one run, read by ``wandb.init`` from the environment (transformers' WandbCallback calls it
+    without group or tags): the sweep as the group, the matrix point as tags, the run id as the name, the phase as
+    the job type; and the matrix point as JSON (:data:`SWEEP_POINT_ENV`) for the run's own tracker config.
+    (Not WANDB_CONFIG_PATHS: wandb 0.31 rejects it when read from the environment, a str where it wants a list.)"""
+    import json
+
+    tags = [f"optimizer:{run.optimizer}", f"model_size:{run.model_size}", f"seed:{run.seed}", f"phase:{run.phase}"]
+    if run.lr_multiplier is not None:
+        tags.append(f"lr_multiplier:{run.lr_multiplier:g}")
+    point = {"sweep": spec.name, "phase": run.phase, "run_id": run.run_id, "optimizer": run.optimizer,
+             "model_size": run.model_size, "seed": run.seed, "lr_multiplier": run.lr_multiplier}
+    return {"WANDB_RUN_GROUP": spec.name, "WANDB_TAGS": ",".join(tags), "WANDB_NAME": run.run_id,
+            "WANDB_JOB_TYPE": run.phase, SWEEP_POINT_ENV: json.dumps(point, sort_keys=True)}
+
+
+def _expand(spec: SweepSpec, optimizers: list[str], sizes: list[str], seeds: list[int], mults: list[float],
+            phase: str = "compare") -> None:
+    """Append one RunSpec per matrix point. Seeds outermost: a half-finished sweep already holds one complete seed
+    of every optimizer x size."""
+    from hf_optbench.config.parse import to_tokens
+
+    for seed in seeds:
+        for size in sizes:
+            for mult in (mults or [None]):
+                for opt in optimizers:
+                    args = [str(spec.base)] + to_tokens(spec.overrides) \
+                        + to_tokens(spec.per_model_size.get(size) or {}) + to_tokens(spec.per_optimizer.get(opt) or {})
+                    args += ["--optimizer", opt, "--model_size", size, "--seed", str(seed)]
+                    multiplier = None if mult is None else float(mult)
+                    rid = run_id_for(opt, size, seed, multiplier)
+                    if "run_name" not in spec.overrides:
+                        args += ["--run_name", rid]
+                    run = RunSpec(rid, opt, size, int(seed), multiplier, args, phase=phase)
+                    run.env = tracker_env(spec, run)
+                    spec.runs.append(run)
+
+
+def load_sweep(path: str | os.PathLike[str], output_dir: str | None = None) -> SweepSpec:
+    """Read and check a sweep file (structure only; :func:`validate_runs` checks every run's arguments)."""
+    sweep_file = Path(path)
+    raw = _read_yaml(path)
+    base = _resolve_path(str(raw["base"]), sweep_file, "base")
+    overrides = _overrides(raw)
+    optimizers, sizes, seeds, mults = _matrix(raw)
+    per_opt = _per_point(raw, "per_optimizer", optimizers, "optimizers")
+    per_size = _per_point(raw, "per_model_size", sizes, "model sizes")
+    tune = _tune(raw, mults, overrides, [(f"per_optimizer.{k}", mapping(v, k)) for k, v in per_opt.items()]
+                 + [(f"per_model_size.{k}", mapping(v, k)) for k, v in per_size.items()])
+    launcher = _launcher(raw, sweep_file)
+    out = Path(output_dir or raw.get("output_dir") or Path("runs") / sweep_file.stem).resolve()
+    name = str(raw.get("name") or sweep_file.stem)
+    common = dict(path=sweep_file.resolve(), base=base, overrides=overrides, per_optimizer=per_opt,
+                  per_model_size=per_size, launcher=launcher)
+    spec = SweepSpec(output_dir=out, name=name, tune=tune, **common)
+    if tune is not None:
+        # Same base, overrides and per-point keys as the comparison: the grid runs at the real horizon.
+        spec.tuning = SweepSpec(output_dir=out / TUNING_DIR, name=f"{name}-tuning", **common)
+        _expand(spec.tuning, optimizers, sizes, tune.seeds, tune.multipliers, phase="tune")
+    _expand(spec, optimizers, sizes, seeds, mults)
+    return spec
+
+
+def attach_tuned_file(spec: SweepSpec) -> None:
+    """Point every comparison run of a sweep with ``tune`` at its tuned-values file (once)."""
+    for run in spec.runs:
+        if "--tuned_hparams_file" not in run.args:
+            run.args = run.args + ["--tuned_hparams_file", str(spec.tuned_file)]
+
+
+def _probe(spec: SweepSpec, run: RunSpec) -> Any:
+    """The run's RunConfig, parsed in-process; on a machine without CUDA (a laptop, a SLURM login node) with
+    ``--use_cpu true`` so that TrainingArguments accepts a GPU recipe's bf16/fp16 (hardware is checked where the
+    run runs). The output_dir given is never created."""
+    import torch
+
+    from hf_optbench.config.parse import parse_args
+
+    hardware = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
+    probe = spec.output_dir / ".validate-never-created" / run.run_id
+    return parse_args(run.args + ["--output_dir", str(probe)] + hardware)
+
+
+def _check_run(spec: SweepSpec, run: RunSpec, cfg: Any) -> None:
+    """What a sweep requires of a run beyond valid arguments: a tuning run evaluates a held-out tuning split, and a
+    run that reads a tuned-values file finds its learning rate there (never a silent fallback to the citation)."""
+    from hf_optbench.optim.registry import lookup_tuned
+
+    if run.phase == "tune" and not (getattr(cfg.data, "tuning_blocks", 0) or 0) > 0:
+        raise OptBenchError("the tuning grid selects learning rates on a held-out tuning split, never on the reported "
+                            "eval split: set tuning_blocks (e.g. 16) in the sweep's overrides.")
+    if spec.tune is not None and "learning_rate" in cfg.explicit:
+        raise OptBenchError("its recipe sets learning_rate, which would replace the tuned rate of a sweep with "
+                            "'tune': remove learning_rate from the base recipe.")
+    tuned = cfg.optim.tuned_hparams_file
+    if tuned and "learning_rate" not in cfg.explicit and os.path.isfile(tuned) \
+            and "learning_rate" not in lookup_tuned(tuned, run.optimizer, run.model_size):
+        raise OptBenchError(
+            f"tuned_hparams_file '{tuned}' has no learning rate for {run.optimizer}/{run.model_size}, and a tuned "
+            "comparison never falls back to the cited default. Tune that optimizer at that size (add it to the "
+            "tuning sweep, then `hf-optbench tune`), or give the sweep a 'tune:' section, which tunes every size "
+            "it compares.")
+
+
+def _set_grid_lr(run: RunSpec, cfg: Any) -> None:
+    """A grid run's learning rate: its multiplier x the rate the run would otherwise use (its cited default)."""
+    from hf_optbench.config.hparams import resolve_hyperparameters
+
+    if run.lr_multiplier is None or run.learning_rate is not None:
+        return
+    run.learning_rate = float(resolve_hyperparameters(cfg)["learning_rate"]["value"]) * run.lr_multiplier
+    run.args = run.args + ["--learning_rate", f"{run.learning_rate:.6g}"]
+
+
+def resolve_grid(spec: SweepSpec) -> None:
+    """Set the learning rate of every run with a multiplier; needed even when validation is switched off."""
+    for run in spec.runs:
+        if run.lr_multiplier is not None and run.learning_rate is None:
+            try:
+                _set_grid_lr(run, _probe(spec, run))
+            except OptBenchError as exc:
+                raise OptBenchError(f"sweep run '{run.run_id}': {exc}") from exc
+
+
+def validate_runs(spec: SweepSpec) -> None:
+    """Parse every run's arguments in-process (hf_optbench.config.parse.parse_args) before launching anything,
+    tuning phase first, check what the sweep requires of each (:func:`_check_run`), and resolve the learning rate
+    of each run with a multiplier. Raises OptBenchError naming the run."""
+    for phase in ([spec.tuning] if spec.tuning is not None else []) + [spec]:
+        for run in phase.runs:
+            try:
+                cfg = _probe(phase, run)
+                _check_run(phase, run, cfg)
+                run.max_steps = int(cfg.training.max_steps)
+                _set_grid_lr(run, cfg)
+            except OptBenchError as exc:
+                raise OptBenchError(f"sweep run '{run.run_id}': {exc}") from exc
+
+
+def public_env(env: dict[str, Any]) -> dict[str, str]:
+    """``env`` as hf_optbench may write it: the value of a variable whose name looks secret (TOKEN, KEY, SECRET,
+    PASSWORD, any case) replaced by a marker; the name stays, to say that it was set."""
+    return {str(k): REDACTED if SECRET_NAME.search(str(k)) else str(v) for k, v in env.items()}
+
+
+def secret_values(env: dict[str, Any]) -> list[str]:
+    """The values of ``env``'s secret-named variables (to keep them out of files and messages)."""
+    return [str(v) for k, v in env.items() if SECRET_NAME.search(str(k)) and str(v)]

@@ -1,0 +1,307 @@
+"""The report's tables as specs: each table is a list of :class:`Column` (a header, and how to compute the cell
+from a row) and one renderer, :func:`render`, makes every table from its spec.
+
+Most tables have one row per optimizer and model size (a :class:`Group`, the seeds of that pair) and say which
+groups they show (:class:`GroupTable` ``keep``). Adding a figure to the report is one line in a spec, e.g. in
+:data:`STABILITY`::
+
+    Column("max grad-norm spike", pm("max_grad_norm_spike", "{:.3g}")),
+
+``pm(key)`` is the mean ± standard deviation over seeds of a record column, or of any summary.json key of that
+name (:func:`hf_optbench.study.analysis.value`); ``mib(key)`` the mean in MiB.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hf_optbench.rundir import FINISHED_STATUSES
+from hf_optbench.study.analysis import BASELINE, Analysis, group
+
+Cell = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table: its header, and the cell of a row (anything; rendered with ``str``)."""
+
+    header: str
+    cell: Cell
+
+
+@dataclass(frozen=True)
+class Group:
+    """One optimizer at one model size, over its seeds: a row of the per-size tables."""
+
+    an: Analysis
+    size: str
+    optimizer: str
+
+    def agg(self, key: str, statuses: tuple[str, ...] = FINISHED_STATUSES) -> dict[str, float] | None:
+        return group(self.an.records, key, self.optimizer, self.size, statuses)
+
+    def mean(self, key: str) -> float | None:
+        return (self.agg(key) or {}).get("mean")
+
+    def runs(self, statuses: tuple[str, ...] = FINISHED_STATUSES) -> list[dict[str, Any]]:
+        return [r for r in self.an.records if r.get("optimizer") == self.optimizer
+                and r.get("model_size") == self.size and r["status"] in statuses]
+
+
+@dataclass(frozen=True)
+class GroupTable:
+    """A table with one row per (size, optimizer) group that ``keep`` accepts, sizes outermost."""
+
+    columns: Sequence[Column]
+    keep: Callable[[Group], bool]
+
+    def rows(self, an: Analysis) -> list[Group]:
+        groups = (Group(an, size, opt) for size in an.sizes for opt in an.optimizers)
+        return [g for g in groups if self.keep(g)]
+
+
+def render(columns: Sequence[Column], rows: Iterable[Any]) -> tuple[list[str], list[list[str]]]:
+    """(header, cells) of a table: every cell computed by its column, as text."""
+    return [c.header for c in columns], [[str(c.cell(row)) for c in columns] for row in rows]
+
+
+# ------------------------------------------------------------------------------------------------ formats
+def fmt_mib(v: float | None) -> str:
+    return "–" if v is None else f"{v / 2**20:,.2f}"
+
+
+def fmt_num(v: float | None, fmt: str = "{:.4g}") -> str:
+    return "–" if v is None else fmt.format(v)
+
+
+def fmt_pm(a: dict[str, float] | None, fmt: str = "{:.4g}", scale: float = 1.0) -> str:
+    """"mean ± std" of an aggregate (no ± for one seed or no spread)."""
+    if a is None:
+        return "–"
+    s = fmt.format(a["mean"] / scale)
+    if a["n"] > 1 and a["std"] > 0:
+        std = a["std"] / scale
+        s += " ± " + (fmt.format(std) if "f}" in fmt else f"{std:.2g}")
+    return s
+
+
+def pm(key: str, fmt: str = "{:.4g}", statuses: tuple[str, ...] = FINISHED_STATUSES) -> Cell:
+    """Cell: mean ± std over the group's seeds of ``key``."""
+    return lambda g: fmt_pm(g.agg(key, statuses), fmt)
+
+
+def mib(key: str) -> Cell:
+    """Cell: mean over the group's seeds of a byte count, in MiB."""
+    return lambda g: fmt_mib(g.mean(key))
+
+
+SIZE = Column("size", lambda g: g.size)
+OPTIMIZER = Column("optimizer", lambda g: g.optimizer)
+
+
+# ------------------------------------------------------------------------------------------- per-size tables
+def _planner_check(g: Group) -> str:
+    measured, planned = g.mean("optimizer_state_bytes"), g.mean("planner_optimizer_state_bytes")
+    if measured is None or planned is None:
+        return "–"
+    return "equal" if measured == planned else f"differs by {measured - planned:+,.0f} B"
+
+
+def _reached(g: Group) -> str:
+    """"2/3 (1 censored)": runs that reached the verdict's target, of the finished ones; the others count at
+    their budget."""
+    runs = [r for r in g.runs() if r.get("tokens_to_target") is not None]
+    censored = sum(1 for r in runs if r.get("tokens_to_target_censored"))
+    return f"{len(runs) - censored}/{len(runs)}" + (f" ({censored} censored)" if censored else "")
+
+
+def _wall_note(g: Group, key: str) -> str:
+    """The wall-clock warning of hf_optbench.study.noise beside a figure of a non-baseline optimizer."""
+    from hf_optbench.study.noise import by_seed, wallclock_note
+
+    if g.optimizer == BASELINE:
+        return ""
+    note = wallclock_note(by_seed(g.runs(), key, g.optimizer, g.size), by_seed(
+        [r for r in g.an.ok() if r.get("optimizer") == BASELINE], key, BASELINE, g.size))
+    return f" {note}" if note else ""
+
+
+def _diverged(g: Group) -> str:
+    runs = g.runs()
+    return f"{sum(1 for r in runs if r['status'] == 'diverged')}/{len(runs)}"
+
+
+def _impl(g: Group) -> str:
+    return next((r.get("optimizer_impl") for r in g.runs()), "") or ""
+
+
+_MEMORY_KEYS = ("param_bytes", "grad_bytes", "optimizer_state_bytes", "peak_memory_bytes",
+                "planner_optimizer_state_bytes", "optimizer_state_bytes_per_param")
+COMPLETED = ("completed",)
+
+MEMORY = GroupTable(keep=lambda g: any(g.agg(k) for k in _MEMORY_KEYS), columns=[
+    SIZE, OPTIMIZER,
+    Column("parameters", mib("param_bytes")),
+    Column("gradients", mib("grad_bytes")),
+    Column("optimizer state", mib("optimizer_state_bytes")),
+    Column("peak", mib("peak_memory_bytes")),
+    Column("state B/param", pm("optimizer_state_bytes_per_param", "{:.3f}")),
+    Column("planner state", mib("planner_optimizer_state_bytes")),
+    Column("planner vs measured", _planner_check),
+])
+CONVERGENCE = GroupTable(keep=lambda g: bool(g.runs()), columns=[
+    SIZE, OPTIMIZER,
+    Column("final eval loss", pm("final_eval_loss", statuses=COMPLETED)),
+    Column("eval loss at 50 % budget", pm("eval_loss_at_50%")),
+    Column("mean train loss over budget", pm("mean_loss_over_budget", statuses=COMPLETED)),
+    Column("steps to target", pm("steps_to_target", "{:.0f}")),
+    Column("tokens to target", pm("tokens_to_target", "{:,.0f}")),
+    Column("seconds to target", lambda g: pm("seconds_to_target", "{:.1f}")(g) + _wall_note(g, "seconds_to_target")),
+    Column("reached", _reached),
+])
+THROUGHPUT = GroupTable(keep=lambda g: g.agg("step_time_median_s") is not None, columns=[
+    SIZE, OPTIMIZER,
+    Column("implementation", _impl),
+    Column("median step (s)", lambda g: pm("step_time_median_s", "{:.4f}")(g) + _wall_note(g, "step_time_median_s")),
+    Column("p90 step (s)", pm("step_time_p90_s", "{:.4f}")),
+    Column("tokens/s", lambda g: pm("tokens_per_s", "{:,.0f}")(g) + _wall_note(g, "tokens_per_s")),
+    Column("MFU", pm("mfu", "{:.3f}")),
+])
+STABILITY = GroupTable(keep=lambda g: bool(g.runs()), columns=[
+    SIZE, OPTIMIZER,
+    Column("loss spikes", pm("loss_spikes", "{:.1f}")),
+    Column("per 1k steps", pm("loss_spikes_per_1k", "{:.2f}")),
+    Column("grad-norm spikes", pm("grad_norm_spikes", "{:.1f}")),
+    Column("max loss spike", pm("max_loss_spike", "{:.3g}")),
+    Column("diverged", _diverged),
+])
+
+
+# ----------------------------------------------------------------------------------------- other tables
+def _last_error_line(r: dict[str, Any]) -> str:
+    return (str(r.get("error") or "").strip().splitlines() or [""])[-1][:160]
+
+
+def _sources(r: dict[str, Any]) -> str:
+    from hf_optbench.study.tuning_curves import sources_cell
+
+    return sources_cell((r.get("_summary") or {}).get("hyperparameter_sources"))
+
+
+RUNS = [  # one row per run record
+    Column("run", lambda r: r["run_id"]),
+    Column("status", lambda r: r["status"]),
+    Column("lr multiplier", lambda r: "–" if r.get("lr_multiplier") is None else f"{float(r['lr_multiplier']):g}"),
+    Column("lr", lambda r: fmt_num(r.get("learning_rate"), "{:.3g}")),
+    Column("hyperparameters from", _sources),
+    Column("steps", lambda r: fmt_num(r.get("steps"), "{:.0f}")),
+    Column("final eval loss", lambda r: fmt_num(r.get("final_eval_loss"))),
+    Column("attempts", lambda r: r.get("attempts") or ""),
+    Column("error", _last_error_line),
+]
+def _slope(v: Any) -> str:
+    if v.slope_per_decade is None or v.slope_ci is None:
+        return "–"
+    return f"{v.slope_per_decade:+.3f} [{v.slope_ci[0]:+.3f}, {v.slope_ci[1]:+.3f}]"
+
+
+EVIDENCE = [  # one row per verdict (optimizer x metric)
+    Column("optimizer", lambda v: v.optimizer),
+    Column("metric", lambda v: v.metric.label),
+    Column("verdict", lambda v: v.verdict),
+    Column("paired seeds per size", lambda v: ", ".join(f"{p.model_size} {p.n_pairs}" for p in v.points) or "–"),
+    Column("censored pairs", lambda v: sum(p.censored_pairs for p in v.points)),
+    Column("trend / decade [CI]", _slope),
+    Column("trend threshold / decade", lambda v: fmt_num(v.threshold, "{:.3f}")),
+    Column("evidence", lambda v: v.evidence),
+]
+
+
+def verdict_cell(v: Any) -> str:
+    """"grows (2.45→0.823; ahead at midi)": the verdict, the ratio (or gap) at the smallest and the largest size,
+    and where the optimizer stands at the largest size (ahead, behind, level or no difference: the stance of its
+    paired interval, see hf_optbench/measure/verdict.py)."""
+    if not v.points:
+        return f"{v.verdict} ({v.evidence})"
+    a, b = v.points[0], v.points[-1]
+    where = b.stance
+    span = f"{a.ratio():.3g}→{b.ratio():.3g}" if v.metric.mode == "ratio" else f"{a.gap:+.2g}→{b.gap:+.2g}"
+    if v.verdict in ("no difference", "level", "insufficient data"):
+        return f"{v.verdict} ({span})"
+    return f"{v.verdict} ({span}; {where} at {b.model_size})"
+
+
+def verdict_columns(an: Analysis) -> list[Column]:
+    """One row per non-baseline optimizer, one column per metric that has a verdict."""
+    def cell(spec: Any) -> Cell:
+        return lambda opt: next((verdict_cell(v) for v in an.verdicts if v.optimizer == opt and v.metric == spec),
+                                "–")
+
+    specs = list(dict.fromkeys(v.metric for v in an.verdicts))
+    return [Column("optimizer", lambda opt: opt)] + [Column(f"{s.question}: {s.label}", cell(s)) for s in specs]
+
+
+@dataclass(frozen=True)
+class RatioRow:
+    """A row of the ratio table: measured at a size the sweep ran, or predicted by the memory planner."""
+
+    optimizer: str
+    size: str
+    params: str
+    source: str
+    ratios: dict[str, str]  # metric key -> cell
+
+
+def ratio_cell(p: Any) -> str:
+    """"0.823 [0.70, 0.96] ahead (1 censored)": the mean paired ratio, its interval (the verdict's, at
+    alpha / 2), where it stands against the equivalence margin, and the pairs whose value is a bound."""
+    if p is None:
+        return "–"
+    text = f"{p.ratio():.3g} [{math.exp(p.ci_low):.3g}, {math.exp(p.ci_high):.3g}] {p.stance}"
+    return text + (f" ({p.censored_pairs} censored)" if p.censored_pairs else "")
+
+
+def _ratio_wall_note(an: Analysis, opt: str, size: str) -> str:
+    from hf_optbench.study.noise import by_seed, wallclock_note
+
+    note = wallclock_note(by_seed(an.ok(), "seconds_to_target", opt, size),
+                          by_seed(an.ok(), "seconds_to_target", BASELINE, size))
+    return f" {note}" if note else ""
+
+
+def ratio_rows(an: Analysis) -> list[RatioRow]:
+    """Each non-baseline optimizer's ratio to the baseline per size run, then its planner-predicted rows."""
+    from hf_optbench.measure.verdict import METRICS
+    from hf_optbench.study.noise import WALL_CLOCK_KEYS
+
+    rows = []
+    for opt in (o for o in an.optimizers if o != BASELINE):
+        for size in an.sizes:
+            ratios, pairs = {}, 0
+            for s in (s for s in METRICS if s.mode == "ratio"):
+                v = next((v for v in an.verdicts if v.optimizer == opt and v.metric.key == s.key), None)
+                p = next((p for p in (v.points if v else []) if p.model_size == size), None)
+                ratios[s.key] = ratio_cell(p) + (_ratio_wall_note(an, opt, size) if s.key in WALL_CLOCK_KEYS else "")
+                pairs = max(pairs, p.n_pairs if p else 0)
+            ratios["pairs"] = str(pairs)
+            n = group(an.records, "num_params", opt, size)
+            rows.append(RatioRow(opt, size, fmt_num(n["mean"] if n else None, "{:,.0f}"), "measured", ratios))
+        rows += [RatioRow(opt, p["model_size"], f"{p['num_params']:,}", "predicted (planner)",
+                          {"optimizer_state_bytes": f"{p['ratio']:.3f}"})  # the planner predicts state only
+                 for p in an.predicted if p["optimizer"] == opt]
+    return rows
+
+
+def ratio_columns() -> list[Column]:
+    from hf_optbench.measure.verdict import METRICS
+
+    def cell(key: str) -> Cell:
+        return lambda row: row.ratios.get(key, "–")
+
+    return [Column("optimizer", lambda r: r.optimizer), Column("size", lambda r: r.size),
+            Column("parameters", lambda r: r.params), Column("source", lambda r: r.source),
+            Column("paired seeds", cell("pairs"))] \
+        + [Column(s.label, cell(s.key)) for s in METRICS if s.mode == "ratio"]

@@ -1,0 +1,146 @@
+"""The run config that W&B, TensorBoard and trackio show: the optimizer that ran, its implementation, every
+hyperparameter with its source, and the schedule that ran.
+
+Why: those trackers build their config from ``TrainingArguments`` (``args.to_dict()``), whose ``optim`` and
+``lr_scheduler_type`` say nothing of an optimizer handed to the Trainer (a Lion run with the GPT-3 cosine showed
+``optim: adamw_torch_fused, lr_scheduler_type: linear``). ``hf_optbench.run`` sets those two fields to honest values
+(``hf_optbench.trainer``), and :func:`attach_tracker_config` pushes an ``hf_optbench`` section to every active
+``report_to`` integration at train begin, through the run objects transformers' integration callbacks set up:
+
+* W&B: ``wandb.run.config["hf_optbench"]`` (a nested dict: ``hf_optbench.optimizer``, ``hf_optbench.schedule.name``...);
+* TensorBoard: a text ``hf_optbench`` (the JSON) and the HParams plugin's session (:func:`flat_hparams`: every
+  scalar of the section, sources left out) with ``train/loss``, ``eval/loss`` and ``eval/accuracy`` as its metrics;
+* trackio: ``trackio.config`` with the flat keys ``hf_optbench/...``.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from transformers import TrainerCallback
+from transformers.integrations import integration_utils as iu
+
+__all__ = ["SECTION", "TrackerConfigCallback", "attach_tracker_config", "flat_hparams", "tracker_config"]
+
+SECTION = "hf_optbench"
+# Scalars the TensorBoard callback logs (transformers' rewrite_logs names), shown beside the hparams.
+HPARAM_METRICS = ("train/loss", "eval/loss", "eval/accuracy")
+
+
+def _plain(value: Any) -> Any:
+    """JSON-able: tuples to lists, other objects to their repr (a tracker config holds plain values only)."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return repr(value)
+
+
+def tracker_config(optimizer: Any, scheduler: Any = None, *, hparams: Mapping[str, Any] | None = None,
+                   extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``hf_optbench`` section: ``optimizer`` (registry name), ``optimizer_impl``, ``hyperparameters`` ({key:
+    {"value", "source"}}, as ``config.hparams.resolve_hyperparameters`` returns them), ``constructor`` (the values the
+    optimizer was built with: torch's ``optimizer.defaults``), ``param_groups`` (lr, weight decay and tensor count of
+    each group), ``schedule`` (``optim.schedules.describe_scheduler``'s record), plus ``extra``."""
+    from hf_optbench.optim.registry import describe_optimizer
+    from hf_optbench.optim.schedules import describe_scheduler
+    from hf_optbench.optim.unwrap import innermost_optimizer
+
+    inner = innermost_optimizer(optimizer)
+    groups = [{"lr": g.get("lr"), "weight_decay": g.get("weight_decay"), "tensors": len(g["params"])}
+              for g in inner.param_groups]
+    config = {
+        "optimizer": getattr(inner, "hf_optbench_name", None) or f"{type(inner).__module__}.{type(inner).__name__}",
+        "optimizer_impl": describe_optimizer(optimizer),
+        "hyperparameters": dict(hparams or {}),
+        "constructor": {k: v for k, v in getattr(inner, "defaults", {}).items() if k != "params"},
+        "param_groups": groups,
+        "schedule": describe_scheduler(scheduler) if scheduler is not None else {},
+        **dict(extra or {}),
+    }
+    return _plain(config)
+
+
+def flat_hparams(config: Mapping[str, Any], prefix: str = SECTION) -> dict[str, Any]:
+    """``config`` flattened to ``prefix/a/b`` keys with scalar values (lists as JSON text), for TensorBoard's
+    HParams and trackio; the long ``source`` citations are left out (they are in the full config)."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}/{key}"
+        if key == "source":
+            continue
+        if isinstance(value, Mapping):
+            flat.update(flat_hparams(value, name))
+        elif isinstance(value, list):
+            flat[name] = json.dumps(value)
+        elif value is not None:
+            flat[name] = value
+    return flat
+
+
+def _push_wandb(config: dict[str, Any]) -> bool:
+    import wandb
+
+    if wandb.run is None:
+        return False
+    wandb.run.config.update({SECTION: config}, allow_val_change=True)
+    return True
+
+
+def _push_tensorboard(writer: Any, config: dict[str, Any]) -> bool:
+    from torch.utils.tensorboard.summary import hparams
+
+    writer.add_text(SECTION, "```json\n" + json.dumps(config, indent=1) + "\n```")
+    file_writer = getattr(writer, "file_writer", None) or writer._get_file_writer()
+    for summary in hparams(flat_hparams(config), dict.fromkeys(HPARAM_METRICS, 0.0)):
+        file_writer.add_summary(summary)  # the session of this log dir (add_hparams would open a sub-run)
+    writer.flush()
+    return True
+
+
+def _push_trackio(module: Any, config: dict[str, Any]) -> bool:
+    module.config.update(flat_hparams(config), allow_val_change=True)
+    return True
+
+
+class TrackerConfigCallback(TrainerCallback):
+    """Pushes ``config`` (:func:`tracker_config`) to the active integrations at train begin. Use
+    :func:`attach_tracker_config`, which places it after them (they set up their runs in their own
+    ``on_train_begin``)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.pushed: list[str] = []  # the integrations that received it
+        self._handler: weakref.ref | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        handler = self._handler() if self._handler is not None else None
+        if not state.is_world_process_zero or handler is None:
+            return
+        self.pushed = [name for name, done in _push_all(handler.callbacks, self.config) if done]
+
+
+def _push_all(callbacks: list[Any], config: dict[str, Any]) -> list[tuple[str, bool]]:
+    done = []
+    for cb in callbacks:
+        if isinstance(cb, iu.WandbCallback) and getattr(cb, "_initialized", False):
+            done.append(("wandb", _push_wandb(config)))
+        elif isinstance(cb, iu.TensorBoardCallback) and getattr(cb, "tb_writer", None) is not None:
+            done.append(("tensorboard", _push_tensorboard(cb.tb_writer, config)))
+        elif isinstance(cb, iu.TrackioCallback) and getattr(cb, "_initialized", False):
+            done.append(("trackio", _push_trackio(cb._trackio, config)))
+    return done
+
+
+def attach_tracker_config(trainer: Any, config: dict[str, Any]) -> Any:
+    """Add a :func:`TrackerConfigCallback` for ``config`` at the end of ``trainer``'s callbacks (after the
+    ``report_to`` integrations, which set up their runs in their own ``on_train_begin``); returns it."""
+    callback = TrackerConfigCallback(config)
+    callback._handler = weakref.ref(trainer.callback_handler)
+    trainer.callback_handler.callbacks.append(callback)
+    return callback

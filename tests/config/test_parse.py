@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hf_optbench.config.parse import TRAINING_DEFAULTS, check_keys, known_keys, parse_args
+from hf_optbench.errors import OptBenchError
+
+RECIPES = sorted(Path(__file__).resolve().parents[2].joinpath("recipes").glob("*.yaml"))
+
+
+def _recipe(tmp_path: Path, **values) -> str:
+    path = tmp_path / "r.yaml"
+    base = {"model_size": "tiny", "max_steps": 5, "output_dir": str(tmp_path / "run"), "use_cpu": True}
+    base.update(values)
+    path.write_text(yaml.safe_dump(base))
+    return str(path)
+
+
+# TrainingArguments itself refuses bf16 where no GPU exists ("Your setup doesn't support bf16/gpu"), so on CPU the
+# GPU recipes are parsed with only their hardware flags turned off; test_gpu_recipes_parse_unchanged runs them as-is.
+CPU_OVERRIDES = ["--bf16", "false", "--use_cpu", "true"]
+
+
+def _is_gpu_recipe(recipe: Path) -> bool:
+    return bool(yaml.safe_load(recipe.read_text()).get("bf16") or yaml.safe_load(recipe.read_text()).get("fp16"))
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[p.name for p in RECIPES])
+def test_every_recipe_parses(recipe: Path, tmp_path: Path) -> None:
+    import torch
+
+    overrides = CPU_OVERRIDES if _is_gpu_recipe(recipe) and not torch.cuda.is_available() else []
+    cfg = parse_args([str(recipe), "--output_dir", str(tmp_path / "out"), *overrides])
+    raw = yaml.safe_load(recipe.read_text())
+    assert cfg.model.model_size == raw["model_size"]
+    assert cfg.optim.optimizer == raw["optimizer"]
+    assert cfg.training.max_steps == raw["max_steps"]
+    assert set(raw) <= cfg.explicit
+    header = recipe.read_text().split("\n", 12)
+    assert any("hf_optbench.run" in line or "hf-optbench run" in line for line in header), "launch command"
+    assert any("tokens/step" in line for line in header), "tokens-per-step arithmetic"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if _is_gpu_recipe(r)], ids=lambda p: p.name)
+def test_gpu_recipes_parse_unchanged(recipe: Path, tmp_path: Path) -> None:
+    cfg = parse_args([str(recipe), "--output_dir", str(tmp_path / "out")])
+    assert cfg.training.bf16 is True
+
+
+def test_gpu_recipes_tokens_per_step_comment_is_right() -> None:
+    for recipe in RECIPES:
+        raw = yaml.safe_load(recipe.read_text())
+        if raw.get("data_source") != "hub":
+            continue
+        tps = raw["per_device_train_batch_size"] * raw["gradient_accumulation_steps"] * 4 * raw["block_size"]
+        assert f"= {tps}" in recipe.read_text().replace(",", ""), recipe.name
+
+
+def test_cli_beats_yaml_beats_defaults(tmp_path: Path) -> None:
+    path = _recipe(tmp_path, learning_rate=1e-3, per_device_train_batch_size=4)
+    cfg = parse_args([path, "--learning_rate", "2e-3"])
+    assert cfg.training.learning_rate == 2e-3  # CLI
+    assert cfg.training.per_device_train_batch_size == 4  # YAML
+    assert cfg.training.logging_steps == TRAINING_DEFAULTS["logging_steps"] == 1  # ours
+    assert cfg.training.logging_nan_inf_filter is False
+    assert "learning_rate" in cfg.explicit and "weight_decay" not in cfg.explicit
+
+
+def test_default_output_dir_names_the_run(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg = parse_args(["--optimizer", "lion", "--model_size", "mini", "--seed", "3"])
+    assert Path(cfg.training.output_dir) == Path("runs/lion_mini_s3")
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (["--lerning_rate", "1e-3"], "learning_rate"),  # unknown key, with suggestion
+        (["--learning_rate", "abc"], "learning_rate"),  # wrong type
+        (["--optimizer", "adamm"], "adamw"),  # unknown optimizer lists/suggests names
+        (["--model_size", "gpt2-hugh"], "gpt2"),  # unknown size
+        (["--learning_rate", "0"], "positive"),  # non-positive learning rate
+        (["--learning_rate=-1e-3"], "positive"),
+        (["--optim", "adamw_torch"], "optimizer"),  # replaced TrainingArguments key
+        (["--block_size", "256", "--n_positions", "128"], "n_positions"),
+        (["--schedule", "gpt3_cosin"], "Did you mean 'gpt3_cosine'"),  # unknown schedule, with suggestion
+        # a schedule set for a schedule-free optimizer is refused at parse time, before any model or data work
+        (["--optimizer", "schedule_free_adamw", "--schedule", "gpt3_cosine"], "schedule-free"),
+    ],
+)
+def test_bad_values_are_clear_errors(tmp_path: Path, override: list[str], message: str) -> None:
+    with pytest.raises(OptBenchError, match=message):
+        parse_args([_recipe(tmp_path), *override])
+
+
+def test_unknown_yaml_key_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(OptBenchError, match=r"unknown key 'modle_size' in recipe .*Did you mean 'model_size'"):
+        parse_args([_recipe(tmp_path, modle_size="tiny")])
+
+
+def test_schedule_free_optimizer_accepts_no_schedule_or_none(tmp_path: Path) -> None:
+    cfg = parse_args([_recipe(tmp_path), "--optimizer", "schedule_free_adamw"])
+    assert cfg.optim.optimizer == "schedule_free_adamw"
+    parse_args([_recipe(tmp_path), "--optimizer", "schedule_free_adamw", "--schedule", "none"])
+
+
+def test_missing_recipe_file(tmp_path: Path) -> None:
+    with pytest.raises(OptBenchError, match="recipe file not found"):
+        parse_args([str(tmp_path / "nope.yaml")])
+
+
+def test_known_keys_cover_training_arguments_without_importing_it() -> None:
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    keys = known_keys()
+    assert {f.name for f in dataclasses.fields(TrainingArguments)} <= set(keys)
+    assert check_keys({"model_size": "tiny"}, ["--max_steps", "3"], "x.yaml") == {"model_size", "max_steps"}
+
+
+def test_finished_run_dir_is_protected(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "summary.json").write_text('{"status": "completed"}')
+    with pytest.raises(OptBenchError, match="overwrite_output_dir"):
+        parse_args([_recipe(tmp_path)])
+    cfg = parse_args([_recipe(tmp_path), "--overwrite_output_dir", "true"])
+    assert cfg.run.overwrite_output_dir is True
+
+
+def test_unfinished_run_with_checkpoints_needs_a_decision(tmp_path: Path) -> None:
+    (tmp_path / "run" / "checkpoint-2").mkdir(parents=True)
+    with pytest.raises(OptBenchError, match="resume_from_checkpoint"):
+        parse_args([_recipe(tmp_path)])
+    parse_args([_recipe(tmp_path), "--resume_from_checkpoint", "true"])

@@ -1,0 +1,141 @@
+"""The verified data cache (issue 13.3): every damaged entry is detected and rebuilt, never trained on."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hf_optbench.config.data_args import DataArguments
+from hf_optbench.data import cache as cache_mod
+from hf_optbench.data.cache import INFO_FILE, CacheCorrupt, load_cached
+from hf_optbench.data.pipeline import prepare_data
+from hf_optbench.errors import OptBenchError
+
+from fixtures.data_fixtures import BUILTIN_TOKENIZER
+
+SYNTH = {"data_source": "synthetic", "synthetic_num_tokens": 64 * 400, "validation_blocks": 8, "block_size": 64}
+
+
+def _args(tmp_path: Path, **kw) -> DataArguments:
+    return DataArguments(**{"data_cache_dir": str(tmp_path / "cache"), **SYNTH, **kw})
+
+
+def _ids(ds) -> np.ndarray:
+    return np.asarray(ds["input_ids"], dtype=np.int64)
+
+
+def _arrow(entry: str, split: str) -> Path:
+    (path,) = Path(entry, split).glob("*.arrow")
+    return path
+
+
+def _zero_8k(entry: str) -> None:
+    path = _arrow(entry, "train")
+    size = path.stat().st_size
+    assert size > 3 * 8192
+    with open(path, "r+b") as fh:  # 8 KB of token ids in the middle of the file: still a valid Arrow file
+        fh.seek(size // 2)
+        fh.write(b"\0" * 8192)
+
+
+def _truncate(entry: str) -> None:
+    path = _arrow(entry, "train")
+    os.truncate(path, path.stat().st_size // 2)
+
+
+def _corrupt_info(entry: str) -> None:
+    Path(entry, INFO_FILE).write_text('{"vocab_size": 32, "checks', encoding="utf-8")
+
+
+def _missing_file(entry: str) -> None:
+    _arrow(entry, "eval").unlink()
+
+
+def _missing_info(entry: str) -> None:
+    Path(entry, INFO_FILE).unlink()
+
+
+DAMAGE = {
+    "zeroed_bytes": (_zero_8k, "checksum"),
+    "truncated": (_truncate, "truncated"),
+    "corrupt_info_json": (_corrupt_info, "unreadable"),
+    "missing_file": (_missing_file, "missing"),
+    "missing_info": (_missing_info, "missing"),
+}
+
+
+def test_an_intact_entry_is_a_verified_hit(tmp_path):
+    first = prepare_data(_args(tmp_path), n_positions=128)
+    entry = first.info["cache_path"]
+    info = json.loads(Path(entry, INFO_FILE).read_text())
+    assert set(info["checksums"]) >= {"train/data-00000-of-00001.arrow", "eval/data-00000-of-00001.arrow"}
+    assert all(len(v["sha256"]) == 64 and v["bytes"] > 0 for v in info["checksums"].values())
+    second = prepare_data(_args(tmp_path), n_positions=128)
+    assert second.info["cache_hit"] is True and "checksums" not in second.info
+    assert np.array_equal(_ids(second.train), _ids(first.train))
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_damaged_entry_is_detected_and_rebuilt_never_trained_on(tmp_path, damage):
+    pristine = prepare_data(_args(tmp_path), n_positions=128)
+    want_train, want_eval = _ids(pristine.train), _ids(pristine.eval)
+    entry = pristine.info["cache_path"]
+    del pristine  # release the memory maps before the files are damaged
+    harm, reason = DAMAGE[damage]
+    harm(entry)
+    with pytest.raises(CacheCorrupt, match=reason):
+        load_cached(entry)
+    with pytest.warns(UserWarning, match=f"data cache entry .* is damaged: .*{reason}.*Rebuilding"):
+        bundle = prepare_data(_args(tmp_path), n_positions=128)
+    assert bundle.info["cache_hit"] is False and reason in bundle.info["cache_rebuilt_because"]
+    assert np.array_equal(_ids(bundle.train), want_train) and np.array_equal(_ids(bundle.eval), want_eval)
+    again = prepare_data(_args(tmp_path), n_positions=128)  # the rebuilt entry is whole again
+    assert again.info["cache_hit"] is True and np.array_equal(_ids(again.train), want_train)
+
+
+def test_zeroed_bytes_in_a_text_entry_are_caught(tmp_path):
+    args = DataArguments(tokenizer_name=BUILTIN_TOKENIZER, data_cache_dir=str(tmp_path / "cache"), block_size=32)
+    pristine = prepare_data(args, n_positions=128)
+    want = _ids(pristine.train)
+    entry = pristine.info["cache_path"]
+    del pristine
+    path = _arrow(entry, "train")
+    with open(path, "r+b") as fh:
+        fh.seek(path.stat().st_size // 2)
+        fh.write(b"\0" * 1024)
+    with pytest.warns(UserWarning, match="checksum"):
+        bundle = prepare_data(args, n_positions=128)
+    assert bundle.info["cache_hit"] is False and np.array_equal(_ids(bundle.train), want)
+
+
+def test_failed_rebuild_of_a_damaged_entry_says_it_was_damaged(tmp_path, monkeypatch):
+    entry = prepare_data(_args(tmp_path), n_positions=128).info["cache_path"]
+    _truncate(entry)
+
+    def offline(*a, **k):
+        raise OptBenchError("the source cannot be read offline. Fix: go online.")
+
+    monkeypatch.setattr("hf_optbench.data.synthetic.build_synthetic_entry", offline)
+    with pytest.warns(UserWarning), pytest.raises(OptBenchError, match="is damaged .*truncated.* rebuilding it failed: .*Fix"):
+        prepare_data(_args(tmp_path), n_positions=128)
+
+
+def test_overwrite_skips_the_check_and_rebuilds(tmp_path, monkeypatch):
+    entry = prepare_data(_args(tmp_path), n_positions=128).info["cache_path"]
+    _corrupt_info(entry)
+    monkeypatch.setattr(cache_mod, "load_cached", lambda *a, **k: pytest.fail("looked up despite overwrite"))
+    bundle = prepare_data(_args(tmp_path, overwrite_data_cache=True), n_positions=128)
+    assert bundle.info["cache_hit"] is False and "cache_rebuilt_because" not in bundle.info
+
+
+def test_an_entry_without_checksums_is_not_trusted(tmp_path):
+    entry = prepare_data(_args(tmp_path), n_positions=128).info["cache_path"]
+    info = json.loads(Path(entry, INFO_FILE).read_text())
+    del info["checksums"]
+    Path(entry, INFO_FILE).write_text(json.dumps(info))
+    with pytest.raises(CacheCorrupt, match="no checksums"):
+        load_cached(entry)

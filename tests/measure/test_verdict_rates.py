@@ -1,0 +1,51 @@
+"""The verdict's error rates, measured by simulation (benchmarks/verdict_rates.py prints the full table that the
+README quotes). Fixed random seeds: the rates are deterministic, so the test cannot flake."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import verdict_rates  # noqa: E402
+
+NOMINAL = 0.05
+
+
+@pytest.mark.parametrize("seeds", [2, 3, 5])
+def test_no_true_difference_gives_a_false_verdict_at_most_at_the_nominal_level(seeds: int) -> None:
+    what, rate = verdict_rates.summarise("null", verdict_rates.rates("null", seeds, 0.05, trials=1500, rng_seed=1))
+    assert what == "false verdict"
+    assert rate <= NOMINAL
+
+
+def test_a_constant_difference_gives_a_false_trend_at_most_at_the_nominal_level() -> None:
+    r = verdict_rates.rates("constant", 3, 0.05, trials=1500, rng_seed=2)
+    assert verdict_rates.summarise("constant", r)[1] <= NOMINAL
+    # and, with less noise, the constant saving itself is found (3 seeds give wide t intervals: df = 2)
+    assert verdict_rates.rates("constant", 3, 0.02, trials=300, rng_seed=2).get("holds", 0.0) > 0.9
+
+
+def test_a_true_trend_is_found_most_of_the_time() -> None:
+    r = verdict_rates.rates("trend", 3, 0.05, trials=600, rng_seed=3)
+    assert verdict_rates.summarise("trend", r)[1] >= 0.8
+    assert r.get("shrinks", 0.0) == 0.0
+
+
+def test_the_old_rule_would_have_failed_this_test() -> None:
+    """The simulation can fail: a rule that calls any 2 %-or-larger mean gap a difference exceeds the level."""
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+    false = 0
+    for _ in range(500):
+        obs = verdict_rates.simulate(verdict_rates.scenario("null"), 2, 0.05, rng)
+        gaps = {}
+        for o in obs:
+            gaps.setdefault(o.model_size, {}).setdefault(o.optimizer, []).append(o.value)
+        naive = any(abs(np.log(np.mean(v["opt"]) / np.mean(v["adamw"]))) > np.log(1.02) for v in gaps.values())
+        false += naive
+    assert false / 500 > NOMINAL

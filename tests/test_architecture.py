@@ -1,0 +1,198 @@
+"""The package's shape, enforced: the layer rule of docs/ARCHITECTURE.md, no import cycle, small modules.
+
+Imports are read from the source (module level and inside functions alike), so a lazy import cannot hide an
+upward dependency or a cycle. A module that must break the size limits says why in ``SIZE_EXCEPTIONS``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "hf_optbench"
+
+# Lowest first. A module may import from its own layer or a lower one. Top-level modules not named here belong
+# to the "run" layer (one run: run.py, trainer.py, lr_finder.py, hub.py and their helpers).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("hf_optbench.errors", "hf_optbench.rundir")),
+    ("models", ("hf_optbench.models",)),
+    ("optim", ("hf_optbench.optim",)),
+    ("config", ("hf_optbench.config",)),
+    ("data", ("hf_optbench.data",)),
+    ("measure", ("hf_optbench.measure",)),
+    ("run", ()),
+    ("study", ("hf_optbench.study",)),
+    ("cli", ("hf_optbench.cli",)),
+]
+# The package facade (lazy public API) and `python -m hf_optbench` may reach every layer.
+FACADES = {"hf_optbench", "hf_optbench.__main__"}
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 80
+# "module" or "module:function" -> the one-line reason it is larger.
+SIZE_EXCEPTIONS: dict[str, str] = {}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+# resources/ holds data shipped with the package (tokenizers, text, an `evaluate` metric script loaded by path),
+# not modules of the package
+MODULES: dict[str, Path] = {_module_name(p): p for p in sorted(PKG.rglob("*.py")) if "resources" not in p.relative_to(PKG).parts}
+
+
+def _is_package(name: str) -> bool:
+    return MODULES.get(name, Path()).name == "__init__.py"
+
+
+def _resolve(importer: str, node: ast.ImportFrom | ast.Import) -> set[str]:
+    """The hf_optbench modules an import statement loads (a `from pkg import submodule` names the submodule)."""
+    if isinstance(node, ast.Import):
+        found = set()
+        for alias in node.names:
+            parts = alias.name.split(".")
+            while parts and ".".join(parts) not in MODULES:
+                parts.pop()
+            if parts and parts[0] == "hf_optbench":
+                found.add(".".join(parts))
+        return found
+    if node.level:
+        base = importer.split(".")
+        if not _is_package(importer):
+            base = base[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        module = ".".join(base + ([node.module] if node.module else []))
+    else:
+        module = node.module or ""
+    if module.split(".")[0] != "hf_optbench":
+        return set()
+    found = {f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in MODULES}
+    if len(found) < len(node.names):
+        found.add(module)
+    return found & set(MODULES)
+
+
+def _imports(name: str) -> set[str]:
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    deps: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            deps |= _resolve(name, node)
+    deps.discard(name)
+    # importing hf_optbench.x.y runs hf_optbench/__init__ and hf_optbench/x/__init__ too, but those are packages'
+    # own concerns, not a dependency of the importer on the facade
+    return {d for d in deps if d != "hf_optbench"}
+
+
+GRAPH = {name: _imports(name) for name in MODULES}
+
+
+def layer_of(name: str) -> int:
+    best = None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if name == prefix or name.startswith(prefix + "."):
+                best = index
+    if best is None:
+        assert name.count(".") == 1, f"{name}: a sub-package that is not in LAYERS; give it a layer"
+        return next(i for i, (label, _) in enumerate(LAYERS) if label == "run")
+    return best
+
+
+def test_every_module_has_a_layer() -> None:
+    for name in MODULES:
+        if name not in FACADES:
+            layer_of(name)
+
+
+def test_no_upward_import() -> None:
+    upward = [
+        f"{name} ({LAYERS[layer_of(name)][0]}) imports {dep} ({LAYERS[layer_of(dep)][0]})"
+        for name, deps in GRAPH.items() if name not in FACADES
+        for dep in sorted(deps) if dep not in FACADES and layer_of(dep) > layer_of(name)
+    ]
+    assert not upward, "imports against the layer rule (docs/ARCHITECTURE.md):\n" + "\n".join(upward)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each a cycle of imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle() -> None:
+    graph = {n: {d for d in deps if d not in FACADES} for n, deps in GRAPH.items() if n not in FACADES}
+    assert _cycles(graph) == []
+
+
+def test_the_checker_sees_cycles_and_upward_imports() -> None:
+    """The two rules above must be able to fail."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert layer_of("hf_optbench.cli.report") > layer_of("hf_optbench.study.report") > layer_of("hf_optbench.run")
+    assert layer_of("hf_optbench.run") > layer_of("hf_optbench.measure.metrics") > layer_of("hf_optbench.errors")
+    lazy = ast.parse("def f():\n    from hf_optbench.study import report\n").body[0].body[0]
+    assert _resolve("hf_optbench.run", lazy) == {"hf_optbench.study.report"}
+    relative = ast.parse("from ..errors import OptBenchError").body[0]
+    assert _resolve("hf_optbench.optim.registry", relative) == {"hf_optbench.errors"}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_module_and_function_sizes(name: str) -> None:
+    source = MODULES[name].read_text(encoding="utf-8")
+    lines = source.count("\n")
+    if name not in SIZE_EXCEPTIONS:
+        assert lines <= MAX_MODULE_LINES, f"{name}: {lines} lines; split it or add a reason to SIZE_EXCEPTIONS"
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES and f"{name}:{node.name}" not in SIZE_EXCEPTIONS
+    ]
+    assert not long, f"{name}: functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def test_no_reference_to_documents_outside_the_repository() -> None:
+    """Research notes and a machine-facts page that live outside the repository cannot be opened by a reader."""
+    root = PKG.parent
+    files = [*PKG.rglob("*.py"), *(root / "tests").rglob("*.py"), *(root / "benchmarks").rglob("*.py"),
+             *(root / "recipes").rglob("*.yaml"), *(root / "docs").rglob("*.md"), root / "README.md",
+             *(root / "accelerate_configs").rglob("*")]
+    pattern = ("seed 00", "Seed 00", "seed00", "STACK-FACTS", "seeds/")
+    me = Path(__file__).resolve()
+    hits = [f"{f.relative_to(root)}: {needle}" for f in files if f.is_file() and f.resolve() != me
+            for needle in pattern if needle in f.read_text(encoding="utf-8", errors="replace")]
+    assert not hits, "\n".join(hits)
