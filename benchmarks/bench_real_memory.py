@@ -118,7 +118,7 @@ def measure_one(size: str, optimizer: str, out: str, *, steps: int, block_size: 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         opt = build_optimizer(optimizer, model, model_size=size)
-    rec["implementation"] = describe_optimizer(opt)
+    rec["implementation"] = describe_optimizer(opt)  # updated after each step
     rec["rss_after_optimizer_build_kb"] = _proc_kb("VmRSS")
     if callable(getattr(opt, "train", None)):
         opt.train()  # schedule-free optimizers step only in train mode
@@ -141,6 +141,7 @@ def measure_one(size: str, optimizer: str, out: str, *, steps: int, block_size: 
         rec["losses"].append(float(loss.detach()))
         sb = M.optimizer_state_bytes(opt, params)
         rec.update(steps_done=len(rec["step_seconds"]),
+                   implementation=describe_optimizer(opt),  # after stepping: some builders resolve lazily
                    state={"total": sb.total, "by_dtype": sb.by_dtype, "by_name": sb.by_name,
                           "num_tensors": sb.num_tensors, "master_bytes": sb.master_bytes},
                    maxrss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
@@ -161,6 +162,16 @@ def _plan(size: str, optimizer: str, block_size: int, vocab_size: int):
                        block_size=block_size, vocab_size=vocab_size, n_positions=N_POSITIONS)
 
 
+def _phase(out: str, steps: int) -> str:
+    """Where a child was when it was stopped, from the measurement it has written so far."""
+    try:
+        with open(out, encoding="utf-8") as fh:
+            done = json.load(fh).get("steps_done", 0)
+    except (OSError, ValueError):
+        return "while building the model or the optimizer"
+    return f"in step {done + 1} of {steps}"
+
+
 def _run_child(size: str, optimizer: str, args: argparse.Namespace, workdir: str) -> tuple[dict | None, str]:
     """(the child's JSON or None, reason it stopped early or '') with a timeout and a free-memory watchdog."""
     out = os.path.join(workdir, f"{size}__{optimizer}.json")
@@ -176,7 +187,7 @@ def _run_child(size: str, optimizer: str, args: argparse.Namespace, workdir: str
             time.sleep(0.5)
             avail = mem_available()
             if time.monotonic() - started > args.timeout:
-                reason = f"stopped after {args.timeout:.0f} s (--timeout)"
+                reason = f"stopped after {args.timeout:.0f} s (--timeout) {_phase(out, args.steps)}"
             elif avail is not None and avail < args.reserve_gib * GIB:
                 child_rss = _proc_kb("VmRSS", f"/proc/{proc.pid}/status")
                 reason = (f"stopped: machine's available memory fell to {avail / GIB:.1f} GiB "
@@ -291,7 +302,8 @@ def mismatches(rows: list[dict]) -> list[str]:
     out = []
     for r in rows:
         if "measured_state_bytes" in r and r["measured_state_bytes"] != r["planned_state_bytes"]:
-            out.append(f"{r['size']} {r['optimizer']}: measured {r['measured_state_bytes']:,} B, planned "
+            partial = " (partial row: fewer steps than asked)" if r["status"] != "ok" else ""
+            out.append(f"{r['size']} {r['optimizer']}{partial}: measured {r['measured_state_bytes']:,} B, planned "
                        f"{r['planned_state_bytes']:,} B (difference {r['measured_state_bytes'] - r['planned_state_bytes']:+,} B, "
                        f"ratio {r['ratio']:.6f}); measured by name: {r['state_by_name']}; by dtype: {r['state_by_dtype']}")
         if "measured_num_params" in r and r["measured_num_params"] != r["num_params"]:

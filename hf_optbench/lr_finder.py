@@ -99,7 +99,7 @@ class LRFinderResult:
         ax.set_xscale("log")
         ax.set_xlabel("learning rate")
         ax.set_ylabel("training loss" + (" (blow-up clipped)" if clipped else ""))
-        stop = f"; stopped at step {self.diverged_at_step} (diverged)" if self.diverged_at_step is not None else ""
+        stop = f"; stopped at step {self.diverged_at_step + 1} (diverged)" if self.diverged_at_step is not None else ""
         ax.set_title(title + stop, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8, loc="lower left")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments, default_data_collator
+from transformers import Trainer, TrainingArguments, default_data_collator
 from transformers.optimization import get_scheduler
 
 import hf_optbench
@@ -31,6 +31,8 @@ from hf_optbench.trainer import (
     stock_trainer_kwargs,
     trainer_optimizer,
 )
+
+from fixtures.models import tiny_model, token_data
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -48,17 +50,6 @@ def readme_api_block() -> str:
     return match.group(1)
 
 
-def tiny_model(seed: int = 0) -> GPT2LMHeadModel:
-    torch.manual_seed(seed)
-    cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=128, n_positions=64, use_cache=False,
-                     bos_token_id=0, eos_token_id=0)
-    return GPT2LMHeadModel(cfg)
-
-
-def token_data(n: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, 128, (n, SEQ), generator=g)
-    return [{"input_ids": row, "labels": row} for row in ids]
 
 
 def args_for(out: Path, steps: int, **schedule: object) -> TrainingArguments:

@@ -7,6 +7,7 @@ import signal
 import sys
 from typing import Any
 
+from hf_optbench.cli import ArgumentParser
 from hf_optbench.errors import OptBenchError
 
 
@@ -15,8 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     sweep was interrupted (Ctrl-C or SIGTERM: the running run's tree is stopped, a restart continues)."""
     from hf_optbench.study import sweep
 
-    parser = argparse.ArgumentParser(prog="hf-optbench sweep", description=sweep.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="hf-optbench sweep", description=sweep.__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_file", help="sweep YAML (see recipes/sweeps/)")
     parser.add_argument("--output-dir", default=None, help="sweep directory (default: the file's output_dir)")
     parser.add_argument("--dry-run", action="store_true", help="validate and print each run's status and command")

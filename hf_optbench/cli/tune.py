@@ -4,8 +4,10 @@ with a ``tune:`` section does this itself; this command is for a tuning grid run
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+from hf_optbench.cli import ArgumentParser
+from hf_optbench.cli.report import check_sweep_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,11 +15,12 @@ def main(argv: list[str] | None = None) -> int:
     every multiplier diverged) go to stderr."""
     from hf_optbench.study import tuning
 
-    parser = argparse.ArgumentParser(prog="hf-optbench tune", description=(tuning.__doc__ or "").split("\n\n")[0])
+    parser = ArgumentParser(prog="hf-optbench tune", description=(tuning.__doc__ or "").split("\n\n")[0])
     parser.add_argument("sweep_dir", help="output directory of a sweep with matrix.lr_multipliers (or the tuning/ "
                                           "folder of a sweep with a tune: section)")
     parser.add_argument("--output", default="tuned_hparams.yaml", help="YAML to write (merged if it exists)")
     args = parser.parse_args(argv)
+    check_sweep_dir(args.sweep_dir)  # a missing folder, a corrupt manifest or summary.json: exit 2, one line
     path, warnings = tuning.tune(args.sweep_dir, args.output)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)

@@ -181,3 +181,19 @@ def check_data_files(data_files: list[str] | None) -> None:
         found = glob.glob(path, recursive=True) if glob.has_magic(path) else os.path.exists(path)
         if not found:
             raise OptBenchError(f"data_files entry not found: '{entry}'. Give an existing file, glob or directory.")
+
+
+def zero_stage(training: Any) -> int:
+    """The DeepSpeed ZeRO stage a run will use: from ``--deepspeed`` (a JSON file or dict) or, under
+    ``accelerate launch`` with a DeepSpeed config, from accelerate's environment; 0 without DeepSpeed."""
+    ds = getattr(training, "deepspeed", None)
+    if isinstance(ds, str) and os.path.isfile(ds):
+        try:
+            ds = json.loads(Path(ds).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise OptBenchError(f"deepspeed config '{ds}' is not readable JSON ({exc}). Fix the file.") from None
+    if isinstance(ds, dict):
+        return int((ds.get("zero_optimization") or {}).get("stage", 0) or 0)
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"))  # accelerate's own default stage
+    return 0

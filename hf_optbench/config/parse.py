@@ -314,10 +314,12 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
 
 def _validate(cfg: RunConfig) -> None:
     """Cross-field checks that need no model or data."""
-    from hf_optbench.optim.registry import is_schedule_free, resolve_optimizer_name
+    from hf_optbench.config.checks import zero_stage
+    from hf_optbench.optim.registry import check_zero_compatible, is_schedule_free, resolve_optimizer_name
     from hf_optbench.optim.schedules import SCHEDULES
 
     resolve_optimizer_name(cfg.optim.optimizer)  # raises OptBenchError listing the names
+    check_zero_compatible(cfg.optim.optimizer, zero_stage(cfg.training))  # e.g. Muon cannot run on flat partitions
     if cfg.optim.schedule not in SCHEDULES:
         hint = suggest(cfg.optim.schedule, SCHEDULES, cutoff=0.6)
         raise OptBenchError(f"unknown schedule '{cfg.optim.schedule}'.{hint} Choose one of: {', '.join(SCHEDULES)}.")

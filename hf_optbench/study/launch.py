@@ -272,7 +272,7 @@ def run_one_local(spec: SweepSpec, run: RunSpec, pending: Sequence[RunSpec], sta
             of = f"/{run.max_steps}" if run.max_steps else ""
             progress.say(f"  {run.run_id}: step {step if step is not None else '?'}{of}, {now - t0:.0f} s")
 
-    rc, via = _launch(worker, cmd, str(run_dir / "stdout.log"), run_env(spec, run_dir), timeout_s, on_start,
+    rc, via = _launch(worker, cmd, str(run_dir / "stdout.log"), {**run_env(spec, run_dir), **run.env}, timeout_s, on_start,
                       on_poll, progress)
     status, error = classify_outcome(run_dir, rc, tail(run_dir / "stdout.log"))
     if timeout_s and rc == -9 and status == "failed":

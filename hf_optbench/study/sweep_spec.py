@@ -8,6 +8,7 @@ in its last one wastes the first nine. A sweep with a ``tune:`` section holds tw
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ TUNED_KEYS = ("learning_rate", "tuned_hparams_file")
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.I)
 MATRIX_KEYS = {"optimizer", "model_size", "seed", "lr_multipliers"}
 LAUNCHER_KEYS = {"type", "accelerate_config", "command", "executor", "slurm", "timeout_s", "env", "validate",
-                 "progress_interval_s"}
+                 "progress_interval_s", "warm_worker"}
 LAUNCHER_TYPES = ("accelerate", "python", "command")
 EXECUTORS = ("local", "slurm")
 # Keys the sweep sets per run: in overrides they would be silently replaced.
@@ -183,15 +184,18 @@ def _multipliers(mults: list[Any], where: str) -> list[float]:
 
 def _tune(raw: dict[str, Any], mults: list[float], overrides: dict[str, Any],
           per_point: list[tuple[str, dict[str, Any]]]) -> TuneSpec | None:
-    """The ``tune:`` section, checked: a grid around the cited default (>= 3 points, some below and some above x1),
-    and nothing elsewhere in the file that would replace the tuned learning rate."""
+    """The ``tune:`` section, checked: a grid of >= 3 multipliers that holds x1 (the cited default, so the tuned
+    rate is never worse than the citation on the tuning split), and nothing elsewhere in the file that would
+    replace the tuned learning rate."""
     if raw.get("tune") is None:
         return None
     tune = _check_keys(raw["tune"], TUNE_KEYS, "tune")
+    if "lr_multipliers" not in tune:
+        raise OptBenchError("tune needs lr_multipliers: the grid around each cited default, e.g. [0.5, 1, 2].")
     grid = sorted(_multipliers(_as_list(tune, "lr_multipliers", True), "tune.lr_multipliers"))
-    if len(grid) < 3 or not grid[0] < 1 < grid[-1]:
+    if len(grid) < 3 or 1.0 not in grid:
         raise OptBenchError(f"tune.lr_multipliers {grid} is not a grid around the cited default: give at least 3 "
-                            "multipliers with some below 1 and some above, e.g. [0.5, 1, 2].")
+                            "multipliers, 1 (the cited default) among them, e.g. [0.5, 1, 2] or [1, 2, 4].")
     if mults:
         raise OptBenchError("a sweep with 'tune' compares at the tuned learning rates: remove matrix.lr_multipliers "
                             "(the grid belongs in tune.lr_multipliers).")
@@ -227,6 +231,15 @@ def _launcher(raw: dict[str, Any], sweep_file: Path) -> dict[str, Any]:
                                 "accelerate_configs/cpu.yaml), or use type: python.")
         launcher["accelerate_config"] = str(_resolve_path(str(launcher["accelerate_config"]), sweep_file,
                                                           "launcher.accelerate_config"))
+    for key in ("timeout_s", "progress_interval_s"):
+        value = launcher.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not math.isfinite(value) or value <= 0):
+            raise OptBenchError(f"launcher.{key} must be a positive number of seconds, got {value!r}. Fix it in "
+                                f"'{sweep_file}'.")
+    if not isinstance(launcher.get("warm_worker", True), bool):
+        raise OptBenchError("launcher.warm_worker must be true or false (false: every run starts its own "
+                            f"interpreter). Fix it in '{sweep_file}'.")
     if launcher["type"] == "command" and not (isinstance(launcher.get("command"), list) and launcher["command"]):
         raise OptBenchError("launcher.type command needs launcher.command: a list, e.g. [python, wrapper.py].")
     return launcher

@@ -28,6 +28,7 @@ File format (read by ``hf_optbench.optim.registry.lookup_tuned``; keys beyond th
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import math
 import os
@@ -130,7 +131,8 @@ def write_tuned(best: Mapping[str, Mapping[str, Mapping[str, Any]]], path: str |
             raise OptBenchError(f"'{out}' exists and is not a tuned-values mapping: choose another --output.")
     for opt, sizes in best.items():
         for size, entry in sizes.items():
-            data.setdefault(opt, {})[size] = {**entry, **(provenance or {}), "source": source}
+            data.setdefault(opt, {})[size] = {**copy.deepcopy(dict(entry)), **copy.deepcopy(dict(provenance or {})),
+                                              "source": source}  # copies: no YAML anchors between entries
     header = ["# Tuned learning rates (hf-optbench): per optimizer and size, the grid multiplier with the best mean",
               f"# {TUNING_METRIC} (a held-out split, not the reported eval split); a multiplier with a diverged or",
               f"# failed seed loses. {source}", "# Use: --tuned_hparams_file " + str(out)]

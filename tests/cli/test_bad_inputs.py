@@ -46,9 +46,6 @@ def c(id_: str, argv: list[str], needle: str, **kw) -> Case:
 
 
 RUN = ["run", "{Q}", *OUT]
-SWEEP_FIX = "study/sweep_spec.py (owned by the sweep engineer)"
-TUNE_FIX = "cli/tune.py: call hf_optbench.cli.report.check_sweep_dir(args.sweep_dir) before tuning.tune"
-ARGPARSE_FIX = "uses argparse.ArgumentParser; switch to hf_optbench.cli.ArgumentParser (one-line errors)"
 
 CASES = [
     # -- run: the 13 late or raw failures of issue 13 item 4 --------------------------------------------------
@@ -129,10 +126,8 @@ CASES = [
     c("sweep-output-under-a-file", ["sweep", "{T}/sweep.yaml", "--dry-run", "--output-dir", "{T}/afile/sw"],
       "output_dir"),
     c("sweep-max-runs-negative", ["sweep", "{T}/sweep.yaml", "--max-runs=-1"], "--max-runs"),
-    c("sweep-timeout-not-a-number", ["sweep", "{T}/sweep_timeout.yaml", "--dry-run"], "timeout_s",
-      xfail=f"launcher.timeout_s is not type-checked: {SWEEP_FIX}"),
-    c("sweep-max-runs-not-int", ["sweep", "{T}/sweep.yaml", "--max-runs", "x"], "--max-runs",
-      xfail=f"cli/sweep.py {ARGPARSE_FIX}"),
+    c("sweep-timeout-not-a-number", ["sweep", "{T}/sweep_timeout.yaml", "--dry-run"], "timeout_s"),
+    c("sweep-max-runs-not-int", ["sweep", "{T}/sweep.yaml", "--max-runs", "x"], "--max-runs"),
     # -- report -------------------------------------------------------------------------------------------
     c("report-missing-dir", ["report", "{T}/missing"], "missing"),
     c("report-corrupt-manifest", ["report", "{T}/sweep_badmanifest"], "sweep_manifest.json"),
@@ -143,8 +138,8 @@ CASES = [
     c("report-unknown-flag", ["report", "{T}/emptysweep", "--bogus"], "--bogus"),
     # -- tune ---------------------------------------------------------------------------------------------
     c("tune-missing-dir", ["tune", "{T}/missing"], "missing"),
-    c("tune-corrupt-manifest", ["tune", "{T}/sweep_badmanifest"], "sweep_manifest.json", xfail=TUNE_FIX),
-    c("tune-corrupt-summary", ["tune", "{T}/sweep_badsummary"], "summary.json", xfail=TUNE_FIX),
+    c("tune-corrupt-manifest", ["tune", "{T}/sweep_badmanifest"], "sweep_manifest.json"),
+    c("tune-corrupt-summary", ["tune", "{T}/sweep_badsummary"], "summary.json"),
     # -- memory / optimizers ------------------------------------------------------------------------------
     c("memory-unknown-size", ["memory", "--model", "gpt7"], "gpt7"),
     c("memory-unknown-optimizer", ["memory", "--optimizer", "adamq"], "adamq"),

@@ -20,8 +20,6 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import (
-    GPT2Config,
-    GPT2LMHeadModel,
     Trainer,
     TrainerCallback,
     TrainerControl,
@@ -35,23 +33,14 @@ from hf_optbench.errors import OptBenchError
 from hf_optbench.measure import metrics as M
 from hf_optbench.measure.recorder import OptBenchRecorder, attach_callbacks, default_callbacks
 
+from fixtures.models import tiny_model, token_data
+
 SEQ, BATCH = 32, 4
 TRAIN_KEYS = {"kind", "step", "epoch", "loss", "grad_norm", "lr", "tokens", "elapsed_s", "step_time_s",
               "loss_spike", "grad_norm_spike"}
 EVAL_KEYS = {"kind", "step", "tokens", "elapsed_s", "eval_loss", "eval_perplexity"}
 
 
-def tiny_model(seed: int = 0) -> GPT2LMHeadModel:
-    torch.manual_seed(seed)
-    cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=128, n_positions=64, use_cache=False,
-                     bos_token_id=0, eos_token_id=0)
-    return GPT2LMHeadModel(cfg)
-
-
-def token_data(n: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, 128, (n, SEQ), generator=g)
-    return [{"input_ids": row, "labels": row} for row in ids]
 
 
 def training_args(out: Path, **overrides) -> TrainingArguments:

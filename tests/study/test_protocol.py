@@ -173,7 +173,8 @@ def test_a_tuned_file_without_a_compared_size_is_an_error_before_any_run(tmp_pat
 
 @pytest.mark.parametrize("tune, overrides, match", [
     ({"lr_multipliers": [1, 2]}, {}, "at least 3"),
-    ({"lr_multipliers": [1, 2, 4]}, {}, "some below 1 and some above"),
+    ({"lr_multipliers": [2, 4, 8]}, {}, "1 \\(the cited default\\) among them"),
+    ({"seed": [0]}, {}, "tune needs lr_multipliers"),
     ({"lr_multipliers": [0.5, 1, 2], "seeds": [0]}, {}, "unknown key 'seeds' in tune.*seed"),
     ({"lr_multipliers": [0.5, 1, 2]}, {"learning_rate": 1e-3}, "'learning_rate' in overrides would replace"),
     ({"lr_multipliers": [0.5, 1, 2]}, {"tuned_hparams_file": "x.yaml"}, "'tuned_hparams_file' in overrides"),
