@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError
+from hf_optbench.rundir import atomic_path
 
 if TYPE_CHECKING:
     import numpy as np
@@ -106,10 +106,9 @@ class LRFinderResult:
         fig.tight_layout()
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp.png")
-        fig.savefig(tmp, dpi=120)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=120)
         plt.close(fig)
-        os.replace(tmp, path)
         return path
 
 

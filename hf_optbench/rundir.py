@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,23 +30,32 @@ FINISHED_STATUSES = ("completed", "diverged")
 FINAL_STATUSES = ("completed", "diverged", "failed", "oom")
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON to ``path`` through a temporary file and ``os.replace``."""
+@contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary sibling of ``path`` to write (it keeps ``path``'s suffix, so writers that pick the format from
+    the name still work); moved over ``path`` with ``os.replace`` when the block ends, removed if it raises. The one
+    owner of the write-then-rename pattern: a reader (a sweep refreshing summary.csv while the report reads it)
+    sees the old file or the new one, never half of one."""
     path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    tmp = path.with_name(f"{path.name}.tmp{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` atomically (:func:`atomic_path`)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` exactly as given (no newline translation) through a temporary file and
-    ``os.replace``, so a reader (a sweep refreshing summary.csv while the report reads it) never sees half a file."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="") as fh:
+    """Write ``text`` to ``path`` exactly as given (no newline translation) atomically (:func:`atomic_path`)."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as fh:
         fh.write(text)
-    os.replace(tmp, path)
-    return path
+    return Path(path)
 
 
 def run_id_for(optimizer: str, model_size: str, seed: int, lr_multiplier: float | None = None) -> str:

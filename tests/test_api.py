@@ -8,8 +8,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import textwrap
 import warnings
@@ -32,6 +30,7 @@ from hf_optbench.trainer import (
     trainer_optimizer,
 )
 
+from fixtures.launch import run_launch
 from fixtures.models import tiny_model, token_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -235,15 +234,7 @@ def test_stock_trainer_keeps_lion_and_cosine_under_cpu_zero2(tmp_path) -> None:
     cmd = [accelerate, "launch", "--config_file", str(ROOT / "accelerate_configs" / "cpu_zero2.yaml"), str(script),
            str(tmp_path)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        _, stderr = proc.communicate(timeout=400)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, stderr = proc.communicate()
-        pytest.fail(f"ZeRO-2 run timed out: {stderr[-3000:]}")
-    assert proc.returncode == 0, stderr[-5000:]
+    run_launch(cmd, env=env, timeout=400, what="ZeRO-2 run", cwd=str(ROOT), tail=5000)
     got = json.loads((tmp_path / "rank0.json").read_text())
     assert got["deepspeed"] and got["world_size"] == 2
     assert got["name"] == "lion" and got["chain"][-1] == "lion_pytorch.lion_pytorch.Lion", got["chain"]

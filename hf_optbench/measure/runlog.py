@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.rundir import write_text_atomic
+
 FLUSH_SECONDS = 30.0  # an hours-long run loses at most this much of its rows to a hard kill
 
 
@@ -61,11 +63,7 @@ class RunLog:
             return []
         kept = rows_up_to(self.path, resume_step)
         if self.writer and self.path.exists():
-            # atomic like rundir.write_json_atomic, which writes one JSON object, not JSON lines
-            tmp = self.path.with_suffix(".jsonl.tmp")
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.writelines(json.dumps(r, allow_nan=False) + "\n" for r in kept)
-            os.replace(tmp, self.path)
+            write_text_atomic(self.path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
         return kept
 
     def emit(self, row: dict[str, Any], flush: bool = False) -> None:

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.rundir import atomic_path
+
 # Columns every row has, first, whatever its kind; the kind's own keys follow.
 ID_COLUMNS = ("run_id", "optimizer", "model_size", "seed", "lr_multiplier", "status", "kind", "step", "tokens",
               "elapsed_s", "loss", "eval_loss")
@@ -47,8 +49,6 @@ def write_runs_parquet(records: Sequence[Mapping[str, Any]],
                        path: str | os.PathLike[str]) -> Path:
     """Write :func:`tidy_frame` to ``path`` through a temporary file and ``os.replace`` (a reader never sees half
     a file); returns the path."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tidy_frame(records, metrics).to_parquet(tmp, index=False)
-    os.replace(tmp, path)
-    return path
+    with atomic_path(path) as tmp:
+        tidy_frame(records, metrics).to_parquet(tmp, index=False)
+    return Path(path)

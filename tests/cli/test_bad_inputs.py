@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -312,3 +313,34 @@ def test_bad_input_through_the_installed_command(case_id: str, workspace: Path) 
     proc = subprocess.run([str(exe), *_argv(case, workspace)], capture_output=True, text=True, cwd=workspace,
                           env={**os.environ, "HF_OPTBENCH_CACHE": str(workspace / "cache")}, timeout=300)
     _check(proc.returncode, proc.stdout, proc.stderr, case, before, _snapshot(workspace))
+
+
+def _mount_read_only(path: Path) -> bool:
+    """A read-only tmpfs at ``path`` (needs root and mount(8)); False where it cannot be made."""
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0) or shutil.which("mount") is None:
+        return False
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)], capture_output=True)
+    return done.returncode == 0
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", QUICK, "--output_dir", "{T}/ro/run"],
+    ["report", "{T}/emptysweep", "--output", "{T}/ro/report"],
+    ["tokenizer", "train", "--input", "{T}/corpus.txt", "--vocab-size", "300", "--output", "{T}/ro/tok"],
+    ["sweep", "{T}/sweep.yaml", "--output-dir", "{T}/ro/sw"],
+], ids=["run", "report", "tokenizer", "sweep"])
+def test_read_only_filesystem_is_refused(argv: list[str], workspace: Path, monkeypatch, capsys) -> None:
+    """A read-only filesystem refuses even root: the case the chmod test cannot show when the tests run as root."""
+    ro = workspace / "ro"
+    if not _mount_read_only(ro):
+        pytest.skip("needs root and mount(8) to make a read-only tmpfs")
+    monkeypatch.setattr(run_mod, "prepare", _tripwire)
+    try:
+        case = Case("ro-fs", tuple(argv), "not writable")
+        before = _snapshot(workspace)
+        rc = cli.main(_argv(case, workspace))
+        captured = capsys.readouterr()
+        _check(rc, captured.out, captured.err, case, before, _snapshot(workspace))
+    finally:
+        subprocess.run(["umount", str(ro)], capture_output=True)

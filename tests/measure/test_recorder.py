@@ -9,7 +9,6 @@ import dataclasses
 import json
 import math
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from hf_optbench.errors import OptBenchError
 from hf_optbench.measure import metrics as M
 from hf_optbench.measure.recorder import OptBenchRecorder, attach_callbacks, default_callbacks
 
+from fixtures.launch import run_launch
 from fixtures.models import tiny_model, token_data
 
 SEQ, BATCH = 32, 4
@@ -397,16 +397,7 @@ def test_two_process_gloo_run_sums_state_over_ranks_and_rank0_writes(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
            str(_free_port()), str(script), str(tmp_path)]
-    # own session: on a timeout the whole group (torchrun and its workers) is killed, leaving no orphans
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        _, stderr = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, stderr = proc.communicate()
-        pytest.fail(f"2-process run timed out: {stderr[-3000:]}")
-    assert proc.returncode == 0, stderr[-3000:]
+    run_launch(cmd, env=env, timeout=240, what="2-process run")
     s = json.loads((tmp_path / "rank0.json").read_text())
     assert s["optimizer_state_bytes_total"] == 2 * s["optimizer_state_bytes"] > 0  # DDP: each rank holds it all
     assert len(s["peak_memory_bytes_per_rank"]) == 2 and all(v > 0 for v in s["peak_memory_bytes_per_rank"])
