@@ -278,6 +278,16 @@ def test_bad_input_exits_2_with_one_line(case: Case, workspace: Path, monkeypatc
     _check(rc, captured.out, captured.err, case, before, _snapshot(workspace, skip_cache=case.work))
 
 
+def _check_refused(argv: list[str], workspace: Path, monkeypatch, capsys) -> None:
+    """``argv`` writes under ``workspace/ro``, which cannot be written: exit 2, one line, nothing created."""
+    monkeypatch.setattr(run_mod, "prepare", _tripwire)
+    case = Case("ro", tuple(argv), "not writable")
+    before = _snapshot(workspace)
+    rc = cli.main(_argv(case, workspace))
+    captured = capsys.readouterr()
+    _check(rc, captured.out, captured.err, case, before, _snapshot(workspace))
+
+
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
                     reason="root writes anywhere: the file-as-directory rows cover the unwritable case")
 @pytest.mark.parametrize("argv", [
@@ -289,13 +299,8 @@ def test_unwritable_directory_is_refused(argv: list[str], workspace: Path, monke
     ro = workspace / "ro"
     ro.mkdir()
     ro.chmod(0o500)
-    monkeypatch.setattr(run_mod, "prepare", _tripwire)
     try:
-        case = Case("ro", tuple(argv), "not writable")
-        before = _snapshot(workspace)
-        rc = cli.main(_argv(case, workspace))
-        captured = capsys.readouterr()
-        _check(rc, captured.out, captured.err, case, before, _snapshot(workspace))
+        _check_refused(argv, workspace, monkeypatch, capsys)
     finally:
         ro.chmod(0o700)
 
@@ -335,12 +340,7 @@ def test_read_only_filesystem_is_refused(argv: list[str], workspace: Path, monke
     ro = workspace / "ro"
     if not _mount_read_only(ro):
         pytest.skip("needs root and mount(8) to make a read-only tmpfs")
-    monkeypatch.setattr(run_mod, "prepare", _tripwire)
     try:
-        case = Case("ro-fs", tuple(argv), "not writable")
-        before = _snapshot(workspace)
-        rc = cli.main(_argv(case, workspace))
-        captured = capsys.readouterr()
-        _check(rc, captured.out, captured.err, case, before, _snapshot(workspace))
+        _check_refused(argv, workspace, monkeypatch, capsys)
     finally:
         subprocess.run(["umount", str(ro)], capture_output=True)
