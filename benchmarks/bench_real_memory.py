@@ -31,6 +31,8 @@ child is stopped if the machine's available memory falls below ``--reserve-gib``
     python benchmarks/bench_real_memory.py --sizes gpt2 --only adamw lion  # part of it
     python benchmarks/bench_real_memory.py --sizes tiny --only adamw lion --steps 2   # smoke run (the test's)
     nice -n 10 python benchmarks/bench_real_memory.py --json real_memory.json > real_memory.md   # the README run
+    python benchmarks/bench_real_memory.py --sizes gpt2-medium --only soap --timeout 2400   # SOAP's first step at
+                                                   # 355M (eigh of every preconditioner) took 10 min on one thread
 """
 
 from __future__ import annotations
