@@ -1,6 +1,8 @@
 # The two commands of the README:
 #   make demo   set up (first time) and run the main job: a CPU sweep of optimizers x sizes x seeds -> report
-#   make test   set up (first time) and run the test suite (what .ci/run calls)
+#   make test   set up (first time) and run the test suite (what .ci/run calls) on every core (pytest-xdist)
+# and for the inner loop (not in the README's two):
+#   make test-fast   the suite without the tests marked slow or distributed: see the comment above its target
 # constraints.txt pins torch==2.13.0: on a CPU-only machine that resolves to the local CPU build; on a GPU
 # machine pip takes the normal CUDA build of the same version. Drop it to take the newest torch.
 PYTHON ?= python3
@@ -10,8 +12,13 @@ STAMP := $(VENV)/.installed
 SWEEP ?= recipes/sweeps/cpu_demo.yaml
 DEMO_DIR ?= runs/cpu_demo
 PYTEST_ARGS ?=
+# pytest-xdist: one worker per physical core (TEST_WORKERS=0: one process, TEST_WORKERS=2 on a shared box). Each test
+# module runs on one worker, the multi-process and DeepSpeed tests together on one worker, and each worker has its
+# own data cache (tests/conftest.py: pytest_xdist_make_scheduler, ONE_WORKER, HF_OPTBENCH_CACHE).
+TEST_WORKERS ?= auto
+XDIST := -n $(TEST_WORKERS) --dist loadscope
 
-.PHONY: setup demo test bench lint clean
+.PHONY: setup demo test test-fast bench lint clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +38,21 @@ demo: setup
 	@echo "tuned learning rates: $(DEMO_DIR)/tuned_hparams.yaml; data cache: $${HF_OPTBENCH_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/hf_optbench}/data"
 
 test: setup
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
+
+# The inner loop: under 2 minutes on a 2-core machine. It leaves to `make test` / CI (.ci/run) every test marked
+# slow or distributed (markers in the files, plus tests/conftest.py's SLOW list):
+#   - the README commands run as pasted (tests/test_readme_commands.py: runs, sweep, report, tune, find-lr)
+#   - multi-process runs: DDP and DeepSpeed ZeRO-2 over gloo (tests/test_distributed.py, test_zero_planner.py,
+#     the zero2/gloo tests in test_api.py, measure/test_recorder.py, measure/test_metrics.py)
+#   - kill-and-resume from checkpoints (test_checkpoint_resume.py), the run lock across processes (test_run_lock.py)
+#   - real sweeps through the warm worker and accelerate (study/test_sweep.py, test_worker.py, test_protocol.py)
+#   - the inductor-compiled bf16 benchmark path and the benchmark scripts run as processes (test_benchmarks.py,
+#     test_bench_real_memory.py), the planner at larger CPU sizes (measure/test_planner.py)
+#   - real runs staged for the Hub and offline trackers (test_hub.py, test_hub_upload.py, test_tracking.py,
+#     measure/test_recorder.py), `accelerate launch --quiet` (test_run.py), the installed-command bad inputs
+test-fast: setup
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow and not distributed" $(PYTEST_ARGS)
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

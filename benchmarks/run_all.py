@@ -30,6 +30,7 @@ FULL = [
     ("Verdict error rates (simulation)", ["verdict_rates.py"]),
     ("Per-run fixed cost of a local sweep (subprocess vs warm worker)", ["bench_run_overhead.py"]),
     ("GPU throughput and MFU", ["bench_gpu_mfu.py"]),
+    ("CPU MFU per size against a measured GEMM peak; gelu_new vs fused tanh GELU", ["bench_cpu_mfu.py"]),
 ]
 QUICK = {
     "bench_harness.py": ["--rounds", "2", "--steps", "15"],
@@ -39,6 +40,7 @@ QUICK = {
     "bench_cache_verify.py": ["--mb", "5", "--repeats", "2"],
     "verdict_rates.py": ["--trials", "200"],
     "bench_run_overhead.py": ["--pairs", "2"],
+    "bench_cpu_mfu.py": ["--rounds", "2", "--steps", "8"],
 }
 
 

@@ -70,11 +70,24 @@ def build_config(
     pad_token_id: int | None = None,
     attn_implementation: str = "sdpa",
     dropout: float = 0.0,
+    activation_function: str = "gelu_pytorch_tanh",
 ) -> Any:
     """The GPT2Config for a size. Dropout 0 by default: pretraining runs see each token about once
-    (nanoGPT's train_gpt2 and the Chinchilla-style runs use no dropout)."""
-    from transformers import GPT2Config
+    (nanoGPT's train_gpt2 and the Chinchilla-style runs use no dropout).
 
+    ``activation_function`` "gelu_pytorch_tanh" by default: the same function as GPT-2's own ``gelu_new`` (the tanh
+    approximation of GELU, Hendrycks & Gimpel 2016, eq. in Sec. 2; GPT-2's config names it gelu_new), computed by
+    torch's fused ``gelu(approximate="tanh")`` kernel instead of a chain of eight element-wise ops. Measured on
+    this repository's 2-core CPU (issue 22; benchmarks/bench_cpu_mfu.py): 0.81-0.85x step time at ``midi``
+    (2.7M parameters), final losses equal to ~1e-7; gelu_new was 28 % of midi's op time. It is recorded in the
+    model's config.json, so a checkpoint loads with the function it was trained with."""
+    from transformers import GPT2Config
+    from transformers.activations import ACT2FN
+
+    if activation_function not in ACT2FN:
+        hint = suggest(activation_function, sorted(ACT2FN))
+        raise OptBenchError(f"unknown activation_function '{activation_function}'.{hint} Use gelu_pytorch_tanh (the "
+                            "default) or gelu_new (GPT-2's own).")
     if attn_implementation not in ATTN_IMPLEMENTATIONS:
         raise OptBenchError(
             f"unknown attn_implementation '{attn_implementation}'. Choose one of: {', '.join(ATTN_IMPLEMENTATIONS)}."
@@ -92,6 +105,7 @@ def build_config(
         bos_token_id=bos_token_id,
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
+        activation_function=activation_function,
         **shape,
     )
     # transformers 5: the attention implementation lives on the config (GPT2LMHeadModel(cfg, attn_implementation=)
@@ -176,3 +190,13 @@ def count_parameters(model: torch.nn.Module, exclude_embeddings: bool = False) -
         seen.add(id(p))
         total += p.numel()
     return total
+
+
+def non_embedding_params(size: str) -> int:
+    """Non-embedding parameters of a size (Kaplan et al. 2020's N: everything but the token and position
+    embeddings), from its shape alone, so a sweep can size its data budget before building any model. Per block:
+    attention (d x 3d + 3d, d x d + d), MLP (d x 4d + 4d, 4d x d + d), two LayerNorms (2d each): 12d^2 + 13d; plus
+    the final LayerNorm (2d). tests/test_models.py checks it against :func:`count_parameters` on built models."""
+    shape = GPT2_SIZES[resolve_size(size)]
+    d = shape["n_embd"]
+    return shape["n_layer"] * (12 * d * d + 13 * d) + 2 * d

@@ -138,3 +138,15 @@ def upload_file_problems(path: Path, rel: Path, token: str | None) -> list[str]:
     if file_contains_token(path, token):
         problems.append(f"{rel}: contains a Hugging Face token")
     return problems
+
+
+def public_env(env: dict[str, Any]) -> dict[str, str]:
+    """``env`` as hf_optbench may write it (a sweep's manifest, its copy of the sweep file): the value of a
+    variable whose name looks secret (:func:`is_secret_name`) replaced by a marker; the name stays, to say that it
+    was set."""
+    return {str(k): REDACTED if is_secret_name(str(k)) else str(v) for k, v in env.items()}
+
+
+def secret_values(env: dict[str, Any]) -> list[str]:
+    """The values of ``env``'s secret-named variables (to keep them out of files and messages)."""
+    return [str(v) for k, v in env.items() if is_secret_name(str(k)) and str(v)]

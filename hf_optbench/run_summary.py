@@ -7,16 +7,42 @@ the model card and ``push`` read them, so a key is added here, never renamed or 
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from typing import Any
 
 from hf_optbench.provenance import environment
 
+# Set by a local sweep on each run it starts (hf_optbench.study.sweep_state.Slot): how many runs it runs at once on
+# this machine (launcher.jobs), which slot this run took, and the cores that slot is pinned to.
+CONCURRENT_RUNS_ENV = "HF_OPTBENCH_CONCURRENT_RUNS"
+SLOT_ENV = "HF_OPTBENCH_SLOT"
+CPUS_ENV = "HF_OPTBENCH_CPUS"
+
 
 def precision_name(args: Any) -> str:
     """bf16 / fp16 / fp32 from TrainingArguments' flags."""
     return "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
+
+
+def _env_int(name: str) -> int | None:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def sharing() -> dict[str, Any]:
+    """How this run shared the machine: ``concurrent_runs`` (how many runs its sweep ran at once here; null outside
+    a local sweep, which says nothing about other load) and ``pinning`` (its sweep slot, the cores it may run on as
+    the kernel reports them, its CUDA_VISIBLE_DEVICES). Why: runs side by side compete for memory bandwidth and
+    caches even on cores of their own, so wall-clock figures of a shared machine are not those of an idle one, and
+    the report says so (hf_optbench.study.noise)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {"concurrent_runs": _env_int(CONCURRENT_RUNS_ENV),
+            "pinning": {"slot": _env_int(SLOT_ENV), "cpus": cpus,
+                        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}}
 
 
 def build_summary(cfg: Any, prepared: Any, optimizer: Any, scheduler: Any, *, schedule: str,
@@ -53,6 +79,9 @@ def build_summary(cfg: Any, prepared: Any, optimizer: Any, scheduler: Any, *, sc
         "embedding_state_32bit": cfg.optim.embedding_state_32bit,
         "precision": precision_name(args),
         "max_steps": args.max_steps,
+        # the data budget per non-embedding parameter (Chinchilla's and Marin's unit: 20 = "1x Chinchilla")
+        "tokens_per_param": args.max_steps * tokens_per_step / max(count_parameters(model, exclude_embeddings=True), 1)
+        if args.max_steps > 0 else None,
         "data": prepared.bundle.info,
         "env": environment(),
         "git": git,
@@ -60,6 +89,7 @@ def build_summary(cfg: Any, prepared: Any, optimizer: Any, scheduler: Any, *, sc
         "status": "failed",
         "error": None,
         "final_tuning_loss": None,  # the tuning split's loss, for learning-rate selection only (never reported)
+        **sharing(),
     }
 
 

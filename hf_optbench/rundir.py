@@ -58,23 +58,40 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     return Path(path)
 
 
-def run_id_for(optimizer: str, model_size: str, seed: int, lr_multiplier: float | None = None) -> str:
-    """Deterministic, filesystem-safe id of a sweep's matrix point: ``adamw__tiny__s0`` or ``lion__mini__s1__lrx0.5``
-    (:func:`parse_run_id` reads it back)."""
+# The optional parts of a run id after the seed, in order: (prefix, record key). ``lrx``: the learning rate as a
+# multiple of the run's resolved rate (a tuning grid); ``wdx``: the weight decay likewise; ``dx``: the data budget as
+# a multiple of the sweep's budget (the baseline ladder that the speedup is read from).
+ID_PARTS: tuple[tuple[str, str], ...] = (("lrx", "lr_multiplier"), ("wdx", "wd_multiplier"),
+                                         ("dx", "budget_multiple"))
+
+
+def run_id_for(optimizer: str, model_size: str, seed: int, lr_multiplier: float | None = None, *,
+               wd_multiplier: float | None = None, budget_multiple: float | None = None) -> str:
+    """Deterministic, filesystem-safe id of a sweep's matrix point: ``adamw__tiny__s0``, ``lion__mini__s1__lrx0.5``
+    or ``adamw__midi__s2__dx4`` (:func:`parse_run_id` reads it back)."""
     rid = f"{optimizer}__{model_size}__s{seed}"
-    if lr_multiplier is not None:
-        rid += f"__lrx{lr_multiplier:g}"
+    values = {"lr_multiplier": lr_multiplier, "wd_multiplier": wd_multiplier, "budget_multiple": budget_multiple}
+    for prefix, key in ID_PARTS:
+        if values[key] is not None:
+            rid += f"__{prefix}{values[key]:g}"
     return re.sub(r"[^A-Za-z0-9_.\-]", "-", rid)
 
 
 def parse_run_id(run_id: str) -> dict[str, Any]:
-    """optimizer / model_size / seed (/ lr_multiplier) of an id made by :func:`run_id_for`; {} for another name."""
+    """optimizer / model_size / seed (/ lr_multiplier, wd_multiplier, budget_multiple) of an id made by
+    :func:`run_id_for`; {} for another name."""
     parts = run_id.split("__")
     out: dict[str, Any] = {}
     if len(parts) >= 3 and parts[2].startswith("s") and parts[2][1:].isdigit():
         out = {"optimizer": parts[0], "model_size": parts[1], "seed": int(parts[2][1:])}
-        if len(parts) > 3 and parts[3].startswith("lrx"):
-            out["lr_multiplier"] = float(parts[3][3:])
+        for part in parts[3:]:
+            for prefix, key in ID_PARTS:
+                if part.startswith(prefix):
+                    try:
+                        out[key] = float(part[len(prefix):])
+                    except ValueError:
+                        continue
+                    break
     return out
 
 

@@ -11,10 +11,10 @@ PUBLISHED = {"gpt2": 124_439_808, "gpt2-medium": 354_823_168, "gpt2-large": 774_
 
 
 def _count_from_shape(size: str, vocab: int, n_positions: int = 1024) -> int:
-    s = GPT2_SIZES[size]
-    d, L = s["n_embd"], s["n_layer"]
-    per_layer = 12 * d * d + 13 * d  # qkv+proj+mlp weights and biases, two LayerNorms
-    return vocab * d + n_positions * d + L * per_layer + 2 * d
+    from hf_optbench.models import non_embedding_params
+
+    d = GPT2_SIZES[size]["n_embd"]
+    return vocab * d + n_positions * d + non_embedding_params(size)
 
 
 @pytest.mark.parametrize("size", sorted(PUBLISHED))
@@ -96,3 +96,12 @@ def test_trainer_loss_equals_the_models_own_loss(tmp_path) -> None:
     args = TrainingArguments(str(tmp_path), per_device_eval_batch_size=8, use_cpu=True, report_to="none")
     reported = Trainer(model=model, args=args, eval_dataset=data).evaluate()["eval_loss"]
     assert reported == pytest.approx(own, rel=1e-6)
+
+
+@pytest.mark.parametrize("size", ["tiny", "mini", "midi"])
+def test_non_embedding_params_from_the_shape_equal_the_built_models_count(size: str) -> None:
+    from hf_optbench.models import build_model, count_parameters, non_embedding_params
+
+    model = build_model(size, 300, n_positions=64)
+    assert non_embedding_params(size) == count_parameters(model, exclude_embeddings=True)
+    assert non_embedding_params(size) < count_parameters(model)

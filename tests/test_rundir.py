@@ -44,6 +44,12 @@ def test_run_ids_round_trip() -> None:
     assert parse_run_id("lion__mini__s1__lrx0.5") == {"optimizer": "lion", "model_size": "mini", "seed": 1,
                                                      "lr_multiplier": 0.5}
     assert parse_run_id("not-a-sweep-run") == {}
+    rid = run_id_for("adamw", "midi", 2, 2.0, wd_multiplier=3.0, budget_multiple=0.5)
+    assert rid == "adamw__midi__s2__lrx2__wdx3__dx0.5"
+    assert parse_run_id(rid) == {"optimizer": "adamw", "model_size": "midi", "seed": 2, "lr_multiplier": 2.0,
+                                 "wd_multiplier": 3.0, "budget_multiple": 0.5}
+    assert parse_run_id("adamw__tiny__s1__dx4") == {"optimizer": "adamw", "model_size": "tiny", "seed": 1,
+                                                   "budget_multiple": 4.0}
 
 
 def test_read_summary_optional_or_required(tmp_path: Path) -> None:

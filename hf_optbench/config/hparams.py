@@ -10,9 +10,10 @@ from hf_optbench.errors import OptBenchError
 
 
 def resolve_hyperparameters(cfg: RunConfig) -> dict[str, Any]:
-    """Fill learning_rate / weight_decay / max_grad_norm the user did not set: tuned file first, else the
-    optimizer registry's cited default for this model size. Returns {key: {"value", "source"}} for the summary, with the
-    optimizer's betas / eps beside them."""
+    """Fill learning_rate / weight_decay / max_grad_norm the user did not set: tuned file first (its learning rate;
+    its weight decay where the tuning phase tuned it, for optimizers whose spec sets ``tune_weight_decay``: source
+    "tuned: <file>" for each value the file gave), else the optimizer registry's cited default for this model size.
+    Returns {key: {"value", "source"}} for the summary, with the optimizer's betas / eps beside them."""
     from hf_optbench.optim.registry import is_dotted_path, lookup_tuned, optimizer_defaults
 
     if is_dotted_path(cfg.optim.optimizer):

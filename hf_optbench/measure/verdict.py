@@ -15,8 +15,21 @@ difference is ``d_si = log m_O - log m_B`` for ratio metrics (``exp(d)`` is the 
 * **At one size**: the mean of the n paired differences, with a Student-t confidence interval (n - 1 degrees of
   freedom). The optimizer is **ahead** when the whole interval lies below ``-margin``, **behind** when it lies
   above ``+margin``, **level** when it lies inside ``[-margin, +margin]`` (an equivalence test: a 0.1 % gap
-  measured with no noise is level, not a difference), and **no difference** otherwise. ``margin`` is 2 % for
-  ratios and a per-metric floor for differences (1 spike / 1k steps; 0.2 of the seeds diverging).
+  measured with no noise is level, not a difference), and **no difference** otherwise. Each cell also states its
+  **minimal detectable effect** (MDE): the smallest true gap it would call ahead or behind with 80 % power, from
+  the measured paired spread and the number of seeds (normal approximation to the noncentral t:
+  ``margin + (t_{1-a/2} + t_{0.8}) * sd / sqrt(n)``, at the interval's own level), so "no difference (MDE 12 %)"
+  says how blind the comparison was.
+* **The margins**, each the smallest difference worth a word on its own scale:
+  - final eval loss: a difference in nats, margin :data:`LOSS_MARGIN_NATS` = 0.01. Losses are compared on the
+    language-model scale: a *ratio* margin of 2 % would be ~0.05 nats at a loss of 2.5, larger than the whole
+    Muon-vs-AdamW gap at 1.2B parameters in the Marin study (~0.004 nats, a 1.1x speedup), so no number of seeds
+    could see a real LM effect through it;
+  - speedup (AdamW-equivalent data, :mod:`hf_optbench.measure.speedup`): a ratio, margin 3 %
+    (:data:`SPEEDUP_MARGIN`): the smallest speedup recent comparisons report as a gain is ~1.1x (Marin at 1.2B),
+    and 3 % keeps a tenth of it resolvable; higher is better, the baseline's own speedup is 1 by definition;
+  - memory, tokens and seconds to target: ratios, margin 2 %;
+  - differences with their own floor: 1 spike / 1k steps; 0.2 of the seeds diverging.
 * **The trend**: for each seed, the least-squares slope of its paired differences on log10(parameters); the mean
   of those per-seed slopes, with its own t interval, is the trend per decade. Taking one slope per seed keeps the
   pairing and needs no assumption that the noise is equal across sizes. The trend is **significant** when its
@@ -26,17 +39,7 @@ difference is ``d_si = log m_O - log m_B`` for ratio metrics (``exp(d)`` is the 
   so on data with no true difference the chance of any verdict other than "no difference" / "level" is at most
   ``alpha`` (5 %).
 
-The verdicts (one per optimizer and metric)
--------------------------------------------
-``grows``            significant favourable trend, ahead at the largest size: the advantage increases with size.
-``holds``            no significant trend, ahead at the largest size.
-``shrinks``          significant unfavourable trend (the advantage decreases, or a deficit deepens).
-``deficit vanishes`` significant favourable trend from behind at the smallest size to level / no difference at
-                     the largest: the optimizer catches up, it does not pull ahead.
-``behind``           worse than the baseline at the largest size, with no significant favourable trend.
-``level``            equivalent to the baseline (within the margin) at every size.
-``no difference``    none of the above: the data do not show a difference.
-``insufficient data`` fewer than two sizes with two or more paired seeds.
+The verdicts (one per optimizer and metric) and what each means: :data:`VERDICT_MEANINGS`.
 """
 
 from __future__ import annotations
@@ -62,27 +65,40 @@ VERDICT_MEANINGS = {
 STANCES = ("ahead", "behind", "level", "no difference")
 ALPHA = 0.05  # family-wise: split between the trend test and the largest-size test (Bonferroni)
 RATIO_MARGIN = math.log(1.02)
+SPEEDUP_MARGIN = math.log(1.03)  # see the module doc: a tenth of the ~1.1x gains that recent studies report
+LOSS_MARGIN_NATS = 0.01  # see the module doc: hundredths of a nat matter in language modelling
+POWER = 0.8  # the power at which each cell's minimal detectable effect is stated
 
 
 @dataclass(frozen=True)
 class MetricSpec:
     """One compared quantity. ``mode`` ratio: positive values compared as log-ratios; difference: plain gaps.
-    ``margin``: the smallest difference that counts (equivalence margin), on the log scale for ratios."""
+    ``margin``: the smallest difference that counts (equivalence margin), on the log scale for ratios.
+    ``higher_is_better``: compared as ``log b - log o`` so that "ahead" keeps its meaning (speedup).
+    ``baseline_value``: the metric is already relative to the baseline (a speedup): every seed's baseline value is
+    this constant, and no baseline observation is needed."""
 
     key: str
     question: Literal["memory", "convergence", "stability"]
     label: str
     mode: Literal["ratio", "difference"] = "ratio"
     margin: float = RATIO_MARGIN
+    higher_is_better: bool = False
+    baseline_value: float | None = None
+    unit: str = ""  # of a difference metric, for the MDE text ("nats")
+    censored_means: str = "a run that never reached the target (counted at its budget)"
 
 
 # The metrics the report compares (keys of the per-run records the report builds from summary.json).
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("optimizer_state_bytes", "memory", "optimizer state"),
     MetricSpec("peak_memory_bytes", "memory", "peak memory"),
+    MetricSpec("speedup", "convergence", "speedup (AdamW-equivalent data)", margin=SPEEDUP_MARGIN,
+               higher_is_better=True, baseline_value=1.0,
+               censored_means="a loss beyond the ladder's range (counted at its end: the speedup is a bound)"),
+    MetricSpec("final_eval_loss", "convergence", "final eval loss", "difference", LOSS_MARGIN_NATS, unit="nats"),
     MetricSpec("tokens_to_target", "convergence", "tokens to target loss"),
     MetricSpec("seconds_to_target", "convergence", "seconds to target loss"),
-    MetricSpec("final_eval_loss", "convergence", "final eval loss"),
     # One spike per 1k steps and one diverged seed in five are the smallest gaps worth a word.
     MetricSpec("loss_spikes_per_1k", "stability", "loss spikes / 1k steps", "difference", 1.0),
     MetricSpec("diverged", "stability", "diverged fraction", "difference", 0.2),
@@ -117,6 +133,8 @@ class SizeComparison:
     mean_optimizer: float
     mean_baseline: float
     censored_pairs: int = 0
+    mde: float = math.inf  # minimal detectable effect (|gap| at POWER), on the gap's scale
+    higher_is_better: bool = False
 
     @property
     def significant(self) -> bool:
@@ -124,8 +142,34 @@ class SizeComparison:
         return self.stance in ("ahead", "behind")
 
     def ratio(self) -> float:
-        """exp(gap) for ratio metrics: the figure a reader expects (0.5 = half the baseline)."""
-        return math.exp(self.gap)
+        """The figure a reader expects for ratio metrics: exp(gap) (0.5 = half the baseline), or for a
+        higher-is-better metric the value itself (a speedup of 1.6)."""
+        return math.exp(-self.gap if self.higher_is_better else self.gap)
+
+    def interval(self) -> tuple[float, float]:
+        """The interval of :meth:`ratio` (low, high)."""
+        if self.higher_is_better:
+            return math.exp(-self.ci_high), math.exp(-self.ci_low)
+        return math.exp(self.ci_low), math.exp(self.ci_high)
+
+    def describe(self, spec: MetricSpec) -> str:
+        """"speedup 1.6 [1.5, 1.7] (midi, ahead)", with the MDE where the stance is "no difference"."""
+        if spec.mode == "ratio":
+            low, high = self.interval()
+            kind = "speedup" if spec.higher_is_better else "ratio"
+            text = f"{kind} {self.ratio():.3g} [{low:.3g}, {high:.3g}]"
+        else:
+            text = f"gap {self.gap:+.3g} [{self.ci_low:+.3g}, {self.ci_high:+.3g}]"
+        mde = f", {self.mde_text(spec.mode, spec.unit)}" if self.stance == "no difference" else ""
+        return f"{text} ({self.model_size}, {self.stance}{mde})"
+
+    def mde_text(self, mode: str, unit: str = "") -> str:
+        """"MDE 12 %" (ratio metrics: the smallest detectable ratio change) or "MDE 0.012 nats"."""
+        if not math.isfinite(self.mde):
+            return "MDE n/a: one seed"
+        if mode == "ratio":
+            return f"MDE {math.expm1(self.mde):.0%}"
+        return f"MDE {self.mde:.2g}" + (f" {unit}" if unit else "")
 
 
 @dataclass
@@ -146,11 +190,7 @@ class Verdict:
         if not self.points:
             return "; ".join(self.notes) or "no data"
         first, last = self.points[0], self.points[-1]
-        fmt = (lambda p: f"{p.ratio():.3g} [{math.exp(p.ci_low):.3g}, {math.exp(p.ci_high):.3g}]") \
-            if self.metric.mode == "ratio" else (lambda p: f"{p.gap:+.3g} [{p.ci_low:+.3g}, {p.ci_high:+.3g}]")
-        kind = "ratio" if self.metric.mode == "ratio" else "gap"
-        parts = [f"{kind} {fmt(first)} ({first.model_size}, {first.stance}) -> {fmt(last)} "
-                 f"({last.model_size}, {last.stance})"]
+        parts = [f"{first.describe(self.metric)} -> {last.describe(self.metric)}"]
         if self.slope_per_decade is not None and self.slope_ci is not None:
             parts.append(f"trend {self.slope_per_decade:+.3f}/decade [{self.slope_ci[0]:+.3f}, "
                          f"{self.slope_ci[1]:+.3f}] vs +-{self.threshold:.3f}")
@@ -189,7 +229,21 @@ def _fit_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 
 def _difference(o: float, b: float, spec: MetricSpec) -> float:
-    return math.log(o) - math.log(b) if spec.mode == "ratio" else o - b
+    """The paired difference, oriented so that negative is always better for the optimizer."""
+    d = math.log(o) - math.log(b) if spec.mode == "ratio" else o - b
+    return -d if spec.higher_is_better else d
+
+
+def minimal_detectable_effect(sd: float, n: int, alpha: float, margin: float, power: float = POWER) -> float:
+    """The smallest true gap an interval at level ``alpha`` (two-sided) from ``n`` paired values with spread ``sd``
+    would place wholly beyond ``margin`` with probability ``power`` (normal approximation to the noncentral t);
+    inf with fewer than two values."""
+    from scipy.stats import t as student_t
+
+    if n < 2 or not math.isfinite(sd):
+        return math.inf
+    q = float(student_t.ppf(1 - alpha / 2, n - 1)) + float(student_t.ppf(power, n - 1))
+    return margin + q * sd / math.sqrt(n)
 
 
 @dataclass
@@ -206,10 +260,13 @@ def _collect(observations: Iterable[Observation], optimizer: str, baseline: str,
     values: dict[tuple[str, int, str], Observation] = {}
     params: dict[str, float] = {}
     for ob in observations:
-        if ob.optimizer in (optimizer, baseline):
+        if ob.optimizer == optimizer or (ob.optimizer == baseline and spec.baseline_value is None):
             params.setdefault(ob.model_size, float(ob.num_params))
             if ob.value is not None and not math.isnan(ob.value):
                 values[(ob.model_size, ob.seed, ob.optimizer)] = ob
+                if spec.baseline_value is not None:  # a metric relative to the baseline: its value is a constant
+                    values[(ob.model_size, ob.seed, baseline)] = Observation(
+                        baseline, ob.model_size, ob.num_params, ob.seed, spec.baseline_value)
     out: dict[str, _Pairs] = {}
     for size in sorted(params, key=params.__getitem__):
         pairs = _Pairs(params[size])
@@ -238,7 +295,8 @@ def _compare(size: str, pairs: _Pairs, spec: MetricSpec, alpha: float) -> SizeCo
         size, pairs.num_params, mean, sd, low, high, stance(low, high, spec.margin), len(diffs),
         statistics.fmean(o for o, _, _ in pairs.by_seed.values()),
         statistics.fmean(b for _, b, _ in pairs.by_seed.values()),
-        sum(c for _, _, c in pairs.by_seed.values()))
+        sum(c for _, _, c in pairs.by_seed.values()),
+        minimal_detectable_effect(sd, len(diffs), alpha, spec.margin), spec.higher_is_better)
 
 
 def _trend(sizes: dict[str, _Pairs], spec: MetricSpec, alpha: float
@@ -306,7 +364,7 @@ def verdict_for(observations: Iterable[Observation], optimizer: str, spec: Metri
             direction = "unfavourable"
     censored = sum(p.censored_pairs for p in points)
     if censored:
-        notes.append(f"{censored} pair(s) include a run that never reached the target (counted at its budget)")
+        notes.append(f"{censored} pair(s) include {spec.censored_means}")
     return Verdict(optimizer, spec, classify(points, direction, all_level), points, slope, ci, change, threshold,
                    notes)
 
@@ -322,6 +380,8 @@ def verdict(records: Sequence[Mapping[str, object]], *, baseline: str = "adamw",
     optimizers = sorted({str(r["optimizer"]) for r in records} - {baseline})
     out = []
     for spec in metrics:
+        if spec.baseline_value is not None and not any(_num(r.get(spec.key)) is not None for r in records):
+            continue  # a relative metric nobody measured (a speedup needs the baseline's ladder)
         obs = [Observation(str(r["optimizer"]), str(r["model_size"]), float(r["num_params"]),  # type: ignore[arg-type]
                            int(r.get("seed", 0) or 0), _num(r.get(spec.key)),  # type: ignore[arg-type]
                            bool(r.get(f"{spec.key}_censored", False))) for r in records]

@@ -117,8 +117,8 @@ SPECS = (
     OptimizerSpec("lion_8bit", "bitsandbytes.optim.Lion8bit", build, eight_bit(lion.defaults), _LION_KWARGS,
                   "block-wise 8-bit Lion state (bitsandbytes); embedding state 32-bit unless "
                   "embedding_state_32bit=false", LION_LAYOUT, package="bitsandbytes", describe=describe,
-                  aliases=("lion8bit",)),
+                  aliases=("lion8bit",), tune_weight_decay=True),
     OptimizerSpec("paged_lion_8bit", "bitsandbytes.optim.PagedLion8bit", build, eight_bit(lion.defaults),
                   _LION_KWARGS, f"8-bit Lion with {_PAGED}", LION_LAYOUT, package="bitsandbytes",
-                  describe=describe, requires_cuda=True),
+                  describe=describe, requires_cuda=True, tune_weight_decay=True),
 )

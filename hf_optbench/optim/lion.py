@@ -58,9 +58,9 @@ LAYOUT = StateLayout("lion", per_tensor(lion_tensor_bytes))
 SPECS = (
     OptimizerSpec("lion", "lion_pytorch.Lion", build, defaults, ("betas", "use_triton", "decoupled_weight_decay"),
                   "Lion (Chen et al. 2023), lucidrains' per-tensor loop; use_triton=True needs CUDA + triton",
-                  LAYOUT, package="lion-pytorch", aliases=("lion_pytorch",)),
+                  LAYOUT, package="lion-pytorch", aliases=("lion_pytorch",), tune_weight_decay=True),
     OptimizerSpec("lion_foreach", "lion_pytorch.foreach.Lion", build_foreach, defaults,
                   ("betas", "decoupled_weight_decay"),
                   "the same Lion update with torch._foreach ops (lion-pytorch's own foreach variant)",
-                  LAYOUT, package="lion-pytorch"),
+                  LAYOUT, package="lion-pytorch", tune_weight_decay=True),
 )

@@ -227,7 +227,8 @@ def is_schedule_free(name_or_opt: Any) -> bool:
 
 def lookup_tuned(path: str, optimizer: str, model_size: str) -> dict[str, Any]:
     """The tuned values for (optimizer, model_size) in a YAML/JSON file {optimizer: {model_size: {...}}}, as
-    written by the tuning step; {} when the file has no entry for them. Names and sizes may be aliases."""
+    written by the tuning step (learning_rate; weight_decay where tuned: specs with ``tune_weight_decay``); {} when
+    the file has no entry for them. Names and sizes may be aliases; a value < 0 (lr <= 0) is an OptBenchError."""
     import os
 
     if not os.path.isfile(path):
@@ -259,7 +260,14 @@ def lookup_tuned(path: str, optimizer: str, model_size: str) -> dict[str, Any]:
             if _canonical_size(str(size)) == want_size:
                 if not isinstance(values, dict):
                     raise OptBenchError(f"tuned_hparams_file '{path}': {opt_name}/{size} must be a mapping.")
-                return {k: _number(v) for k, v in values.items()}
+                out = {k: _number(v) for k, v in values.items()}
+                for key in ("learning_rate", "weight_decay"):
+                    v = out.get(key, 1.0)
+                    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf \
+                            or (v == 0 and key == "learning_rate"):
+                        raise OptBenchError(f"tuned_hparams_file '{path}': {opt_name}/{size} {key} is {v!r}: not a "
+                                            "finite number >= 0 (> 0 for the learning rate). Tune again or fix it.")
+                return out
     return {}
 
 

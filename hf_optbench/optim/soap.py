@@ -47,5 +47,6 @@ SPECS = (
                   "SOAP (Vyas et al. 2024): Adam in Shampoo's eigenbasis (pytorch-optimizer)", LAYOUT,
                   package="pytorch-optimizer",
                   zero_incompatible="ZeRO hands the optimizer 1-D flat partitions, on which SOAP keeps no Shampoo "
-                  "preconditioner and silently runs as AdamW (measured: only exp_avg and exp_avg_sq state)"),
+                  "preconditioner and silently runs as AdamW (measured: only exp_avg and exp_avg_sq state)",
+                  tune_weight_decay=True),
 )

@@ -74,7 +74,7 @@ SPECS = (
                   zero_incompatible="its Gauss-Newton-Bartlett Hessian estimate backpropagates outside DeepSpeed's "
                   "engine and reads the gradients of the optimizer's parameters, which under ZeRO are flat fp32 "
                   "partitions that only DeepSpeed's own step gives a gradient, so no estimate would reach the "
-                  "Hessian and Sophia would run as sign momentum"),
+                  "Hessian and Sophia would run as sign momentum", tune_weight_decay=True),
 )
 
 _LAZY = ("SophiaG", "SophiaGHessianCallback", "gnb_hessian_update")

@@ -74,6 +74,9 @@ class OptimizerSpec:
     names that resolve to it. ``zero_incompatible`` says why it cannot run on DeepSpeed ZeRO's flat 1-D
     partitions ("" = it can). ``describe(optimizer, built, flattened)`` rewrites the implementation string from
     the state the optimizer really holds (None: the built string, marked when ZeRO flattened the parameters).
+    ``tune_weight_decay``: its cited weight decay differs from AdamW's (the Lion paper moves it 3-10x with the
+    learning rate, Chen et al. 2023 Sec. 5), so a sweep's ``tune:`` phase tunes it too, after the learning rate
+    (``study.tuning_grid``); an optimizer whose cited weight decay is AdamW's keeps it.
     """
 
     name: str
@@ -92,6 +95,7 @@ class OptimizerSpec:
     aliases: tuple[str, ...] = ()
     zero_incompatible: str = ""
     describe: Callable[[Any, str, bool], str] | None = None
+    tune_weight_decay: bool = False
 
 
 def round3(x: float) -> float:

@@ -7,6 +7,8 @@ Reads only run directories (``summary.json`` + ``metrics.jsonl``, docs/ARCHITECT
 Convergence is compared at targets fixed from the baseline's runs alone (:mod:`hf_optbench.study.targets`); the
 verdict uses the 50 % target, and a run that never reaches it (or diverges) counts at its budget, marked censored.
 Runs at a learning-rate multiplier other than 1 are tuning runs: they feed the tuning curves, not the comparison.
+Runs of the baseline at a budget multiple other than 1 are its ladder: they feed the speedup
+(:mod:`hf_optbench.study.speedups`), not the per-metric comparison.
 """
 
 from __future__ import annotations
@@ -45,11 +47,12 @@ SUMMARY_COLUMNS = (
     "final_train_loss", "final_eval_loss", "final_tuning_loss", "max_steps", "optimizer_state_bytes", "optimizer_state_bytes_per_param",
     "param_bytes", "grad_bytes", "peak_memory_bytes", "peak_memory_kind", "step_time_median_s", "step_time_p90_s",
     "tokens_per_s", "mfu", "loss_spikes", "max_loss_spike", "grad_norm_spikes", "diverged_step", "train_runtime_s",
-    "run_dir",
+    "budget_multiple", "tokens_per_param", "run_dir",
 )
 DERIVED_COLUMNS = ("target", "target_loss", "steps_to_target", "tokens_to_target", "seconds_to_target",
                    "target_censored", "mean_loss_over_budget", "eval_loss_at_50%", "loss_spikes_per_1k", "diverged",
-                   "planner_optimizer_state_bytes", "hyperparameter_sources")
+                   "planner_optimizer_state_bytes", "hyperparameter_sources", "speedup", "speedup_bound",
+                   "speedup_method", "baseline_equivalent_tokens")
 
 
 # ------------------------------------------------------------------------------------------------ loading
@@ -78,12 +81,15 @@ def _record(run_dir: Path, planned: Mapping[str, Any], rows: Sequence[dict[str, 
     rid = run_dir.name
     summary = read_summary(run_dir) or {}
     point = {**parse_run_id(rid), **{k: v for k, v in planned.items()
-                                      if k in ("optimizer", "model_size", "seed", "lr_multiplier", "max_steps")}}
+                                      if k in ("optimizer", "model_size", "seed", "lr_multiplier", "max_steps",
+                                               "budget_multiple")}}
     rec: dict[str, Any] = {k: summary.get(k) for k in SUMMARY_COLUMNS}
     rec.update({"run_id": rid, "run_dir": str(run_dir)})
     for key in ("optimizer", "model_size", "seed"):
         rec[key] = summary.get(key, point.get(key))
     rec["lr_multiplier"] = point.get("lr_multiplier")
+    rec["budget_multiple"] = point.get("budget_multiple")
+    rec["wd_multiplier"] = point.get("wd_multiplier")
     rec["max_steps"] = summary.get("max_steps") or point.get("max_steps")
     ends = [r for r in rows if r.get("run_id") == rid and r.get("event") == "end"]
     rec["attempts"] = sum(1 for r in rows if r.get("run_id") == rid and r.get("event") in ("start", "submitted"))
@@ -125,9 +131,15 @@ def parse_targets(text: str | None) -> float | dict[str, float] | None:
 
 
 def is_comparison(rec: Mapping[str, Any]) -> bool:
-    """A run of the comparison: no learning-rate multiplier, or x1 (the rate the sweep compares at)."""
-    mult = rec.get("lr_multiplier")
-    return mult is None or float(mult) == 1.0
+    """A run of the comparison: no learning-rate, weight-decay or budget multiplier, or x1 (the rate and budget the
+    sweep compares at)."""
+    return all(rec.get(k) is None or float(rec[k]) == 1.0
+               for k in ("lr_multiplier", "wd_multiplier", "budget_multiple"))
+
+
+def is_ladder(rec: Mapping[str, Any]) -> bool:
+    """A run of the baseline's budget ladder at a multiple other than 1 (its x1 run is a comparison run)."""
+    return rec.get("lr_multiplier") is None and rec.get("budget_multiple") not in (None, 1.0)
 
 
 @dataclass
@@ -138,6 +150,8 @@ class Analysis:
     records: list[dict[str, Any]]  # the comparison (lr multiplier none or 1)
     all_records: list[dict[str, Any]] = field(default_factory=list)  # every run directory of the sweep
     tuning: list[dict[str, Any]] = field(default_factory=list)  # runs with an lr multiplier (+ --tuning-dir)
+    ladder: list[dict[str, Any]] = field(default_factory=list)  # the baseline's runs at other budgets
+    ladder_fits: dict[tuple[str, int], Any] = field(default_factory=dict)  # (size, seed) -> speedup.LadderFit
     metrics: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     targets: dict[str, list[Any]] = field(default_factory=dict)  # size -> [targets.Target]
     target_notes: list[str] = field(default_factory=list)
@@ -173,6 +187,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     curves (the sweep's own runs at lr multipliers other than 1 always do)."""
     from hf_optbench.measure.verdict import verdict
     from hf_optbench.study.planned import planner_state, predicted_ratios
+    from hf_optbench.study.speedups import derive_speedups
 
     everything = load_runs(sweep_dir)
     if not everything:
@@ -180,7 +195,11 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     an = Analysis(records=[r for r in everything if is_comparison(r)], all_records=everything)
     extra = load_runs(tuning_dir) if tuning_dir is not None else []
     an.tuning = [r for r in everything + extra if r.get("lr_multiplier") is not None]
-    skipped = len(everything) - len(an.records)
+    an.ladder = [r for r in everything if is_ladder(r)]
+    skipped = len(everything) - len(an.records) - len(an.ladder)
+    if an.ladder:
+        an.notes.append(f"{len(an.ladder)} run(s) of {baseline} at other data budgets form its ladder: they give the "
+                        "speedup, not the other comparisons")
     if skipped:
         an.notes.append(f"{skipped} run(s) at a learning-rate multiplier other than 1 are tuning runs: they appear "
                         "in the tuning curves and the run list, not in the comparison")
@@ -197,6 +216,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     for r in an.records:
         _derive(an, r)
         r["planner_optimizer_state_bytes"] = planner_state(r)
+    derive_speedups(an, baseline)
     if any(r["optimizer"] == baseline for r in ok):
         an.verdicts = verdict(ok, baseline=baseline)
     else:

@@ -1,5 +1,6 @@
 """Running a sweep's runs as processes on this machine: the command line, the environment, the child process and its
-whole tree, the orphans of a killed sweep, and the local executor (one run after another).
+whole tree, the orphans of a killed sweep, and the local executor (up to ``launcher.jobs`` runs at once, each in a
+slot of its own cores or GPU: :func:`hf_optbench.study.sweep_state.plan_slots`).
 
 Every run gets its own session (``start_new_session``) and an environment marker (:data:`RUN_DIR_ENV`), so that an
 interrupted sweep can stop the run's whole tree, and a restarted one can find processes an earlier, SIGKILLed
@@ -20,14 +21,25 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from hf_optbench.rundir import FINISHED_STATUSES, append_state, read_summary
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, mapping
-from hf_optbench.study.sweep_state import Progress, attempt_number, classify_outcome, end_row
+from hf_optbench.study.sweep_state import (
+    Flight,
+    Progress,
+    Slot,
+    SweepStopping,
+    attempt_number,
+    classify_outcome,
+    end_row,
+    plan_slots,
+)
 from hf_optbench.study.worker_client import WarmWorker, WorkerUnavailable, unavailable_reason
 
 RUN_DIR_ENV = "HF_OPTBENCH_SWEEP_RUN_DIR"  # marks a run's processes, so a restart finds its orphans
@@ -61,21 +73,26 @@ def kill_tree(pid: int, create_time: float | None = None, grace_s: float = 10.0)
     return True
 
 
-def find_orphans(run_dir: Path) -> list[int]:
-    """Processes of an earlier sweep still working in ``run_dir`` (found by the environment marker)."""
+def _marked_processes() -> dict[str, list[int]]:
+    """{run directory: pids} of this user's processes that carry the environment marker (one process-table scan)."""
     import psutil
 
-    found = []
-    target = str(run_dir)
+    found: dict[str, list[int]] = {}
     for proc in psutil.process_iter(["pid", "uids"]):
         try:
             if proc.info["uids"] and proc.info["uids"].real != os.getuid():
                 continue
-            if proc.pid != os.getpid() and proc.environ().get(RUN_DIR_ENV) == target:
-                found.append(proc.pid)
+            marker = proc.environ().get(RUN_DIR_ENV) if proc.pid != os.getpid() else None
+            if marker:
+                found.setdefault(marker, []).append(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+def find_orphans(run_dir: Path) -> list[int]:
+    """Processes of an earlier sweep still working in ``run_dir`` (found by the environment marker)."""
+    return _marked_processes().get(str(run_dir), [])
 
 
 def build_command(spec: SweepSpec, run: RunSpec, run_dir: Path, resume: bool) -> list[str]:
@@ -101,32 +118,53 @@ def run_env(spec: SweepSpec, run_dir: Path) -> dict[str, str]:
     return env
 
 
+def _reap(proc: subprocess.Popen, timeout: float) -> tuple[int, float | None] | None:
+    """Wait up to ``timeout`` for ``proc`` to end and reap it with ``wait4``: (exit code as subprocess reports it,
+    its user + system CPU seconds), or None while it runs. Why not RUSAGE_CHILDREN: with several runs in flight
+    (``launcher.jobs``) that is the sum over all of them. A child reaped elsewhere (kill_tree) has no CPU figure."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            proc.returncode = -9 if proc.returncode is None else proc.returncode
+            return proc.returncode, None
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, usage.ru_utime + usage.ru_stime
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+
 def execute(cmd: list[str], log_path: str, env_extra: dict[str, str], cwd: str,
             timeout_s: float | None = None, on_start: Callable[[Any], None] | None = None,
-            on_poll: Callable[[], None] | None = None, poll_s: float = 1.0) -> int:
+            on_poll: Callable[[], None] | None = None, poll_s: float = 1.0,
+            on_exit: Callable[[float | None], None] | None = None) -> int:
     """Run one command with stdout+stderr appended to ``log_path``; the run gets its own session so that its
-    whole tree can be stopped (and so that a terminal's Ctrl-C reaches it only through the sweep).
+    whole tree can be stopped (and so that a terminal's Ctrl-C reaches it only through the sweep). ``on_exit``
+    receives the process's own CPU seconds. The child inherits the calling thread's CPU affinity (a slot's cores).
     Also the function a SLURM job runs on its node (it must be a picklable top-level function)."""
     with open(log_path, "ab") as log:
         log.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
         log.flush()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env_extra}, cwd=cwd,
                                 start_new_session=True)
-        if on_start:
-            on_start(proc)
         started = time.monotonic()
         try:
-            while True:
-                try:
-                    return proc.wait(timeout=poll_s)
-                except subprocess.TimeoutExpired:
-                    if timeout_s and time.monotonic() - started > timeout_s:
-                        kill_tree(proc.pid, grace_s=5)
-                        log.write(f"\n===== sweep: timed out after {timeout_s:g} s, killed\n".encode())
-                        proc.wait()
-                        return -9
-                    if on_poll:
-                        on_poll()
+            if on_start:
+                on_start(proc)
+            while (ended := _reap(proc, poll_s)) is None:
+                if timeout_s and time.monotonic() - started > timeout_s:
+                    kill_tree(proc.pid, grace_s=5)
+                    log.write(f"\n===== sweep: timed out after {timeout_s:g} s, killed\n".encode())
+                    _reap(proc, 30.0)
+                    return -9
+                if on_poll:
+                    on_poll()
+            if on_exit:
+                on_exit(ended[1])
+            return ended[0]
         except BaseException:
             kill_tree(proc.pid, grace_s=10)  # interrupted sweep: leave no run behind
             raise
@@ -152,27 +190,29 @@ def _last_step(run_dir: Path) -> int | None:
     return None
 
 
-def _children_cpu_s() -> float:
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 # ------------------------------------------------------------------------------------------ run directory
+def stop_earlier(spec: SweepSpec, runs: Sequence[RunSpec], rows: list[dict[str, Any]], progress: Progress) -> None:
+    """Stop what an earlier, killed sweep left running for ``runs``: the pid of a run's last start row without an
+    end (checked against its start time: pids are reused), and every process carrying a run's directory marker.
+    A parallel sweep calls it for all its runs before starting any: a kill leaves every run that was in flight."""
+    marked = _marked_processes()
+    for run in runs:
+        for row in reversed(rows):  # the last start of this run, if it has no end
+            if row.get("run_id") == run.run_id and row.get("event") in ("start", "end"):
+                if row["event"] == "start" and row.get("pid") and row.get("host") == socket.gethostname():
+                    if kill_tree(int(row["pid"]), row.get("pid_create_time")):
+                        progress.say(f"stopped a process of an earlier sweep still running {run.run_id}")
+                break
+        for pid in marked.get(str(spec.run_dir(run)), []):
+            kill_tree(pid)
+
+
 def prepare_run_dir(spec: SweepSpec, run: RunSpec, state: Path, rows: list[dict[str, Any]],
                     progress: Progress) -> bool:
     """Make ``run_dir`` ready for a new attempt; returns whether to resume from a checkpoint.
     Orphaned processes of a killed sweep are stopped first; a directory is moved aside, never deleted."""
     run_dir = spec.run_dir(run)
-    for row in reversed(rows):  # the last start of this run, if it has no end
-        if row.get("run_id") == run.run_id and row.get("event") in ("start", "end"):
-            if row["event"] == "start" and row.get("pid") and row.get("host") == socket.gethostname():
-                if kill_tree(int(row["pid"]), row.get("pid_create_time")):
-                    progress.say(f"stopped a process of an earlier sweep still running {run.run_id}")
-            break
-    for pid in find_orphans(run_dir):
-        kill_tree(pid)
+    stop_earlier(spec, [run], rows, progress)
     if not run_dir.exists():
         return False
     status = (read_summary(run_dir) or {}).get("status")
@@ -214,21 +254,77 @@ def start_worker(spec: SweepSpec, progress: Progress) -> WarmWorker | None:
     return None
 
 
-def run_local(spec: SweepSpec, todo: list[RunSpec], state: Path, rows: list[dict[str, Any]], progress: Progress,
-              after_each: Callable[[], None] = lambda: None) -> None:
-    """The runs one after another on this machine; ``after_each`` (the sweep's summary.csv refresh) between them."""
-    worker = start_worker(spec, progress) if todo else None
+def _slot_loop(spec: SweepSpec, slot: Slot, queue: deque[RunSpec], state: Path, rows: list[dict[str, Any]],
+               progress: Progress, flight: Flight, after_each: Callable[[], None]) -> None:
+    """One slot's runs, one after another, taken from the queue the slots share. The calling thread is pinned to
+    the slot's cores first, so its warm worker, the worker's forks and the run subprocesses inherit them."""
+    slot.pin()
+    worker = start_worker(spec, progress)
     try:
-        for i, run in enumerate(todo):
-            run_one_local(spec, run, todo[i:], state, rows, progress, worker)
-            after_each()
+        while True:
+            with flight.lock:
+                if flight.stopping or not queue:
+                    return
+                run = queue.popleft()
+                pending = [run, *queue]
+            run_one_local(spec, run, pending, state, rows, progress, worker, slot, flight)
+            with flight.refresh_lock:
+                after_each()
     finally:
         if worker is not None:
             worker.close()
 
 
+def _run_slots(spec: SweepSpec, slots: list[Slot], queue: deque[RunSpec], state: Path, rows: list[dict[str, Any]],
+               progress: Progress, flight: Flight, after_each: Callable[[], None]) -> None:
+    """Each slot in a thread of its own; this (the main) thread waits, and it is where Ctrl-C and SIGTERM arrive:
+    then, or when a slot fails, every run in flight is stopped, the slots end, and the exception goes on up."""
+    def guarded(slot: Slot) -> None:
+        try:
+            _slot_loop(spec, slot, queue, state, rows, progress, flight, after_each)
+        except SweepStopping:
+            pass
+        except BaseException as exc:  # handed to the main thread, which re-raises it
+            flight.stop(exc)
+
+    threads = [threading.Thread(target=guarded, args=(slot,), name=f"sweep-slot-{slot.index}", daemon=True)
+               for slot in slots]
+    for thread in threads:
+        thread.start()
+    try:
+        while any(t.is_alive() for t in threads) and flight.error is None:
+            time.sleep(0.1)
+    except BaseException:
+        flight.stop()
+        raise
+    finally:
+        for thread in threads:  # a stopped run ends within kill_tree's grace; a worker closes within 30 s
+            thread.join(timeout=120)
+    if flight.error is not None:
+        raise flight.error
+
+
+def run_local(spec: SweepSpec, todo: list[RunSpec], state: Path, rows: list[dict[str, Any]], progress: Progress,
+              after_each: Callable[[], None] = lambda: None) -> None:
+    """The runs on this machine, up to ``launcher.jobs`` at once (:func:`plan_slots`: each slot pinned to its own
+    cores or GPU); ``after_each`` (the sweep's summary.csv refresh) after each run. One slot runs in this thread,
+    as a sequential sweep always has. What a killed sweep left running is stopped before anything starts."""
+    if not todo:
+        return
+    slots = plan_slots(spec.launcher, len(todo))
+    progress.jobs = len(slots)
+    stop_earlier(spec, todo, rows, progress)
+    queue, flight = deque(todo), Flight(kill_tree)
+    if len(slots) == 1:
+        _slot_loop(spec, slots[0], queue, state, rows, progress, flight, after_each)
+        return
+    progress.say(f"{len(slots)} runs at once:" + ",".join(slot.describe() for slot in slots))
+    _run_slots(spec, slots, queue, state, rows, progress, flight, after_each)
+
+
 def _launch(worker: WarmWorker | None, cmd: list[str], log: str, env: dict[str, str], timeout_s: float | None,
-            on_start: Callable[[Any], None], on_poll: Callable[[], None], progress: Progress) -> tuple[int, str]:
+            on_start: Callable[[Any], None], on_poll: Callable[[], None], progress: Progress,
+            on_exit: Callable[[float | None], None]) -> tuple[int, str]:
     """Run ``cmd`` through the warm worker when there is one (else, or when it gives up, as a subprocess);
     returns (exit code, "warm_worker" or "subprocess")."""
     if worker is not None and worker.alive:
@@ -236,13 +332,15 @@ def _launch(worker: WarmWorker | None, cmd: list[str], log: str, env: dict[str, 
             return worker.execute(cmd, log, env, os.getcwd(), timeout_s, on_start, on_poll), "warm_worker"
         except WorkerUnavailable as exc:
             progress.say(f"warm worker unavailable ({exc}): runs start their own interpreter from now on")
-    return execute(cmd, log, env, os.getcwd(), timeout_s, on_start, on_poll), "subprocess"
+    return execute(cmd, log, env, os.getcwd(), timeout_s, on_start, on_poll, on_exit=on_exit), "subprocess"
 
 
 def run_one_local(spec: SweepSpec, run: RunSpec, pending: Sequence[RunSpec], state: Path,
-                  rows: list[dict[str, Any]], progress: Progress, worker: WarmWorker | None = None) -> None:
-    """One attempt of one run in a child process (a fork of ``worker`` when given), with its start and end
-    recorded in the state file."""
+                  rows: list[dict[str, Any]], progress: Progress, worker: WarmWorker | None = None,
+                  slot: Slot | None = None, flight: Flight | None = None) -> None:
+    """One attempt of one run in a child process (a fork of ``worker`` when given) in ``slot``, with its start and
+    end recorded in the state file (no end when ``flight`` stopped it: a restart runs it again)."""
+    slot = slot or Slot()
     timeout_s = spec.launcher.get("timeout_s")
     interval = float(spec.launcher.get("progress_interval_s") or 60)
     resume = prepare_run_dir(spec, run, state, rows, progress)
@@ -250,19 +348,20 @@ def run_one_local(spec: SweepSpec, run: RunSpec, pending: Sequence[RunSpec], sta
     run_dir.mkdir(parents=True, exist_ok=True)
     cmd = build_command(spec, run, run_dir, resume)
     attempt = attempt_number(rows, run.run_id)
-    progress.started(run, pending, " (resuming from its last checkpoint)" if resume else "")
+    progress.started(run, pending, (" (resuming from its last checkpoint)" if resume else "") + slot.describe())
     t0 = time.monotonic()
-    cpu0 = _children_cpu_s()
-    last_note = [t0]
+    last_note, cpu = [t0], [None]
 
     def on_start(proc: Any) -> None:
         import psutil
 
         row = {"event": "start", "run_id": run.run_id, "attempt": attempt, "pid": proc.pid,
                "pid_create_time": psutil.Process(proc.pid).create_time(), "host": socket.gethostname(),
-               "command": cmd, "resume": resume, "time": time.time()}
+               "command": cmd, "resume": resume, "time": time.time(), **slot.record()}
         append_state(state, row)
         rows.append(row)
+        if flight is not None:
+            flight.started(run.run_id, proc.pid, row["pid_create_time"])
 
     def on_poll() -> None:
         now = time.monotonic()
@@ -272,14 +371,20 @@ def run_one_local(spec: SweepSpec, run: RunSpec, pending: Sequence[RunSpec], sta
             of = f"/{run.max_steps}" if run.max_steps else ""
             progress.say(f"  {run.run_id}: step {step if step is not None else '?'}{of}, {now - t0:.0f} s")
 
-    rc, via = _launch(worker, cmd, str(run_dir / "stdout.log"), {**run_env(spec, run_dir), **run.env}, timeout_s, on_start,
-                      on_poll, progress)
+    env = {**run_env(spec, run_dir), **run.env, **slot.env()}
+    rc, via = _launch(worker, cmd, str(run_dir / "stdout.log"), env, timeout_s, on_start, on_poll, progress,
+                      on_exit=lambda cpu_s: cpu.__setitem__(0, cpu_s))
+    if flight is not None:
+        flight.ended(run.run_id)
+        if flight.stopping and (read_summary(run_dir) or {}).get("status") not in FINISHED_STATUSES:
+            progress.say(f"{run.run_id}: stopped with the sweep (a restart runs it again)")
+            return
     status, error = classify_outcome(run_dir, rc, tail(run_dir / "stdout.log"))
     if timeout_s and rc == -9 and status == "failed":
         error = f"timed out after {timeout_s} s (launcher.timeout_s). " + (error or "")
     row = end_row(run, attempt, status, error, rc, time.monotonic() - t0, run_dir)
-    # user + sys of the run's processes: wait4 of the forked child in the worker, else this process's children
-    cpu_s = worker.last_cpu_s if via == "warm_worker" and worker is not None else _children_cpu_s() - cpu0
+    # user + sys of the run's own processes: wait4 of that child (in the worker, or here), never a sum over runs
+    cpu_s = worker.last_cpu_s if via == "warm_worker" and worker is not None else cpu[0]
     row["cpu_s"] = round(cpu_s, 2) if cpu_s is not None else None
     row["launched_via"] = via
     append_state(state, row)

@@ -6,6 +6,10 @@ demo and 13.2 in the next. Token and step counts do not move that way. So beside
 report checks the per-seed paired ratios (optimizer over baseline, same seed): when their range (max / min) is
 wider than the effect (the mean ratio's distance from 1, both on the log scale), the figure is marked as not
 interpretable on this machine instead of being shown as a result.
+
+Runs a sweep ran side by side (``launcher.jobs``) share memory bandwidth and caches even on cores of their own, so
+a wall-clock comparison measured that way is marked too, with how many runs shared the machine (summary.json
+``concurrent_runs``): its figures are not those of the same runs on an idle machine.
 """
 
 from __future__ import annotations
@@ -39,18 +43,42 @@ def spread_exceeds_effect(ratios: Sequence[float]) -> bool:
     return max(logs) - min(logs) > max(abs(statistics.fmean(logs)), RATIO_MARGIN)
 
 
+def shared_note(*sides: Mapping[Any, float | None]) -> str:
+    """"" unless some figure of ``sides`` (from :func:`by_seed`) was measured while its sweep ran several runs at
+    once; then e.g. "(measured with 2 runs at once sharing the machine)"."""
+    shared = max((int(getattr(side, "concurrent_runs", 1) or 1) for side in sides), default=1)
+    return f"(measured with {shared} runs at once sharing the machine)" if shared > 1 else ""
+
+
 def wallclock_note(optimizer: Mapping[Any, float | None], baseline: Mapping[Any, float | None]) -> str:
-    """"" when the paired ratios are readable (or there are fewer than two seeds to judge), else the warning to
-    print beside the figure, e.g. "(spread 0.8-9.7x > effect 1.4x: not interpretable on this machine)"."""
+    """"" when the paired ratios are readable (or there are fewer than two seeds to judge) and no figure was
+    measured under sharing, else the warning(s) to print beside the figure, e.g. "(spread 0.8-9.7x > effect 1.4x:
+    not interpretable on this machine)" and "(measured with 2 runs at once sharing the machine)"."""
     ratios = paired_ratios(optimizer, baseline)
-    if not spread_exceeds_effect(ratios):
-        return ""
-    effect = math.exp(statistics.fmean(math.log(r) for r in ratios))
-    return (f"(spread {min(ratios):.2g}-{max(ratios):.2g}x > effect {effect:.2g}x: not interpretable on this "
-            "machine)")
+    notes = [shared_note(optimizer, baseline)] if ratios else []  # no pair: no comparison to mark
+    if spread_exceeds_effect(ratios):
+        effect = math.exp(statistics.fmean(math.log(r) for r in ratios))
+        notes.insert(0, f"(spread {min(ratios):.2g}-{max(ratios):.2g}x > effect {effect:.2g}x: not interpretable "
+                        "on this machine)")
+    return " ".join(n for n in notes if n)
 
 
-def by_seed(records: Sequence[Mapping[str, Any]], key: str, optimizer: str, size: str) -> dict[Any, float | None]:
-    """{seed: value of ``key``} of one optimizer at one size."""
-    return {r.get("seed"): (None if r.get(key) is None else float(r[key])) for r in records
-            if r.get("optimizer") == optimizer and r.get("model_size") == size}
+class SeedValues(dict):  # type: ignore[type-arg]
+    """{seed: value} that also carries ``concurrent_runs``: the most runs that shared the machine while these
+    values were measured (1: each alone, or not recorded)."""
+
+    concurrent_runs: int = 1
+
+
+def _concurrent_runs(record: Mapping[str, Any]) -> int:
+    """summary.json's ``concurrent_runs`` of a record (top level, or the whole summary under ``_summary``)."""
+    value = record.get("concurrent_runs", (record.get("_summary") or {}).get("concurrent_runs"))
+    return int(value) if isinstance(value, int | float) and value >= 1 else 1
+
+
+def by_seed(records: Sequence[Mapping[str, Any]], key: str, optimizer: str, size: str) -> SeedValues:
+    """{seed: value of ``key``} of one optimizer at one size, with how many runs shared the machine meanwhile."""
+    chosen = [r for r in records if r.get("optimizer") == optimizer and r.get("model_size") == size]
+    out = SeedValues({r.get("seed"): (None if r.get(key) is None else float(r[key])) for r in chosen})
+    out.concurrent_runs = max((_concurrent_runs(r) for r in chosen if r.get(key) is not None), default=1)
+    return out

@@ -29,7 +29,7 @@ def _panel(ax: Any, an: Analysis, key: str, label: str, col: dict[str, Any]) -> 
             x, y = p.num_params * offset, p.ratio()
             values.append(y)
             if math.isfinite(p.ci_low) and math.isfinite(p.ci_high):
-                lo, hi = math.exp(p.ci_low), math.exp(p.ci_high)
+                lo, hi = p.interval()
                 ax.plot([x, x], [lo, hi], color=c, lw=1.2)
                 values += [lo, hi]
             ax.plot(x, y, marker, color=c, mfc=c if p.significant else "white", mew=1.3, ms=7,

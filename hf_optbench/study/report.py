@@ -129,7 +129,10 @@ def _verdict(doc: Doc, an: Analysis) -> None:
           f"and data order); each size has a Student-t interval of the mean paired log-ratio, and the trend is the "
           f"mean of per-seed slopes over log10(parameters) with its own interval. Both tests share a family-wise "
           f"level of {ALPHA:.0%} (each at {ALPHA / 2:.1%}, so the intervals shown are {1 - ALPHA / 2:.1%} intervals); "
-          "differences within the margin (2 % for ratios; 1 spike / 1k steps; 0.2 of seeds diverging) count as level. "
+          "differences within the margin count as level: 0.01 nats of final eval loss (language-model scale: hundredths "
+          "of a nat separate optimizers at scale), 3 % of speedup, 2 % for the other ratios, 1 spike / 1k steps, 0.2 "
+          "of seeds diverging. A \"no difference\" cell states its MDE: the smallest true effect it would have called "
+          "with 80 % power, from the measured paired spread and the number of seeds. "
           "Time to target uses the 50 % target (see Convergence); a run that never reached it, or diverged, counts "
           "at its budget and the pair is marked censored (the true ratio is then at least as far from 1 in that "
           "run's disfavour). Full rule: hf_optbench/measure/verdict.py.")
@@ -154,6 +157,29 @@ def _ratios(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
           "1,024 positions; the 8-bit optimizers as configured in this sweep (embedding state 32-bit or not).")
     if files.get("scaling.png"):
         doc.img(files["scaling.png"], "scaling")
+
+
+def _speedup(doc: Doc, an: Analysis) -> None:
+    from hf_optbench.study.speedups import budget_table, ladder_table
+
+    header, rows, warnings = budget_table(an)
+    if rows:
+        doc.h(2, "Data budget per size")
+        doc.table(header, rows)
+        for w in warnings:
+            doc.p(f"Warning: {w}.")
+    header, rows = ladder_table(an, BASELINE)
+    if not rows:
+        return
+    doc.h(2, f"Speedup over {BASELINE} (its budget ladder)")
+    doc.p(f"{BASELINE} ran at each budget multiple below, each with its own full schedule (final eval loss, mean ± sd "
+          "over seeds). Per seed, a curve L(D) through that seed's ladder (the power law a·D^-b + c where it fits every "
+          "point within 0.005 nats, else monotone interpolation in log D) is inverted at each other optimizer's final "
+          f"eval loss: the tokens {BASELINE} would need for it, divided by the tokens the optimizer used, is its speedup "
+          "(Marin's and Wen et al. 2025's measure). A loss beyond the ladder's range is censored (> or < the range), "
+          "never extrapolated; a diverged run is censored below. The speedup's verdict and per-size intervals are in "
+          "the tables above; per run: summary.csv's speedup columns.")
+    doc.table(header, rows)
 
 
 def _memory(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
@@ -203,6 +229,7 @@ def _convergence(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
 
 
 def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
+    from hf_optbench.study.sensitivity import sensitivity_section
     from hf_optbench.study.tuning_curves import sources_cell
 
     doc.h(2, "Hyperparameters: where each came from, and the tuning curves")
@@ -227,6 +254,8 @@ def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
     doc.table(header, rows)
     for name in sorted(k for k in files if k.startswith("tuning_")):
         doc.img(files[name], name)
+    doc.h(3, "Sensitivity: the learning-rate range within 1 % of the best tuning loss, and bracketing")
+    sensitivity_section(doc, an.tuning)
 
 
 def _throughput_and_stability(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
@@ -268,6 +297,7 @@ def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[st
     _overview(doc, an, name)
     _verdict(doc, an)
     _ratios(doc, an, files)
+    _speedup(doc, an)
     _memory(doc, an, files)
     _convergence(doc, an, files)
     _hyperparameters(doc, an, files)

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
+from hf_optbench.redact import is_secret_name
 from hf_optbench.rundir import FINISHED_STATUSES, append_state
 from hf_optbench.study.launch import build_command, execute, prepare_run_dir, run_env, tail
-from hf_optbench.study.sweep_spec import SECRET_NAME, RunSpec, SweepSpec
+from hf_optbench.study.sweep_spec import RunSpec, SweepSpec
 from hf_optbench.study.sweep_state import Progress, attempt_number, classify_outcome, end_row
 
 # submitit's cluster-independent parameter names; any other key of launcher.slurm gets the "slurm_" prefix
@@ -63,7 +64,7 @@ def job_class(executor: Any) -> Any:
 def job_env(spec: SweepSpec, run: RunSpec) -> tuple[dict[str, str], dict[str, str]]:
     """(environment passed with the job: written to submitit's pickle, secret environment: never written)."""
     env = {**run_env(spec, spec.run_dir(run)), **run.env}
-    secret = {k: v for k, v in env.items() if SECRET_NAME.search(k)}
+    secret = {k: v for k, v in env.items() if is_secret_name(k)}
     return {k: v for k, v in env.items() if k not in secret}, secret
 
 

@@ -14,7 +14,10 @@ Sweep file (YAML)::
       seed: [0, 1]
       lr_multipliers: [0.5, 1, 2]          # optional: x the run's resolved learning rate (a tuning grid by hand)
     tune:                                  # optional: tune, then compare (the main protocol, see below)
-      lr_multipliers: [0.5, 1, 2]          # >= 3, around x1 (the cited default)
+      lr_multipliers: [0.5, 1, 2]          # the initial grid: >= 3, around x1 (the cited default); or instead
+      lr_grid: {low: 0.25, high: 4}        #   factor-2 steps from low to high (powers of 2, low <= 1 <= high)
+      max_extensions: 3                    # steps the tuner may add beyond an edge holding the best (default 3)
+      wd_multipliers: [0.333333, 1, 3]     # weight decay x the cited value, optimizers that tune it (default)
       seed: [0]                            # seeds of the tuning runs
     per_optimizer: {lion: {weight_decay: 1.0}}   # optional recipe keys for one optimizer
     per_model_size: {gpt2-xl: {per_device_train_batch_size: 4}}   # optional recipe keys for one size
@@ -28,6 +31,7 @@ Sweep file (YAML)::
       env: {}                              # extra environment variables for every run; a value whose name
                                            # has TOKEN/KEY/SECRET/PASSWORD is never written (name kept)
       validate: true                       # parse every run's arguments in-process before launching
+      jobs: auto                           # local executor: runs at once (a positive integer, or auto, below)
 
 Tune, then compare: with ``tune:``, every optimizer x size of the matrix first runs the learning-rate grid (cited
 default x each multiplier, tune seeds, the same overrides, horizon and batch as the comparison) into
@@ -36,6 +40,16 @@ held-out split: set ``tuning_blocks`` in overrides) goes to ``<output_dir>/tuned
 provenance; then the comparison matrix runs with ``--tuned_hparams_file`` pointing at it. An optimizer x size
 without a tuned value stops the sweep before the comparison starts. Tuning runs are never reused as comparison
 runs: their seed's result picked the rate, so give the comparison other seeds (its runs are fresh either way).
+
+Runs at once (``launcher.jobs``, local executor; SLURM stays one job per run): ``auto`` runs one per visible GPU
+(per accelerate process group), else as many as the cores fit: the cores this process may use divided by the
+threads each run uses (OMP_NUM_THREADS in launcher.env or the environment, default 1, times the accelerate
+config's num_processes); 1 for type command, whose processes the sweep cannot count. Each run is pinned: to its
+own block of cores (sched_setaffinity) and, on a GPU machine, its own CUDA_VISIBLE_DEVICES, so its memory and step
+times stay its own; its summary.json records ``concurrent_runs`` and its ``pinning``, its start row in the state
+file the same, and the report marks wall-clock comparisons measured while runs shared the machine. ``jobs: 1``
+runs one after another, unpinned. An interrupt stops every run in flight; a restart (even after SIGKILL) stops
+what a killed sweep left running, then reruns each unfinished run once.
 
 Trackers: every run gets WANDB_RUN_GROUP (the sweep's name; ``<name>-tuning`` for the grid), WANDB_TAGS
 (optimizer, model_size, seed, phase, lr_multiplier), WANDB_NAME (the run id), WANDB_JOB_TYPE (tune/compare) and
@@ -58,7 +72,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from hf_optbench.redact import REDACTED, scrub_secrets
+from hf_optbench.redact import REDACTED, public_env, scrub_secrets, secret_values
 from hf_optbench.rundir import (
     MANIFEST_FILE,
     STATE_FILE,
@@ -76,9 +90,7 @@ from hf_optbench.study.sweep_spec import (
     SweepSpec,
     attach_tuned_file,
     load_sweep,
-    public_env,
     resolve_grid,
-    secret_values,
     validate_runs,
 )
 from hf_optbench.study.sweep_state import OOM_PATTERN, Progress, classify_outcome, sweep_lock
@@ -209,6 +221,29 @@ def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_st
     return counts, len(todo)
 
 
+def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: bool,
+                          out_stream: Any) -> tuple[dict[str, int], int | None, bool]:
+    """The tuning phase as a loop: run its pending runs, let the tuner add the runs its finished results call for
+    (a step beyond an edge holding the best, the weight-decay grid: study.tuning_grid.extend_tuning), repeat until
+    it adds none. (counts, max_runs left, finished). ``--retry-failed`` applies to the first pass: a run that fails
+    again is final, and a failed point counts as a rise of the loss."""
+    from hf_optbench.study.tuning_grid import extend_tuning
+
+    assert spec.tuning is not None
+
+    def say(text: str) -> None:
+        print(f"[sweep] tuning: {text}", file=out_stream, flush=True)
+
+    while True:
+        counts, launched = _run_phase(spec.tuning, max_runs, retry_failed, out_stream, sweep_copy=False)
+        max_runs = None if max_runs is None else max_runs - launched
+        if set(counts) - {"completed", "diverged", "failed", "oom"}:  # stopped early: tune and compare later
+            return counts, max_runs, False
+        if not extend_tuning(spec, say):
+            return counts, max_runs, True
+        retry_failed = False
+
+
 def _tune_then_attach(spec: SweepSpec, out_stream: Any) -> None:
     """Select the tuned values, write them (tune_phase checks that every compared optimizer x size has one), and
     point the comparison runs at them."""
@@ -240,9 +275,8 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
         counts: dict[str, int] = {}
         if spec.tuning is not None:
             _write_manifest(spec)  # the whole sweep's file and matrix, before its first (tuning) run
-            counts, launched = _run_phase(spec.tuning, max_runs, retry_failed, out_stream, sweep_copy=False)
-            max_runs = None if max_runs is None else max_runs - launched
-            if set(counts) - {"completed", "diverged", "failed", "oom"}:  # stopped early: compare later
+            counts, max_runs, finished = _tune_until_bracketed(spec, max_runs, retry_failed, out_stream)
+            if not finished:  # stopped early: compare later
                 return _add(counts, {"pending": len(spec.runs)})
             _tune_then_attach(spec, out_stream)
         compared, _ = _run_phase(spec, max_runs, retry_failed, out_stream, sweep_copy=True)

@@ -10,28 +10,27 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError, suggest
-from hf_optbench.redact import REDACTED
 from hf_optbench.rundir import run_id_for
+from hf_optbench.study import budget as budgets
+from hf_optbench.study.budget import Budget, Ladder
+from hf_optbench.study.tracking_env import tracker_env
+from hf_optbench.study.tune_spec import TUNE_KEYS, TuneSpec, parse_tune
 
 SWEEP_KEYS = {"base", "output_dir", "overrides", "matrix", "per_optimizer", "per_model_size", "launcher", "name",
-              "description", "tune"}
-TUNE_KEYS = {"lr_multipliers", "seed"}
+              "description", "tune", "budget", "ladder"}
 TUNING_DIR = "tuning"  # the tuning phase's sweep directory, under the sweep's output_dir
 TUNED_FILE = "tuned_hparams.yaml"  # what the tuning phase selected; every comparison run reads it
 TUNING_METRIC = "final_tuning_loss"  # summary.json: loss on the held-out tuning split (DataArguments.tuning_blocks)
 # Keys that would beat or bypass the tuned value (an explicit value wins in config.hparams.resolve_hyperparameters).
 TUNED_KEYS = ("learning_rate", "tuned_hparams_file")
-# Environment variables whose value hf_optbench never writes or prints (the name is kept: it says what was set).
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.I)
 MATRIX_KEYS = {"optimizer", "model_size", "seed", "lr_multipliers"}
 LAUNCHER_KEYS = {"type", "accelerate_config", "command", "executor", "slurm", "timeout_s", "env", "validate",
-                 "progress_interval_s", "warm_worker"}
+                 "progress_interval_s", "warm_worker", "jobs"}
 LAUNCHER_TYPES = ("accelerate", "python", "command")
 EXECUTORS = ("local", "slurm")
 # Keys the sweep sets per run: in overrides they would be silently replaced.
@@ -52,15 +51,7 @@ class RunSpec:
     max_steps: int | None = None
     phase: str = "compare"  # "tune" for a run of the tuning grid
     env: dict[str, str] = field(default_factory=dict)  # tracker grouping (W&B), added to the run's environment
-
-
-@dataclass
-class TuneSpec:
-    """The ``tune:`` section: the learning-rate grid (multipliers of each optimizer's cited default) and its seeds."""
-
-    multipliers: list[float]
-    seeds: list[int]
-    metric: str = TUNING_METRIC
+    budget_multiple: float | None = None  # a run of the baseline's ladder (study/budget.py): x the budget
 
 
 @dataclass
@@ -78,6 +69,9 @@ class SweepSpec:
     name: str = ""
     tune: TuneSpec | None = None
     tuning: SweepSpec | None = None  # the tuning phase (runs into <output_dir>/tuning), when ``tune`` is set
+    budget: Budget | None = None  # tokens per parameter (study/budget.py)
+    ladder: Ladder | None = None  # the baseline's budget ladder (comparison phase only)
+    steps: dict[tuple[str, str], int] = field(default_factory=dict)  # (size, optimizer) -> max_steps at x1
 
     @property
     def runs_dir(self) -> Path:
@@ -184,18 +178,13 @@ def _multipliers(mults: list[Any], where: str) -> list[float]:
 
 def _tune(raw: dict[str, Any], mults: list[float], overrides: dict[str, Any],
           per_point: list[tuple[str, dict[str, Any]]]) -> TuneSpec | None:
-    """The ``tune:`` section, checked: a grid of >= 3 multipliers that holds x1 (the cited default, so the tuned
-    rate is never worse than the citation on the tuning split), and nothing elsewhere in the file that would
-    replace the tuned learning rate."""
+    """The ``tune:`` section, checked (:func:`hf_optbench.study.tune_spec.parse_tune`: grids of >= 3 multipliers
+    that hold x1, the cited default, so the tuned value is never worse than the citation on the tuning split), and
+    nothing elsewhere in the file that would replace the tuned learning rate."""
     if raw.get("tune") is None:
         return None
     tune = _check_keys(raw["tune"], TUNE_KEYS, "tune")
-    if "lr_multipliers" not in tune:
-        raise OptBenchError("tune needs lr_multipliers: the grid around each cited default, e.g. [0.5, 1, 2].")
-    grid = sorted(_multipliers(_as_list(tune, "lr_multipliers", True), "tune.lr_multipliers"))
-    if len(grid) < 3 or 1.0 not in grid:
-        raise OptBenchError(f"tune.lr_multipliers {grid} is not a grid around the cited default: give at least 3 "
-                            "multipliers, 1 (the cited default) among them, e.g. [0.5, 1, 2] or [1, 2, 4].")
+    spec = parse_tune(tune, _seeds(_as_list(tune, "seed", False) or [0], "tune.seed"), TUNING_METRIC)
     if mults:
         raise OptBenchError("a sweep with 'tune' compares at the tuned learning rates: remove matrix.lr_multipliers "
                             "(the grid belongs in tune.lr_multipliers).")
@@ -204,7 +193,7 @@ def _tune(raw: dict[str, Any], mults: list[float], overrides: dict[str, Any],
         if bad:
             raise OptBenchError(f"'{bad[0]}' in {where} would replace the tuned learning rate of a sweep with 'tune': "
                                 f"remove it (the tuning phase writes {TUNED_FILE} and every compared run reads it).")
-    return TuneSpec(multipliers=grid, seeds=_seeds(_as_list(tune, "seed", False) or [0], "tune.seed"))
+    return spec
 
 
 def _per_point(raw: dict[str, Any], key: str, names: list[str], what: str) -> dict[str, Any]:
@@ -220,6 +209,7 @@ def _launcher(raw: dict[str, Any], sweep_file: Path) -> dict[str, Any]:
     launcher.setdefault("type", "accelerate")
     launcher.setdefault("executor", "local")
     launcher.setdefault("validate", True)
+    launcher.setdefault("jobs", "auto")  # runs at once, local executor (study/sweep_state.py plan_slots)
     launcher["env"] = {str(k): v for k, v in mapping(launcher.get("env"), "launcher.env").items()}
     if launcher["type"] not in LAUNCHER_TYPES:
         raise OptBenchError(f"launcher.type '{launcher['type']}' is not one of {', '.join(LAUNCHER_TYPES)}.")
@@ -240,50 +230,58 @@ def _launcher(raw: dict[str, Any], sweep_file: Path) -> dict[str, Any]:
     if not isinstance(launcher.get("warm_worker", True), bool):
         raise OptBenchError("launcher.warm_worker must be true or false (false: every run starts its own "
                             f"interpreter). Fix it in '{sweep_file}'.")
+    jobs = launcher["jobs"]
+    if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise OptBenchError(f"launcher.jobs must be a positive integer (runs at once on this machine) or \"auto\" (as "
+                            f"many as its cores or GPUs fit), got {jobs!r}. Fix it in '{sweep_file}'.")
     if launcher["type"] == "command" and not (isinstance(launcher.get("command"), list) and launcher["command"]):
         raise OptBenchError("launcher.type command needs launcher.command: a list, e.g. [python, wrapper.py].")
     return launcher
 
 
-SWEEP_POINT_ENV = "HF_OPTBENCH_SWEEP_POINT"  # the run's matrix point as JSON, for the run's tracker config
+def _point_args(spec: SweepSpec, opt: str, size: str) -> list[str]:
+    """The run arguments of one optimizer x size before the sweep's own (seed, id, steps)."""
+    from hf_optbench.config.parse import to_tokens
 
-
-def tracker_env(spec: SweepSpec, run: RunSpec) -> dict[str, str]:
-    """W&B's grouping of one run, read by ``wandb.init`` from the environment (transformers' WandbCallback calls it
-    without group or tags): the sweep as the group, the matrix point as tags, the run id as the name, the phase as
-    the job type; and the matrix point as JSON (:data:`SWEEP_POINT_ENV`) for the run's own tracker config.
-    (Not WANDB_CONFIG_PATHS: wandb 0.31 rejects it when read from the environment, a str where it wants a list.)"""
-    import json
-
-    tags = [f"optimizer:{run.optimizer}", f"model_size:{run.model_size}", f"seed:{run.seed}", f"phase:{run.phase}"]
-    if run.lr_multiplier is not None:
-        tags.append(f"lr_multiplier:{run.lr_multiplier:g}")
-    point = {"sweep": spec.name, "phase": run.phase, "run_id": run.run_id, "optimizer": run.optimizer,
-             "model_size": run.model_size, "seed": run.seed, "lr_multiplier": run.lr_multiplier}
-    return {"WANDB_RUN_GROUP": spec.name, "WANDB_TAGS": ",".join(tags), "WANDB_NAME": run.run_id,
-            "WANDB_JOB_TYPE": run.phase, SWEEP_POINT_ENV: json.dumps(point, sort_keys=True)}
+    return [str(spec.base)] + to_tokens(spec.overrides) + to_tokens(spec.per_model_size.get(size) or {}) \
+        + to_tokens(spec.per_optimizer.get(opt) or {}) + ["--optimizer", opt, "--model_size", size]
 
 
 def _expand(spec: SweepSpec, optimizers: list[str], sizes: list[str], seeds: list[int], mults: list[float],
             phase: str = "compare") -> None:
-    """Append one RunSpec per matrix point. Seeds outermost: a half-finished sweep already holds one complete seed
-    of every optimizer x size."""
-    from hf_optbench.config.parse import to_tokens
-
+    """Append one RunSpec per matrix point (and per ladder budget of the baseline). Seeds outermost: a
+    half-finished sweep already holds one complete seed of every optimizer x size."""
     for seed in seeds:
         for size in sizes:
             for mult in (mults or [None]):
                 for opt in optimizers:
-                    args = [str(spec.base)] + to_tokens(spec.overrides) \
-                        + to_tokens(spec.per_model_size.get(size) or {}) + to_tokens(spec.per_optimizer.get(opt) or {})
-                    args += ["--optimizer", opt, "--model_size", size, "--seed", str(seed)]
-                    multiplier = None if mult is None else float(mult)
-                    rid = run_id_for(opt, size, seed, multiplier)
-                    if "run_name" not in spec.overrides:
-                        args += ["--run_name", rid]
-                    run = RunSpec(rid, opt, size, int(seed), multiplier, args, phase=phase)
-                    run.env = tracker_env(spec, run)
-                    spec.runs.append(run)
+                    ladder = spec.ladder.extra if spec.ladder and opt == spec.ladder.optimizer and mult is None else ()
+                    for budget_multiple in (None, *ladder):
+                        args = _point_args(spec, opt, size) + ["--seed", str(seed)]
+                        if (size, opt) in spec.steps:
+                            args += ["--max_steps", str(budgets.ladder_steps(spec.steps[(size, opt)], budget_multiple))]
+                        multiplier = None if mult is None else float(mult)
+                        rid = run_id_for(opt, size, seed, multiplier, budget_multiple=budget_multiple)
+                        if "run_name" not in spec.overrides:
+                            args += ["--run_name", rid]
+                        run = RunSpec(rid, opt, size, int(seed), multiplier, args, phase=phase,
+                                      budget_multiple=budget_multiple)
+                        run.env = tracker_env(spec, run)
+                        spec.runs.append(run)
+
+
+def _budget_steps(spec: SweepSpec, optimizers: list[str], sizes: list[str]) -> None:
+    """Every optimizer x size's max_steps at the budget (tokens per parameter, or the runs' own steps when only a
+    ladder is set), from each point's parsed arguments."""
+    if spec.budget is None and spec.ladder is None:
+        return
+
+    def probe(opt: str, size: str) -> Any:
+        return _probe(spec, RunSpec(f"{opt}__{size}", opt, size, 0, None, _point_args(spec, opt, size)))
+
+    spec.steps = budgets.steps_table(spec.budget, sizes, optimizers, budgets.world_size(spec.launcher), probe)
+    if spec.ladder is not None:
+        budgets.check_ladder(spec.ladder, spec.steps)
 
 
 def load_sweep(path: str | os.PathLike[str], output_dir: str | None = None) -> SweepSpec:
@@ -300,12 +298,15 @@ def load_sweep(path: str | os.PathLike[str], output_dir: str | None = None) -> S
     launcher = _launcher(raw, sweep_file)
     out = Path(output_dir or raw.get("output_dir") or Path("runs") / sweep_file.stem).resolve()
     name = str(raw.get("name") or sweep_file.stem)
+    tables = [("overrides", overrides)] + [(f"per_optimizer.{k}", mapping(v, k)) for k, v in per_opt.items()] \
+        + [(f"per_model_size.{k}", mapping(v, k)) for k, v in per_size.items()]
     common = dict(path=sweep_file.resolve(), base=base, overrides=overrides, per_optimizer=per_opt,
-                  per_model_size=per_size, launcher=launcher)
-    spec = SweepSpec(output_dir=out, name=name, tune=tune, **common)
+                  per_model_size=per_size, launcher=launcher, budget=budgets.parse_budget(raw, tables))
+    spec = SweepSpec(output_dir=out, name=name, tune=tune, ladder=budgets.parse_ladder(raw, optimizers), **common)
+    _budget_steps(spec, optimizers, sizes)
     if tune is not None:
-        # Same base, overrides and per-point keys as the comparison: the grid runs at the real horizon.
-        spec.tuning = SweepSpec(output_dir=out / TUNING_DIR, name=f"{name}-tuning", **common)
+        # Same base, overrides, per-point keys and budget as the comparison: the grid runs at the real horizon.
+        spec.tuning = SweepSpec(output_dir=out / TUNING_DIR, name=f"{name}-tuning", steps=spec.steps, **common)
         _expand(spec.tuning, optimizers, sizes, tune.seeds, tune.multipliers, phase="tune")
     _expand(spec, optimizers, sizes, seeds, mults)
     return spec
@@ -385,14 +386,3 @@ def validate_runs(spec: SweepSpec) -> None:
                 _set_grid_lr(run, cfg)
             except OptBenchError as exc:
                 raise OptBenchError(f"sweep run '{run.run_id}': {exc}") from exc
-
-
-def public_env(env: dict[str, Any]) -> dict[str, str]:
-    """``env`` as hf_optbench may write it: the value of a variable whose name looks secret (TOKEN, KEY, SECRET,
-    PASSWORD, any case) replaced by a marker; the name stays, to say that it was set."""
-    return {str(k): REDACTED if SECRET_NAME.search(str(k)) else str(v) for k, v in env.items()}
-
-
-def secret_values(env: dict[str, Any]) -> list[str]:
-    """The values of ``env``'s secret-named variables (to keep them out of files and messages)."""
-    return [str(v) for k, v in env.items() if SECRET_NAME.search(str(k)) and str(v)]

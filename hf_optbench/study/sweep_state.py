@@ -1,5 +1,6 @@
 """What one sweep invocation records and shows: its directory lock, each attempt's number and end row, the outcome
-of an ended process, and progress on the terminal.
+of an ended process, progress on the terminal, and, for the local executor, the slots its runs occupy (how many
+at once, pinned to which cores or GPU: :func:`plan_slots`) and the runs in flight (:class:`Flight`).
 
 The state file itself (``sweep_state.jsonl``: :func:`~hf_optbench.rundir.append_state`,
 :func:`~hf_optbench.rundir.read_state`, :func:`~hf_optbench.rundir.finished_status`) lives in
@@ -9,19 +10,24 @@ The state file itself (``sweep_state.jsonl``: :func:`~hf_optbench.rundir.append_
 from __future__ import annotations
 
 import fcntl
+import glob
 import os
 import re
 import socket
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
+from hf_optbench.run_summary import CONCURRENT_RUNS_ENV, CPUS_ENV, SLOT_ENV
 from hf_optbench.rundir import FINISHED_STATUSES, read_summary
 from hf_optbench.study.sweep_spec import RunSpec
+from hf_optbench.study.worker_client import gpu_visible
 
 OOM_PATTERN = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory", re.I)
 
@@ -80,6 +86,158 @@ def end_row(run: RunSpec, attempt: int, status: str, error: str | None, rc: int 
             "final_eval_loss": summary.get("final_eval_loss")}
 
 
+# ------------------------------------------------------------------------------------------------ slots
+@dataclass(frozen=True)
+class Slot:
+    """Where one run of a local sweep runs: slot ``index`` of ``of`` (the runs at once), its cores (None: not
+    pinned, the sweep runs one at a time) and its CUDA devices (None: CUDA_VISIBLE_DEVICES left as it is)."""
+
+    index: int = 0
+    of: int = 1
+    cpus: tuple[int, ...] | None = None
+    gpus: tuple[str, ...] | None = None
+
+    def env(self) -> dict[str, str]:
+        """What the run's environment gets: the sharing (recorded in its summary.json) and its devices."""
+        env = {CONCURRENT_RUNS_ENV: str(self.of), SLOT_ENV: str(self.index)}
+        if self.cpus:
+            env[CPUS_ENV] = ",".join(map(str, self.cpus))  # the warm worker's fork pins itself to these
+        if self.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus)
+        return env
+
+    def record(self) -> dict[str, Any]:
+        """The slot in the state file's start row."""
+        return {"slot": self.index, "concurrent_runs": self.of, "cpus": list(self.cpus) if self.cpus else None,
+                "cuda_visible_devices": ",".join(self.gpus) if self.gpus is not None else None}
+
+    def describe(self) -> str:
+        if self.of == 1:
+            return ""
+        where = [f"cores {','.join(map(str, self.cpus))}"] if self.cpus else []
+        where += [f"CUDA {','.join(self.gpus)}"] if self.gpus is not None else []
+        return f" [slot {self.index + 1}/{self.of}: {', '.join(where)}]"
+
+    def pin(self) -> None:
+        """Pin the calling thread to the slot's cores; processes it starts (and their forks) inherit the mask."""
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)
+
+
+def visible_gpus(env: dict[str, str]) -> list[str]:
+    """The CUDA devices a run could use, without initialising CUDA: CUDA_VISIBLE_DEVICES's entries when it is set,
+    else one per /dev/nvidiaN; [] where none is visible (or only a GPU this cannot count, e.g. ROCm's /dev/kfd)."""
+    if not gpu_visible(env):
+        return []
+    if env.get("CUDA_VISIBLE_DEVICES") is not None:
+        return [d.strip() for d in env["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+    return sorted((p[len("/dev/nvidia"):] for p in glob.glob("/dev/nvidia[0-9]*")), key=int)
+
+
+def processes_per_run(launcher: dict[str, Any]) -> int | None:
+    """Processes one run starts: 1 for type python, the accelerate config's num_processes, None (not known) for
+    type command (a torchrun or wrapper command line)."""
+    if launcher.get("type") == "python":
+        return 1
+    if launcher.get("type") == "accelerate":
+        import yaml
+
+        try:
+            config = yaml.safe_load(Path(launcher["accelerate_config"]).read_text(encoding="utf-8")) or {}
+            return max(1, int(config.get("num_processes") or 1))
+        except (OSError, KeyError, TypeError, ValueError, AttributeError, yaml.YAMLError):
+            return 1
+    return None
+
+
+def _threads(env: dict[str, str]) -> int:
+    try:
+        return max(1, int(env.get("OMP_NUM_THREADS") or 1))
+    except ValueError:
+        return 1
+
+
+# Memory one run of a CPU sweep needs at once: its process peaks at ~500-600 MiB RSS (the Python/torch runtime: README,
+# "What the main job found") and its warm worker holds about as much; so "auto" starts no more runs than GiB available.
+RUN_MEMORY_BYTES = 2**30
+
+
+def _memory_cap() -> int | None:
+    """How many runs the available memory holds (MemAvailable / RUN_MEMORY_BYTES); None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            kib = next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:"))
+        return max(1, kib * 1024 // RUN_MEMORY_BYTES)
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def plan_slots(launcher: dict[str, Any], n_runs: int, environ: dict[str, str] | None = None) -> list[Slot]:
+    """The slots of a local sweep with ``n_runs`` to run. ``launcher.jobs`` "auto" (the default): one run per
+    visible GPU (per accelerate process group); without a GPU, the cores this process may use (sched_getaffinity)
+    divided by the cores a run uses (OMP_NUM_THREADS of launcher.env or the environment, default 1, x its
+    processes), at most one per GiB of available memory; 1 for type command, whose process count the sweep cannot
+    know. Slot i gets core block i of that width (GPU machines: an equal share of the cores) and GPU block i;
+    blocks wrap when ``jobs`` asks for more than there are. One slot is not pinned: a sweep run one at a time stays
+    as it always was."""
+    env = {**(dict(os.environ) if environ is None else environ),
+           **{str(k): str(v) for k, v in (launcher.get("env") or {}).items()}}
+    cores = sorted(os.sched_getaffinity(0))
+    gpus, procs = visible_gpus(env), processes_per_run(launcher)
+    jobs = launcher.get("jobs", "auto")
+    if jobs == "auto":
+        if procs is None or (gpu_visible(env) and not gpus):
+            jobs = 1
+        else:
+            jobs = len(gpus) // procs if gpus else len(cores) // (_threads(env) * procs)
+            jobs = min(jobs, _memory_cap() or jobs)
+    jobs = max(1, min(int(jobs), n_runs))
+    if jobs == 1:
+        return [Slot()]
+    per = procs or 1
+    width = min(len(cores), max(1, len(cores) // jobs) if gpus else _threads(env) * per)
+    return [Slot(i, jobs, tuple(cores[(i * width + k) % len(cores)] for k in range(width)),
+                 tuple(gpus[(i * per + k) % len(gpus)] for k in range(min(per, len(gpus)))) if gpus else None)
+            for i in range(jobs)]
+
+
+class SweepStopping(Exception):
+    """A slot was about to start a run while the sweep is being stopped: that run is stopped at once."""
+
+
+class Flight:
+    """The runs in flight of a local sweep, and whether it is being stopped. An interrupt (Ctrl-C, SIGTERM) or a
+    failure in one slot stops every run in flight; a run stopped that way gets no end row, so a restart runs it
+    again (an end row would make its "failed" final)."""
+
+    def __init__(self, kill_tree: Callable[..., Any]) -> None:
+        self.kill_tree = kill_tree  # launch.kill_tree: (pid, create_time) -> stops that process's tree
+        self.lock = threading.Lock()
+        self.refresh_lock = threading.Lock()  # summary.csv is rewritten by one slot at a time
+        self.pids: dict[str, tuple[int, float | None]] = {}
+        self.stopping = False
+        self.error: BaseException | None = None
+
+    def started(self, run_id: str, pid: int, create_time: float | None) -> None:
+        with self.lock:
+            if self.stopping:
+                raise SweepStopping(run_id)
+            self.pids[run_id] = (pid, create_time)
+
+    def ended(self, run_id: str) -> None:
+        with self.lock:
+            self.pids.pop(run_id, None)
+
+    def stop(self, error: BaseException | None = None) -> None:
+        """Mark the sweep as stopping (no slot starts another run) and stop every run in flight."""
+        with self.lock:
+            self.stopping = True
+            self.error = self.error or error
+            pids = list(self.pids.values())
+        for pid, create_time in pids:
+            self.kill_tree(pid, create_time)
+
+
 def _hms(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
@@ -88,30 +246,36 @@ def _hms(seconds: float) -> str:
 class Progress:
     """Runs done/total, the current run, elapsed and ETA on the terminal (one line per event: logs stay
     readable when the output is a file). ETA: the mean duration of this invocation's runs of the same model
-    size (else of all runs) times what is left."""
+    size (else of all runs) times what is left, over the runs at once."""
 
     def __init__(self, total: int, done: int, stream: Any = None) -> None:
         self.total, self.done, self.stream = total, done, stream or sys.stdout
         self.t0 = time.monotonic()
         self.durations: dict[str, list[float]] = {}
+        self.jobs = 1  # runs at once (the local executor's slots): the ETA divides by it
+        self._lock = threading.Lock()  # slots report from threads of their own: one whole line at a time
 
     def eta(self, pending: Sequence[RunSpec]) -> float | None:
-        everything = [d for ds in self.durations.values() for d in ds]
+        with self._lock:
+            durations = {k: list(v) for k, v in self.durations.items()}
+        everything = [d for ds in durations.values() for d in ds]
         if not everything:
             return None
         mean_all = sum(everything) / len(everything)
-        return sum((sum(self.durations[r.model_size]) / len(self.durations[r.model_size]))
-                   if r.model_size in self.durations else mean_all for r in pending)
+        return sum((sum(durations[r.model_size]) / len(durations[r.model_size]))
+                   if r.model_size in durations else mean_all for r in pending) / max(1, self.jobs)
 
     def say(self, msg: str) -> None:
-        print(f"[sweep {self.done}/{self.total} | {_hms(time.monotonic() - self.t0)}] {msg}", file=self.stream,
-              flush=True)
+        with self._lock:
+            self.stream.write(f"[sweep {self.done}/{self.total} | {_hms(time.monotonic() - self.t0)}] {msg}\n")
+            self.stream.flush()
 
     def started(self, run: RunSpec, pending: Sequence[RunSpec], note: str = "") -> None:
         eta = self.eta(pending)
         self.say(f"running {run.run_id}{note} (ETA {_hms(eta) if eta is not None else '?'})")
 
     def ended(self, run: RunSpec, status: str, duration: float, detail: str = "") -> None:
-        self.done += 1
-        self.durations.setdefault(run.model_size, []).append(duration)
+        with self._lock:
+            self.done += 1
+            self.durations.setdefault(run.model_size, []).append(duration)
         self.say(f"{run.run_id}: {status} in {duration:.1f} s{detail}")

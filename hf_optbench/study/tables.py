@@ -13,7 +13,6 @@ name (:func:`hf_optbench.study.analysis.value`); ``mib(key)`` the mean in MiB.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -229,7 +228,9 @@ def verdict_cell(v: Any) -> str:
     a, b = v.points[0], v.points[-1]
     where = b.stance
     span = f"{a.ratio():.3g}→{b.ratio():.3g}" if v.metric.mode == "ratio" else f"{a.gap:+.2g}→{b.gap:+.2g}"
-    if v.verdict in ("no difference", "level", "insufficient data"):
+    if v.verdict == "no difference":
+        return f"{v.verdict} ({span}; {b.mde_text(v.metric.mode, v.metric.unit)} at {b.model_size})"
+    if v.verdict in ("level", "insufficient data"):
         return f"{v.verdict} ({span})"
     return f"{v.verdict} ({span}; {where} at {b.model_size})"
 
@@ -260,7 +261,10 @@ def ratio_cell(p: Any) -> str:
     alpha / 2), where it stands against the equivalence margin, and the pairs whose value is a bound."""
     if p is None:
         return "–"
-    text = f"{p.ratio():.3g} [{math.exp(p.ci_low):.3g}, {math.exp(p.ci_high):.3g}] {p.stance}"
+    low, high = p.interval()
+    text = f"{p.ratio():.3g} [{low:.3g}, {high:.3g}] {p.stance}"
+    if p.stance == "no difference":
+        text += f" ({p.mde_text('ratio')})"
     return text + (f" ({p.censored_pairs} censored)" if p.censored_pairs else "")
 
 

@@ -1,11 +1,14 @@
-"""Learning-rate tuning for a fair comparison: pick, per optimizer and model size, the best multiplier of a grid
-around the optimizer's cited default, selected on a held-out tuning split, and write it where runs read it.
+"""Tuning for a fair comparison: pick, per optimizer and model size, the best learning rate (and, for optimizers
+whose cited weight decay is not AdamW's, the best weight decay) of a grid around the optimizer's cited defaults,
+selected on a held-out tuning split, and write it where runs read it.
 
 The main protocol is one sweep file with a ``tune:`` section (``recipes/sweeps/cpu_demo.yaml``): ``hf-optbench
-sweep`` runs the grid into ``<output_dir>/tuning``, calls :func:`tune_phase` (which writes
-``<output_dir>/tuned_hparams.yaml``), then runs the comparison at the tuned rates. By hand, the same in steps::
+sweep`` runs the grid into ``<output_dir>/tuning``, extends it beyond any edge that holds the best point until the
+optimum is bracketed (:mod:`hf_optbench.study.tuning_grid`), calls :func:`tune_phase` (which writes
+``<output_dir>/tuned_hparams.yaml``), then runs the comparison at the tuned values. By hand (no extension: a plain
+grid, its edges only warned about), the same in steps::
 
-    hf-optbench sweep recipes/sweeps/tune_cpu.yaml          # matrix.lr_multipliers: [0.5, 1, 2]
+    hf-optbench sweep recipes/sweeps/tune_cpu.yaml          # matrix.lr_multipliers: [0.25, 0.5, 1, 2, 4]
     hf-optbench tune runs/tune_cpu --output tuned_hparams.yaml
     hf-optbench run recipes/quickstart_cpu.yaml --tuned_hparams_file tuned_hparams.yaml
 
@@ -15,15 +18,22 @@ same budget). The rule: a multiplier's score is the mean ``final_tuning_loss`` o
 held out from training and from the reported eval split (``DataArguments.tuning_blocks``), so the reported eval
 loss is never the one the rate was picked on; a multiplier with any diverged, failed or out-of-memory seed loses
 (a rate that diverges for one seed is not a safe default); ties go to the multiplier closest to 1 (the cited
-default). A best value at the edge of the grid is flagged: widen the grid.
+default). A best value still at the edge of the grid is flagged ``bracketed: false``.
 
 File format (read by ``hf_optbench.optim.registry.lookup_tuned``; keys beyond the hyperparameters are provenance)::
 
     lion:
-      mini: {learning_rate: 0.0001, multiplier: 0.5, tuning_loss: 5.12, metric: final_tuning_loss,
-             grid: [0.5, 1.0, 2.0], seeds: [0], tuning_dir: runs/cpu_demo/tuning,
-             curve: [{multiplier: 0.5, learning_rate: 0.0001, tuning_loss: 5.12}, ...],
+      mini: {learning_rate: 0.00133, multiplier: 4.0, tuning_loss: 5.12, metric: final_tuning_loss,
+             grid: [1.0, 4.0, 16.0, 32.0], extensions: [32.0], lr_bracketed: true,
+             curve: [{multiplier: 1.0, learning_rate: 0.000333, tuning_loss: 5.3}, ...],
+             weight_decay: 0.9, wd_multiplier: 3.0, wd_grid: [0.333333, 1.0, 3.0, 9.0], wd_extensions: [9.0],
+             wd_curve: [{multiplier: 0.333333, weight_decay: 0.1, tuning_loss: 5.2}, ...], wd_bracketed: true,
+             bracketed: true, seeds: [0], tuning_dir: runs/cpu_demo/tuning,
              source: "tuned by runs/cpu_demo/tuning on 2026-11-22: ..."}
+
+``tuning_loss`` is the best point's (the weight-decay axis's best where weight decay was tuned); ``bracketed`` is
+false when a best point is still at an edge after ``tune.max_extensions``; ``wd_not_tuned`` says why an optimizer
+marked ``tune_weight_decay`` kept its cited weight decay.
 """
 
 from __future__ import annotations
@@ -32,7 +42,6 @@ import copy
 import datetime as _dt
 import math
 import os
-import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,39 +49,31 @@ from typing import Any
 from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import write_text_atomic
 from hf_optbench.study.sweep_spec import TUNING_METRIC, SweepSpec
+from hf_optbench.study.tune_spec import TuneSpec
+from hf_optbench.study.tuning_grid import (
+    PairPlan,
+    TuningPlan,
+    choose,
+    grid_text,
+    plan_tuning,
+    score_runs,
+    weight_decay_at,
+)
 
 Records = dict[float, list[Mapping[str, Any]]]
 
 
-def _metric(r: Mapping[str, Any], metric: str) -> Any:
-    """``metric`` of a run record: a column of its own, else its summary.json (analysis.load_runs keeps it whole)."""
-    value = r.get(metric)
-    return value if value is not None else (r.get("_summary") or {}).get(metric)
-
-
-def _score(runs: Sequence[Mapping[str, Any]], metric: str) -> float:
-    """Mean ``metric`` over the seeds; inf when a seed did not complete or its value is not finite."""
-    losses = []
-    for r in runs:
-        if r.get("status") != "completed":
-            return math.inf
-        loss = _metric(r, metric)
-        if loss is None:
-            raise OptBenchError(
-                f"tuning run '{r.get('run_id') or r.get('optimizer')}' has no {metric} in its summary.json: it ran "
-                f"without a held-out tuning split. Set tuning_blocks (e.g. 16) in the tuning sweep's overrides and "
-                "run it again; learning rates are never selected on the reported eval split.")
-        if not math.isfinite(float(loss)):
-            return math.inf
-        losses.append(float(loss))
-    return statistics.fmean(losses) if losses else math.inf
-
-
 def _group(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], Records]:
+    """Learning-rate grid runs by optimizer x size and multiplier; runs of a weight-decay grid are left out (their
+    learning rate is the tuned one, their loss answers another question)."""
+    from hf_optbench.rundir import parse_run_id
+
     groups: dict[tuple[str, str], Records] = {}
     for r in records:
         mult = r.get("lr_multiplier")
         if mult is None or mult == "":
+            continue
+        if r.get("wd_multiplier") is not None or "wd_multiplier" in parse_run_id(str(r.get("run_id") or "")):
             continue
         groups.setdefault((str(r["optimizer"]), str(r["model_size"])), {}).setdefault(float(mult), []).append(r)
     if not groups:
@@ -81,36 +82,43 @@ def _group(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], Record
     return groups
 
 
-def _one_lr(by_mult: Records, mult: float, where: str) -> float | None:
-    lrs = {float(r["learning_rate"]) for r in by_mult[mult] if r.get("learning_rate") is not None}
-    if len(lrs) > 1:
-        raise OptBenchError(f"{where} x{mult:g}: its runs used learning rates {sorted(lrs)}; expected one. Were runs "
-                            "of different sweeps mixed in this directory?")
-    return lrs.pop() if lrs else None
+def _one_value(runs: Sequence[Mapping[str, Any]], key: str, where: str) -> float | None:
+    """The one ``key`` (learning_rate) the runs of one grid point used; mixed values are an error."""
+    values = {float(r[key]) for r in runs if r.get(key) is not None}
+    if len(values) > 1:
+        raise OptBenchError(f"{where}: its runs used {key} {sorted(values)}; expected one. Were runs of different "
+                            "sweeps mixed in this directory?")
+    return values.pop() if values else None
+
+
+def _rounded(score: float) -> float | None:
+    return round(score, 6) if math.isfinite(score) else None
 
 
 def select_best(records: Sequence[Mapping[str, Any]], metric: str = TUNING_METRIC
                 ) -> tuple[dict[str, dict[str, dict[str, Any]]], list[str]]:
-    """({optimizer: {model_size: {learning_rate, multiplier, tuning_loss, curve}}}, warnings) from run records
-    with ``optimizer``, ``model_size``, ``lr_multiplier``, ``status``, ``learning_rate`` and ``metric`` (a column
-    or in ``_summary``). ``curve`` is the mean ``metric`` of every multiplier (None where a seed failed)."""
+    """({optimizer: {model_size: {learning_rate, multiplier, tuning_loss, curve, bracketed}}}, warnings) from run
+    records with ``optimizer``, ``model_size``, ``lr_multiplier``, ``status``, ``learning_rate`` and ``metric`` (a
+    column or in ``_summary``). ``curve`` is the mean ``metric`` of every multiplier (None where a seed failed).
+    A grid by hand (``hf-optbench tune``): a best at its edge is warned about, not extended."""
     best: dict[str, dict[str, dict[str, Any]]] = {}
     warnings: list[str] = []
     for (opt, size), by_mult in sorted(_group(records).items()):
-        scores = {m: _score(runs, metric) for m, runs in by_mult.items()}
-        choice = min(sorted(by_mult), key=lambda m: (scores[m], abs(math.log(m))))
-        if not math.isfinite(scores[choice]):
+        scores = {m: score_runs(runs, metric) for m, runs in by_mult.items()}
+        choice = choose(scores)
+        if choice is None:
             warnings.append(f"{opt}/{size}: every multiplier has a diverged or failed seed; nothing written")
             continue
-        lr = _one_lr(by_mult, choice, f"{opt}/{size}")
+        lr = _one_value(by_mult[choice], "learning_rate", f"{opt}/{size} x{choice:g}")
         if lr is None:
             raise OptBenchError(f"{opt}/{size} x{choice:g}: its runs record no learning_rate in summary.json.")
-        if len(by_mult) > 1 and choice in (min(by_mult), max(by_mult)):
+        bracketed = min(by_mult) < choice < max(by_mult)
+        if len(by_mult) > 1 and not bracketed:
             warnings.append(f"{opt}/{size}: best multiplier x{choice:g} is at the edge of the grid "
                             f"{sorted(by_mult)}; widen lr_multipliers")
-        curve = [{"multiplier": m, "learning_rate": _one_lr(by_mult, m, f"{opt}/{size}"),
-                  "tuning_loss": round(scores[m], 6) if math.isfinite(scores[m]) else None} for m in sorted(by_mult)]
-        best.setdefault(opt, {})[size] = {"learning_rate": lr, "multiplier": choice,
+        curve = [{"multiplier": m, "learning_rate": _one_value(by_mult[m], "learning_rate", f"{opt}/{size} x{m:g}"),
+                  "tuning_loss": _rounded(scores[m])} for m in sorted(by_mult)]
+        best.setdefault(opt, {})[size] = {"learning_rate": lr, "multiplier": choice, "bracketed": bracketed,
                                           "tuning_loss": round(scores[choice], 6), "metric": metric, "curve": curve}
     return best, warnings
 
@@ -133,7 +141,7 @@ def write_tuned(best: Mapping[str, Mapping[str, Mapping[str, Any]]], path: str |
         for size, entry in sizes.items():
             data.setdefault(opt, {})[size] = {**copy.deepcopy(dict(entry)), **copy.deepcopy(dict(provenance or {})),
                                               "source": source}  # copies: no YAML anchors between entries
-    header = ["# Tuned learning rates (hf-optbench): per optimizer and size, the grid multiplier with the best mean",
+    header = ["# Tuned hyperparameters (hf-optbench): per optimizer and size, the grid multiplier with the best mean",
               f"# {TUNING_METRIC} (a held-out split, not the reported eval split); a multiplier with a diverged or",
               f"# failed seed loses. {source}", "# Use: --tuned_hparams_file " + str(out)]
     header += [f"# warning: {w}" for w in warnings]
@@ -142,10 +150,17 @@ def write_tuned(best: Mapping[str, Mapping[str, Mapping[str, Any]]], path: str |
     return out
 
 
-def _source(tuning_dir: Path, grid: Sequence[float], seeds: Sequence[int], metric: str) -> str:
-    return (f"tuned by {tuning_dir} on {_dt.date.today().isoformat()}: learning-rate grid "
-            f"{', '.join(f'x{m:g}' for m in grid)} of the cited default, best mean {metric} over seeds "
-            f"{list(seeds)}")
+def _source(tuning_dir: Path, grid: Sequence[float], seeds: Sequence[int], metric: str,
+            spec: TuneSpec | None = None) -> str:
+    """One line of provenance for every entry: where, when, which grid (and how it may grow), selected by what."""
+    text = (f"tuned by {tuning_dir} on {_dt.date.today().isoformat()}: learning-rate grid {grid_text(grid)[1:-1]} "
+            "of the cited default")
+    if spec is not None:
+        text += (f", extended in x{spec.lr_step:g} steps beyond an edge holding the best (at most "
+                 f"{spec.max_extensions}); then, for optimizers marked tune_weight_decay, weight decay at the tuned "
+                 f"rate: {grid_text(spec.wd_multipliers)[1:-1]} of the cited value, extended in x{spec.wd_step:g} "
+                 "steps")
+    return text + f"; best mean {metric} over seeds {list(seeds)}"
 
 
 def tune(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[str]) -> tuple[Path, list[str]]:
@@ -165,33 +180,88 @@ def tune(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[str]) -> t
                        provenance=provenance), warnings
 
 
-def tune_phase(spec: SweepSpec) -> tuple[Path, list[str]]:
-    """After a sweep's tuning phase: select, check that every compared optimizer x size has a value (OptBenchError
-    otherwise: never a silent fallback to the citation), and write ``spec.tuned_file``. A selection that differs
-    from the file comparison runs already used is an error (those runs would no longer match the file)."""
+def _lr_entry(plan: TuningPlan, pair: PairPlan) -> dict[str, Any]:
+    """The learning-rate part of one entry: the best, its grid with every extension, the curve, bracketed."""
+    o, s, lr = pair.optimizer, pair.size, pair.lr
+    assert lr.best is not None
+
+    def rate(m: float) -> float | None:
+        return _one_value(plan.at(o, s, m), "learning_rate", f"{o}/{s} x{m:g}")
+
+    value = rate(lr.best)
+    if value is None:
+        raise OptBenchError(f"{o}/{s} x{lr.best:g}: its runs record no learning_rate in summary.json.")
+    return {"learning_rate": value, "multiplier": lr.best, "tuning_loss": _rounded(lr.scores[lr.best]),
+            "grid": lr.grid, "extensions": lr.extensions, "lr_bracketed": lr.bracketed,
+            "curve": [{"multiplier": m, "learning_rate": rate(m), "tuning_loss": _rounded(lr.scores[m])}
+                      for m in lr.grid]}
+
+
+def _entry(plan: TuningPlan, pair: PairPlan) -> tuple[dict[str, Any] | None, list[str]]:
+    """(entry of the tuned file or None, warnings) of one optimizer x size: never an unbracketed optimum silently."""
+    o, s = pair.optimizer, pair.size
+    if pair.lr.best is None:
+        return None, [f"{o}/{s}: {pair.lr.note}; nothing written"]
+    entry = {**_lr_entry(plan, pair), "metric": plan.metric, "bracketed": pair.bracketed}
+    warnings = [] if pair.lr.bracketed else [f"{o}/{s}: {pair.lr.note}; the comparison uses it (bracketed: false)"]
+    if pair.wd_note:
+        entry["wd_not_tuned"] = pair.wd_note.split(": ", 1)[1]
+        warnings.append(pair.wd_note)
+    wd = pair.wd
+    if wd is not None and wd.best is not None:
+        entry.update(weight_decay=weight_decay_at(o, s, wd.best), wd_multiplier=wd.best, wd_grid=wd.grid,
+                     wd_extensions=wd.extensions, wd_bracketed=wd.bracketed, tuning_loss=_rounded(wd.scores[wd.best]),
+                     wd_curve=[{"multiplier": w, "weight_decay": weight_decay_at(o, s, w),
+                                "tuning_loss": _rounded(wd.scores[w])} for w in wd.grid])
+        if not wd.bracketed:
+            warnings.append(f"{o}/{s}: {wd.note}; the comparison uses it (bracketed: false)")
+    return entry, warnings
+
+
+def _check_unchanged(spec: SweepSpec, best: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
+    """A selection that differs from the file the comparison runs already used is an error (those runs would no
+    longer match the file)."""
     import yaml
 
+    old = yaml.safe_load(spec.tuned_file.read_text(encoding="utf-8")) if spec.tuned_file.is_file() else None
+    changed = [f"{o}/{s} {key}" for o, sizes in best.items() for s, e in sizes.items()
+               for key in ("learning_rate", "weight_decay")
+               if isinstance(old, dict) and (old.get(o) or {}).get(s, {}).get(key) not in (None, e.get(key))]
+    if changed and spec.runs_dir.is_dir() and any(spec.runs_dir.iterdir()):
+        raise OptBenchError(
+            f"the tuning phase now selects other values for {', '.join(changed)} than {spec.tuned_file} held when "
+            f"the comparison runs in {spec.runs_dir} started. Move that directory aside (or use another --output-dir) "
+            "to compare at the new values; nothing was overwritten.")
+
+
+def tune_phase(spec: SweepSpec) -> tuple[Path, list[str]]:
+    """After a sweep's tuning phase (every extension run: :func:`~hf_optbench.study.tuning_grid.extend_tuning`
+    adds none): select, check that every compared optimizer x size has a value (OptBenchError otherwise: never a
+    silent fallback to the citation), and write ``spec.tuned_file``."""
     from hf_optbench.study.analysis import load_runs
 
     assert spec.tuning is not None and spec.tune is not None
-    best, warnings = select_best(load_runs(spec.tuning.output_dir), spec.tune.metric)
+    plan = plan_tuning(spec, load_runs(spec.tuning.output_dir))
+    unfinished = [f"{p.optimizer}/{p.size}" for p in plan.pairs if not p.done]
+    if unfinished:
+        raise OptBenchError(f"the tuning of {', '.join(unfinished)} is not finished (runs of its grid have not run): "
+                            "start the sweep again, it continues where it stopped.")
+    best: dict[str, dict[str, dict[str, Any]]] = {}
+    warnings: list[str] = []
+    for pair in plan.pairs:
+        entry, notes = _entry(plan, pair)
+        warnings += notes
+        if entry is not None:
+            best.setdefault(pair.optimizer, {})[pair.size] = entry
     missing = sorted({f"{r.optimizer}/{r.model_size}" for r in spec.runs
                       if "learning_rate" not in best.get(r.optimizer, {}).get(r.model_size, {})})
     if missing:
         raise OptBenchError(
             f"the tuning phase found no usable learning rate for {', '.join(missing)} (every multiplier of the grid "
-            f"diverged, failed or did not run; see {spec.tuning.output_dir}/summary.csv), so the comparison does not "
-            "start. Widen tune.lr_multipliers (lower values), or fix the failures and rerun with --retry-failed.")
-    old = yaml.safe_load(spec.tuned_file.read_text(encoding="utf-8")) if spec.tuned_file.is_file() else None
-    changed = [f"{o}/{s}" for o, sizes in best.items() for s, e in sizes.items()
-               if isinstance(old, dict) and (old.get(o) or {}).get(s, {}).get("learning_rate") not in
-               (None, e["learning_rate"])]
-    if changed and spec.runs_dir.is_dir() and any(spec.runs_dir.iterdir()):
-        raise OptBenchError(
-            f"the tuning phase now selects other learning rates for {', '.join(changed)} than {spec.tuned_file} "
-            f"held when the comparison runs in {spec.runs_dir} started. Move that directory aside (or use another "
-            "--output-dir) to compare at the new rates; nothing was overwritten.")
-    provenance = {"tuning_dir": str(spec.tuning.output_dir), "grid": spec.tune.multipliers,
-                  "seeds": spec.tune.seeds}
-    source = _source(spec.tuning.output_dir, spec.tune.multipliers, spec.tune.seeds, spec.tune.metric)
+            f"and its extensions diverged, failed or did not run; see {spec.tuning.output_dir}/summary.csv), so the "
+            "comparison does not start. Lower tune.lr_multipliers or raise tune.max_extensions, or fix the failures "
+            "and rerun with --retry-failed.")
+    _check_unchanged(spec, best)
+    provenance = {"tuning_dir": str(spec.tuning.output_dir), "seeds": spec.tune.seeds}
+    source = _source(spec.tuning.output_dir, spec.tune.multipliers, spec.tune.seeds, spec.tune.metric, spec.tune)
     return write_tuned(best, spec.tuned_file, source, warnings, provenance=provenance, merge=False), warnings

@@ -10,7 +10,9 @@ split) when every tuning run has it, else ``final_eval_loss``, and says which.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 HPARAM_KEYS = (("learning_rate", "lr"), ("weight_decay", "wd"), ("max_grad_norm", "clip"))
@@ -54,7 +56,7 @@ def curve_frame(records: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
     key = loss_key(records)
     rows = []
     for r in records:
-        if r.get("lr_multiplier") is None:
+        if r.get("lr_multiplier") is None or _wd_multiplier(r) is not None:  # a weight-decay grid run: not this curve
             continue
         loss = (r.get("_summary") or {}).get(key, r.get(key)) if r.get("status") == "completed" else None
         rows.append({"optimizer": r.get("optimizer"), "model_size": r.get("model_size"),
@@ -71,3 +73,74 @@ def curve_frame(records: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
     best = clean.loc[clean.groupby(["optimizer", "model_size"])["loss"].idxmin()] if len(clean) else clean
     out["best"] = out.index.isin(best.index)
     return out, key
+
+
+def _wd_multiplier(r: Mapping[str, Any]) -> float | None:
+    from hf_optbench.rundir import parse_run_id
+
+    wd = r.get("wd_multiplier")
+    return float(wd) if wd is not None else parse_run_id(str(r.get("run_id") or "")).get("wd_multiplier")
+
+
+def point_losses(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[tuple[float, float | None],
+                                                                                     float | None]]:
+    """{(optimizer, size): {(lr multiplier, wd multiplier or None): mean loss}} of the tuning runs (the loss of
+    :func:`loss_key`); None where a seed diverged or failed or has no loss (the selection rule: such a point loses)."""
+    from hf_optbench.study.tuning_grid import canon
+
+    key = loss_key(records)
+    seen: dict[tuple[str, str], dict[tuple[float, float | None], list[float | None]]] = {}
+    for r in records:
+        if r.get("lr_multiplier") is None:
+            continue
+        wd = _wd_multiplier(r)
+        loss = (r.get("_summary") or {}).get(key, r.get(key)) if r.get("status") == "completed" else None
+        ok = loss is not None and math.isfinite(float(loss))
+        point = (canon(float(r["lr_multiplier"])), None if wd is None or canon(wd) == 1.0 else canon(wd))
+        seen.setdefault((str(r.get("optimizer")), str(r.get("model_size"))), {}).setdefault(point, []).append(
+            float(loss) if ok else None)
+    return {pair: {p: None if None in v else sum(x for x in v if x is not None) / len(v) for p, v in points.items()}
+            for pair, points in seen.items()}
+
+
+def _interior(curve: Mapping[float, float | None]) -> bool:
+    """Whether the best point (ties to x1, hf_optbench.study.tuning_grid.choose) lies strictly inside the grid."""
+    from hf_optbench.study.tuning_grid import choose
+
+    best = choose({m: math.inf if v is None else v for m, v in curve.items()}) if curve else None
+    return best is not None and min(curve) < best < max(curve)
+
+
+def bracketed_from_records(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], bool]:
+    """{(optimizer, size): bracketed} from tuning runs: the learning-rate curve's best inside its grid, and the
+    weight-decay curve's (its runs and the learning-rate best as x1), where weight decay was tuned."""
+    out = {}
+    for pair, points in point_losses(records).items():
+        lr_curve = {m: v for (m, w), v in points.items() if w is None}
+        wd_runs = {(m, w): v for (m, w), v in points.items() if w is not None}
+        ok = _interior(lr_curve)
+        for lr in sorted({m for m, _ in wd_runs}):
+            ok = ok and _interior({1.0: lr_curve.get(lr), **{w: v for (m, w), v in wd_runs.items() if m == lr}})
+        out[pair] = ok
+    return out
+
+
+def bracketed_optima(sweep_dir: str | os.PathLike[str]) -> dict[tuple[str, str], bool]:
+    """{(optimizer, size): bracketed bool} of a sweep: from its ``tuned_hparams.yaml`` (``bracketed``, written by
+    the tuning phase; an older file without it: its learning-rate curve's best inside the grid), else from its
+    tuning runs (``<sweep_dir>/tuning``, or the directory itself for a tuning grid run by hand). For the verdict
+    table: a comparison never starts from an unbracketed optimum without the report saying so."""
+    import yaml
+
+    from hf_optbench.study.analysis import load_runs
+
+    d = Path(sweep_dir)
+    tuned = d / "tuned_hparams.yaml"
+    if tuned.is_file():
+        data = yaml.safe_load(tuned.read_text(encoding="utf-8")) or {}
+        return {(str(o), str(s)): bool(e["bracketed"]) if "bracketed" in e else
+                _interior({float(c["multiplier"]): c.get("tuning_loss") for c in e.get("curve") or []})
+                for o, sizes in data.items() if isinstance(sizes, dict)
+                for s, e in sizes.items() if isinstance(e, dict)}
+    runs = d / "tuning" if (d / "tuning").is_dir() else d
+    return bracketed_from_records(load_runs(runs)) if runs.is_dir() else {}

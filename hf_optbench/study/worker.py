@@ -6,7 +6,8 @@ a fresh child per run of a local sweep, so that a run does not pay ~6 s of inter
 
 Each child is what ``python -m hf_optbench.run ARGS`` would be: its own session (so the sweep's ``kill_tree`` stops
 its whole tree), its own stdout/stderr (the run's ``stdout.log``), the run's environment (:data:`RUN_DIR_ENV`
-included), the module run as ``__main__`` through :mod:`runpy`, its exit code reported back, and it ends with
+included; in a sweep running several runs at once, its slot's cores, which it pins itself to), the module run as
+``__main__`` through :mod:`runpy`, its exit code reported back, and it ends with
 ``os._exit`` (the worker's exit handlers and buffers are not the run's). Memory and time stay per run: the child is
 a new process (its memory dies with it), its peak-RSS counter is reset at start (``/proc/self/clear_refs`` "5";
 the recorder resets it again at train begin), and its CPU time comes from ``wait4`` of that child alone.
@@ -35,6 +36,8 @@ import signal
 import sys
 import time
 from typing import Any
+
+from hf_optbench.run_summary import CPUS_ENV
 
 # transformers loads lazily: these names pull in what a run of hf_optbench.run uses (measured with -X importtime)
 _TRANSFORMERS_NAMES = ("Trainer", "TrainingArguments", "TrainerCallback", "GPT2Config", "GPT2LMHeadModel",
@@ -168,6 +171,8 @@ def child_main(request: dict[str, Any], go_fd: int, torch_threads: int | None) -
             print("warm worker: the sweep did not confirm the start; the run did not begin", file=sys.stderr)
             os._exit(75)
         os.environ.update(request.get("env") or {})
+        if os.environ.get(CPUS_ENV):  # the sweep slot's cores (the worker inherited them too: this makes it exact)
+            os.sched_setaffinity(0, [int(c) for c in os.environ[CPUS_ENV].split(",")])
         os.chdir(request.get("cwd") or os.getcwd())
         reset_peak_rss()  # the recorder resets again at train begin; this covers a peak read before that
         if torch_threads and "torch" in sys.modules:

@@ -103,7 +103,9 @@ def test_tune_then_compare(tmp_path: Path) -> None:
     seeds run at those rates and say so."""
     path = _write(tmp_path, tune={"lr_multipliers": [0.5, 1, 2], "seed": [0]})
     log = io.StringIO()
-    assert run_sweep(path, stream=log) == {"completed": 12 + 8}
+    # adamw's best (x2) and lion's (x0.5) sit at the grid's edges: one factor-2 step beyond each (the loss rises
+    # there, so both are bracketed), then lion's weight decay x1/3 and x3 at its tuned rate
+    assert run_sweep(path, stream=log) == {"completed": 12 + 4 + 4 + 8}
     out = tmp_path / "out"
     tuned = yaml.safe_load((out / "tuned_hparams.yaml").read_text())
     for opt, mult in BEST_MULT.items():
@@ -112,12 +114,13 @@ def test_tune_then_compare(tmp_path: Path) -> None:
             assert entry["multiplier"] == mult
             assert entry["learning_rate"] == pytest.approx(optimizer_defaults(opt, size)["learning_rate"] * mult,
                                                            rel=1e-5)
-            assert entry["metric"] == "final_tuning_loss" and entry["grid"] == [0.5, 1.0, 2.0]
+            grid = [0.5, 1.0, 2.0, 4.0] if opt == "adamw" else [0.25, 0.5, 1.0, 2.0]
+            assert entry["metric"] == "final_tuning_loss" and entry["grid"] == grid and entry["bracketed"]
             assert entry["seeds"] == [0] and entry["tuning_dir"] == str(out / "tuning")
-            assert [c["multiplier"] for c in entry["curve"]] == [0.5, 1.0, 2.0]
+            assert [c["multiplier"] for c in entry["curve"]] == grid
             assert str(out / "tuning") in entry["source"] and "final_tuning_loss" in entry["source"]
     tuning_runs = _seen(out, "tuning")
-    assert len(tuning_runs) == 12 and all("__s0__lrx" in rid for rid in tuning_runs)
+    assert len(tuning_runs) == 20 and all("__s0__lrx" in rid for rid in tuning_runs)
     for seen in tuning_runs.values():  # same horizon as the comparison, own split, the grid's rate
         argv = " ".join(seen["argv"])
         assert "--max_steps=4" in argv and "--tuning_blocks=4" in argv and "--learning_rate" in argv
@@ -144,7 +147,7 @@ def test_tune_then_compare(tmp_path: Path) -> None:
     assert chosen["learning_rate"]["value"] == tuned[opt][size]["learning_rate"]
     assert chosen["weight_decay"]["source"] not in ("user", "transformers default")  # the registry's citation
     # restart: nothing runs again, the tuned file is rewritten with the same values
-    assert run_sweep(path, stream=io.StringIO()) == {"completed": 20}
+    assert run_sweep(path, stream=io.StringIO()) == {"completed": 28}
     assert sum(1 for r in read_state(out / "sweep_state.jsonl") if r["event"] == "start") == 8
     assert yaml.safe_load((out / "tuned_hparams.yaml").read_text()) == tuned
 

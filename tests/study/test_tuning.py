@@ -111,3 +111,15 @@ def test_lookup_reads_what_tune_writes(tmp_path: Path) -> None:
     path = write_tuned({"lion": {"tiny": {"learning_rate": 1e-4, "multiplier": 0.5, "tuning_loss": 4.9}}},
                        tmp_path / "t.yaml", "test")
     assert lookup_tuned(str(path), "lion", "tiny")["learning_rate"] == pytest.approx(1e-4)
+
+
+def test_weight_decay_runs_stay_out_of_the_learning_rate_selection() -> None:
+    """A weight-decay grid run (``__wdx`` in its id) has the tuned learning rate's multiplier but answers another
+    question: it is neither a point of the learning-rate curve nor a reason to pick that rate."""
+    recs = [_rec("lion", 0.5, 0, 5.0), _rec("lion", 1.0, 0, 4.9), _rec("lion", 2.0, 0, 5.1)]
+    wd_run = {**_rec("lion", 0.5, 0, 1.0), "run_id": "lion__tiny__s0__lrx0.5__wdx3"}
+    best, warnings = select_best(recs + [wd_run])
+    assert best["lion"]["tiny"]["multiplier"] == 1.0 and best["lion"]["tiny"]["bracketed"] is True
+    assert [c["tuning_loss"] for c in best["lion"]["tiny"]["curve"]] == [5.0, 4.9, 5.1] and warnings == []
+    edge, _ = select_best([_rec("lion", 0.5, 0, 4.0), _rec("lion", 1.0, 0, 5.0), _rec("lion", 2.0, 0, 5.0)])
+    assert edge["lion"]["tiny"]["bracketed"] is False

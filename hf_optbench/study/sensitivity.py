@@ -1,0 +1,115 @@
+"""Sensitivity as a result: how forgiving each optimizer is to its learning rate, read from the tuning runs.
+
+Per optimizer and size, the width (a factor: "8x") of the learning-rate range whose tuning loss is within 1 % of the
+best (issue 22: the robustness figure users ask for and no published comparison reports). The range is the
+contiguous run of grid points around the best whose mean loss is at most ``best + 1 % x |best|``; at each end the
+crossing is interpolated linearly in log(learning rate) between the last point inside and the first outside. Where
+the range reaches the end of the grid, or its neighbour diverged or failed (no loss to interpolate to), the true
+crossing lies further out: the width is a lower bound and says so ("≥ 8x"). A wide range means a tuning error of
+that factor costs under 1 % of loss; a narrow one, that the comparison depends on tuning it well.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Issue 22's definition: the learning-rate range whose tuning loss is within 1 % of the best.
+TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """The learning-rate range within ``TOLERANCE`` of the best loss: its ends and width as multipliers of the
+    cited rate, and whether an end is only a bound (the grid ends, or the next point diverged)."""
+
+    best: float
+    low: float
+    high: float
+    low_bound: bool
+    high_bound: bool
+
+    @property
+    def width(self) -> float:
+        return self.high / self.low
+
+    @property
+    def at_least(self) -> bool:
+        return self.low_bound or self.high_bound
+
+    def text(self) -> str:
+        return f"{'≥ ' if self.at_least else ''}{self.width:.3g}x"
+
+
+def _edge(points: Sequence[tuple[float, float | None]], i: int, step: int, limit: float) -> tuple[float, bool]:
+    """log(multiplier) where the loss crosses ``limit`` walking from point ``i`` by ``step``; True when it is a bound
+    (the grid ended, or the next point has no loss)."""
+    j = i
+    while True:
+        k = j + step
+        if not 0 <= k < len(points) or points[k][1] is None:
+            return math.log(points[j][0]), True
+        loss_j, loss_k = points[j][1], points[k][1]
+        assert loss_j is not None and loss_k is not None
+        if loss_k <= limit:
+            j = k
+            continue
+        t = (limit - loss_j) / (loss_k - loss_j)
+        return math.log(points[j][0]) + t * (math.log(points[k][0]) - math.log(points[j][0])), False
+
+
+def lr_sensitivity(curve: Mapping[float, float | None], tolerance: float = TOLERANCE) -> Sensitivity | None:
+    """The range of ``curve`` ({lr multiplier: mean tuning loss, None where a seed diverged or failed}) within
+    ``tolerance`` of the best (ties to x1); None when no point has a loss."""
+    points = sorted((float(m), None if v is None or not math.isfinite(v) else float(v)) for m, v in curve.items())
+    finite = [(m, v) for m, v in points if v is not None]
+    if not finite:
+        return None
+    best, loss = min(finite, key=lambda p: (p[1], abs(math.log(p[0]))))
+    limit = loss + tolerance * abs(loss)
+    i = [m for m, _ in points].index(best)
+    low, low_bound = _edge(points, i, -1, limit)
+    high, high_bound = _edge(points, i, +1, limit)
+    return Sensitivity(best, math.exp(low), math.exp(high), low_bound, high_bound)
+
+
+def sensitivity_table(records: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the report's sensitivity table: per optimizer and size of the tuning runs, the best
+    learning-rate multiplier, the range within 1 % of its loss and its width, and whether the optimum is bracketed
+    (learning rate, and weight decay where it was tuned)."""
+    from hf_optbench.study.tuning_curves import bracketed_from_records, loss_key, point_losses
+
+    header = ["optimizer", "size", "best lr multiplier", "lr range within 1 % of the best",
+              "width (how forgiving)", "optimum bracketed"]
+    tuning = [r for r in records if r.get("lr_multiplier") is not None]
+    if not tuning:
+        return header, []
+    bracketed = bracketed_from_records(tuning)
+    rows = []
+    for (opt, size), points in sorted(point_losses(tuning).items()):
+        s = lr_sensitivity({m: v for (m, w), v in points.items() if w is None})
+        if s is None:
+            rows.append([opt, size, "–", "every point diverged or failed", "–", "no"])
+            continue
+        rng = f"{'≤ ' if s.low_bound else ''}x{s.low:.3g} – {'≥ ' if s.high_bound else ''}x{s.high:.3g}"
+        rows.append([opt, size, f"x{s.best:g}", rng, s.text(),
+                     "yes" if bracketed.get((opt, size)) else "**no**: the best is at an edge of the grid"])
+    header[3] += f" ({loss_key(tuning).replace('_', ' ')})"
+    return header, rows
+
+
+def sensitivity_section(doc: Any, records: Sequence[Mapping[str, Any]]) -> None:
+    """The report's sensitivity table with the sentence that says how to read it (``doc``: report.Doc)."""
+    header, rows = sensitivity_table(records)
+    if not rows:
+        doc.p("No tuning runs: no sensitivity figure.")
+        return
+    doc.p("How forgiving each optimizer is: the width of the learning-rate range whose tuning loss is within 1 % of "
+          "the best (interpolated in log learning rate between grid points; ≥ where the range reaches the end of the "
+          "grid or a diverged point, so the true width is larger). A wide range means a learning rate off by that "
+          "factor costs under 1 % of loss. Bracketed: the best point has a worse (or diverged) point on both sides "
+          "for the learning rate, and for the weight decay where it was tuned; **no** means the comparison ran at a "
+          "value that is not known to be the optimum.")
+    doc.table(header, rows)

@@ -1,0 +1,40 @@
+"""The speedup protocol's statistics, measured by simulation (benchmarks/speedup_rates.py prints the table the
+README quotes): the interval covers the true speedup at its nominal rate, the null gives a false verdict at most
+5 % of the time, and a true 1.3x is found at the demo's seeds. Fixed random seeds: deterministic, cannot flake."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import speedup_rates  # noqa: E402
+
+DEMO_SEEDS = 5
+TRIALS = 300
+
+
+def test_a_true_speedup_is_covered_and_found() -> None:
+    r = speedup_rates.rates(1.3, DEMO_SEEDS, 0.005, TRIALS, rng_seed=1)
+    assert r["coverage"] >= 0.93
+    assert speedup_rates.found(r) >= 0.8
+
+
+def test_the_null_gives_a_false_verdict_at_most_at_the_nominal_level() -> None:
+    r = speedup_rates.rates(1.0, DEMO_SEEDS, 0.01, TRIALS, rng_seed=2)
+    assert speedup_rates.false_verdict(r) <= 0.05
+    assert r["coverage"] >= 0.93
+
+
+def test_a_rule_without_intervals_would_fail_the_null_check() -> None:
+    """The simulation can fail: calling any mean speedup beyond the 3 % margin a gain exceeds the level."""
+    rng = np.random.default_rng(3)
+    false = 0
+    for _ in range(100):
+        _, logs = speedup_rates.simulate(1.0, 3, 0.01, rng)
+        false += any(abs(np.mean(v)) > math.log(1.03) for v in logs.values())
+    assert false / 100 > 0.05

@@ -1,0 +1,91 @@
+"""A sweep's budget as tokens per parameter, and the baseline's ladder: steps per size, ladder runs, bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hf_optbench.errors import OptBenchError
+from hf_optbench.models import non_embedding_params
+from hf_optbench.study.sweep_spec import load_sweep
+
+REPO = Path(__file__).resolve().parents[2]
+TOKENS_PER_STEP = 8 * 64
+
+
+def _sweep(tmp_path: Path, **extra: object) -> Path:
+    raw = {"base": str(REPO / "recipes" / "quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
+           "overrides": {"data_source": "synthetic", "block_size": 64, "per_device_train_batch_size": 8},
+           "matrix": {"optimizer": ["adamw", "lion"], "model_size": ["tiny", "mini"], "seed": [1, 2]},
+           "launcher": {"type": "python"}}
+    for key, value in extra.items():
+        if value is None:
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _steps(run: object) -> int:
+    args = run.args  # type: ignore[attr-defined]
+    return int(args[len(args) - 1 - args[::-1].index("--max_steps") + 1])
+
+
+def test_budget_sets_max_steps_per_size_from_tokens_per_non_embedding_parameter(tmp_path: Path) -> None:
+    spec = load_sweep(_sweep(tmp_path, budget={"tokens_per_param": 0.5}))
+    want = {s: round(0.5 * non_embedding_params(s) / TOKENS_PER_STEP) for s in ("tiny", "mini")}
+    assert want == {"tiny": 98, "mini": 775}
+    assert len(spec.runs) == 8
+    for run in spec.runs:
+        assert _steps(run) == want[run.model_size]
+        assert run.budget_multiple is None
+
+
+def test_the_ladder_adds_the_baselines_runs_at_each_multiple(tmp_path: Path) -> None:
+    spec = load_sweep(_sweep(tmp_path, budget={"tokens_per_param": 0.5}, ladder={"multiples": [4, 0.5, 1, 2]}))
+    ladder = [r for r in spec.runs if r.budget_multiple is not None]
+    assert len(spec.runs) == 8 + 2 * 2 * 3  # seeds x sizes x (the multiples other than 1)
+    assert {r.optimizer for r in ladder} == {"adamw"}
+    by_id = {r.run_id: r for r in spec.runs}
+    assert _steps(by_id["adamw__tiny__s1__dx0.5"]) == 49
+    assert _steps(by_id["adamw__tiny__s1__dx4"]) == 392
+    assert _steps(by_id["adamw__mini__s2__dx2"]) == 1550
+    assert _steps(by_id["lion__mini__s2"]) == 775 and "lion__mini__s2__dx2" not in by_id
+
+
+def test_a_ladder_without_a_budget_multiplies_the_recipes_steps(tmp_path: Path) -> None:
+    spec = load_sweep(_sweep(tmp_path, ladder={"multiples": [0.5, 1, 2]},
+                             overrides={"data_source": "synthetic", "max_steps": 40}))
+    by_id = {r.run_id: r for r in spec.runs}
+    assert _steps(by_id["adamw__tiny__s1"]) == 40 and _steps(by_id["adamw__tiny__s1__dx2"]) == 80
+
+
+def test_tuning_runs_get_the_budget_but_not_the_ladder(tmp_path: Path) -> None:
+    spec = load_sweep(_sweep(tmp_path, budget={"tokens_per_param": 0.5}, ladder={"multiples": [0.5, 1, 2]},
+                             tune={"lr_multipliers": [0.5, 1, 2], "seed": [0]},
+                             overrides={"data_source": "synthetic", "block_size": 64, "tuning_blocks": 8}))
+    assert spec.tuning is not None and spec.tuning.runs
+    assert all(r.budget_multiple is None for r in spec.tuning.runs)
+    assert {(r.model_size, _steps(r)) for r in spec.tuning.runs} == {("tiny", 98), ("mini", 775)}
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"budget": {"tokens_per_param": -1}}, "budget.tokens_per_param must be a positive number"),
+    ({"budget": {"tokens_per_parameter": 1}}, "unknown key 'tokens_per_parameter' in budget"),
+    ({"budget": {}}, "budget needs tokens_per_param"),
+    ({"budget": {"tokens_per_param": 1},
+      "overrides": {"data_source": "synthetic", "max_steps": 10}}, "'max_steps' in overrides conflicts"),
+    ({"ladder": {"multiples": [2, 4, 8]}}, "must hold 1"),
+    ({"ladder": {"multiples": [1, 2]}}, "at least 3 distinct values"),
+    ({"ladder": {"multiples": [0.5, 1, 2], "optimizer": "sgd"}}, "ladder.optimizer 'sgd' is not in matrix"),
+    ({"ladder": [0.5, 1, 2]}, "ladder must be a mapping"),
+    ({"budget": {"tokens_per_param": 0.003}, "ladder": {"multiples": [0.5, 1, 2]}}, "collapse to the same step"),
+])
+def test_bad_budget_or_ladder_stops_before_any_run(tmp_path: Path, extra: dict, message: str) -> None:
+    with pytest.raises(OptBenchError, match=message):
+        load_sweep(_sweep(tmp_path, **extra))
+    assert not (tmp_path / "out").exists()
