@@ -1,7 +1,7 @@
 """How well the speedup protocol answers, measured by simulation: python benchmarks/speedup_rates.py
 
 A benchmark of the statistics, not of speed. Each simulated sweep has the demo's three sizes; at each size and seed
-the baseline runs a ladder (0.5, 1, 2, 4 x the budget) whose final losses follow a known curve
+the baseline runs a ladder (0.25 ... 4 x the budget, as the main job) whose final losses follow a known curve
 ``L(D) = a (D / D_1)^-b + c`` plus noise, and the optimizer runs at the budget with a true speedup ``s``: its loss
 is ``L(s * D_1)`` plus noise. The noise has two parts, as in real sweeps: a seed effect shared by every run of that
 seed (same initial weights and data order) and an independent part per run. The per-seed speedups go through
@@ -31,7 +31,7 @@ from hf_optbench.measure.verdict import METRICS, Observation, t_interval, verdic
 
 SIZES = {"tiny": 100_096, "mini": 793_344, "midi": 2_669_568}
 FLOORS = {"tiny": 2.6, "mini": 2.45, "midi": 2.3}
-LADDER = (0.5, 1.0, 2.0, 4.0)
+LADDER = (0.25, 0.5, 1.0, 2.0, 4.0)  # the main job's (recipes/sweeps/cpu_demo.yaml)
 D1 = 61_440.0
 A, B = 0.5, 0.3
 SEED_SD = 0.02  # nats: the seed's shared effect (cancels in the pairing)

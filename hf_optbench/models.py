@@ -17,11 +17,12 @@ if TYPE_CHECKING:  # torch/transformers imported lazily: this module is imported
     from transformers import GPT2LMHeadModel
 
 # The one place a model size is defined: name -> (n_layer, n_head, n_embd, size class). Published GPT-2 shapes
-# (Radford et al. 2019, Table 2; the HF `gpt2*` configs), plus three CPU shapes that keep GPT-2's head width ratio
-# so the CPU sweep spans a 10x range of parameter counts in minutes on 2 cores. The size class picks the cited
+# (Radford et al. 2019, Table 2; the HF `gpt2*` configs), plus four CPU shapes (head width 32)
+# so the CPU sweep spans a 100x range of parameter counts in minutes on 2 cores. The size class picks the cited
 # optimizer defaults (optim/registry.py SIZE_CLASSES): "cpu" for nanoGPT's baby-GPT settings, else the GPT-3 row
 # (Brown et al. 2020, Table 2.1) nearest in parameter count.
 _SIZE_ROWS: dict[str, tuple[int, int, int, str]] = {
+    "nano": (2, 1, 32, "cpu"),  # 25k non-embedding parameters: the main job's smallest (fixed data per parameter)
     "tiny": (2, 2, 64, "cpu"),
     "mini": (4, 4, 128, "cpu"),
     "midi": (6, 6, 192, "cpu"),
@@ -77,10 +78,12 @@ def build_config(
 
     ``activation_function`` "gelu_pytorch_tanh" by default: the same function as GPT-2's own ``gelu_new`` (the tanh
     approximation of GELU, Hendrycks & Gimpel 2016, eq. in Sec. 2; GPT-2's config names it gelu_new), computed by
-    torch's fused ``gelu(approximate="tanh")`` kernel instead of a chain of eight element-wise ops. Measured on
-    this repository's 2-core CPU (issue 22; benchmarks/bench_cpu_mfu.py): 0.81-0.85x step time at ``midi``
-    (2.7M parameters), final losses equal to ~1e-7; gelu_new was 28 % of midi's op time. It is recorded in the
-    model's config.json, so a checkpoint loads with the function it was trained with."""
+    torch's fused ``gelu(approximate="tanh")`` kernel instead of a chain of eight element-wise ops (gelu_new was
+    28 % of ``midi``'s op time, issue 22). Measured on this repository's 2-core CPU, one thread, training steps at
+    the demo's shape: 0.81-0.85x step time at midi under load (issue 22, 4 interleaved pairs); 0.86x / 0.87x /
+    0.90x at tiny / mini / midi on an idle machine (benchmarks/bench_cpu_mfu.py, RESULTS.md), losses equal to
+    <= 5e-7. It is recorded in the model's config.json, so a checkpoint loads with the function it was trained
+    with."""
     from transformers import GPT2Config
     from transformers.activations import ACT2FN
 

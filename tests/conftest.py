@@ -23,9 +23,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-# One thread in every subprocess too (runs, sweeps, README commands, launches): at 2 threads a README quickstart
-# took 45.5 s in the suite against 9.8 s at 1 thread while other processes held the cores, and one thread keeps
-# reductions repeatable. Set, not defaulted, like the in-process fixture below; set before torch is imported.
+# One thread in every subprocess too (runs, sweeps, README commands, launches): issue 20 measured the README
+# quickstart at 45.5 s in the suite with 2 threads against 9.8 s with 1 while other processes held the cores, and
+# one thread keeps reductions repeatable. Set, not defaulted, like the in-process fixture below (whose value it
+# also becomes: torch reads it at import); a test that passes its own environment value keeps that.
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
 
@@ -93,9 +94,10 @@ def _one_torch_thread():
     torch.set_num_threads(previous)
 
 
+@pytest.hookimpl(tryfirst=True)  # the slow markers must be on before `-m` deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """GPU-marked tests are skipped, with the reason, where no CUDA device exists; the ``SLOW`` tests get the
-    ``slow`` marker (this hook runs before ``-m`` deselects)."""
+    ``slow`` marker; a ``distributed`` test missing from ``ONE_WORKER`` gets a warning."""
     try:
         import torch
 
@@ -138,3 +140,21 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             super()._assign_work_unit(node)
 
     return SuiteScheduling(config, log)
+
+
+FAST_TIER_BUDGET_S = 5.0  # one test phase in `make test-fast`; slower ones belong in SLOW (or marked slow)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """In the fast tier (``-m "not slow ..."``), name the test phases over ``FAST_TIER_BUDGET_S``: new slow tests
+    show up here before they push ``make test-fast`` past its 2 minutes. Informational; nothing fails."""
+    if "not slow" not in (config.getoption("markexpr", "") or ""):
+        return
+    over = sorted(((r.duration, r.when, r.nodeid) for key in ("passed", "failed", "error")
+                   for r in terminalreporter.stats.get(key, []) if getattr(r, "duration", 0.0) > FAST_TIER_BUDGET_S),
+                  reverse=True)
+    if over:
+        terminalreporter.write_sep("-", f"{len(over)} fast-tier test phase(s) over {FAST_TIER_BUDGET_S:.0f} s: "
+                                        "mark them slow or add them to SLOW in tests/conftest.py")
+        for duration, when, nodeid in over:
+            terminalreporter.write_line(f"{duration:6.1f} s {when:8s} {nodeid}")

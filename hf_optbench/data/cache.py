@@ -131,23 +131,55 @@ def lookup(path: str, overwrite: bool) -> tuple[tuple[Any, dict[str, Any]] | Non
         return None, str(exc)
 
 
-def store(ddict: Any, info: dict[str, Any], cache_root: str, fp: str) -> str:
+def _usable(path: str) -> bool:
+    """Whether ``path`` is a complete, verified entry (another process may have published it meanwhile)."""
+    try:
+        return os.path.isdir(path) and load_cached(path) is not None
+    except CacheCorrupt:
+        return False
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        Path(path).unlink(missing_ok=True)
+
+
+def store(ddict: Any, info: dict[str, Any], cache_root: str, fp: str, *, replace: bool = False) -> str:
     """Save ``ddict`` and its info (plus each file's checksum) as the entry ``fp``; returns the entry's directory.
 
-    The whole directory is written under a temporary name and renamed into place (not write_json_atomic alone: the
-    Arrow files and the info must appear together), so concurrent ranks never read a half-written cache.
+    Safe when several processes build the same entry at once (a sweep running runs in parallel): each builds in a
+    private temporary directory and publishes it with one rename (the Arrow files and the info appear together). A
+    complete entry is never deleted: if another process published a verified copy first, this one is discarded
+    and theirs kept, so a process reading that entry is never pulled from under. Only a damaged entry (or a stray
+    file in its place) is moved aside, by an atomic rename, before this one takes its place. The temporary
+    directory is removed whatever happens (a full disk leaves no ``.tmp-*`` behind). ``replace``
+    (``--overwrite_data_cache``): the existing entry is replaced even when it is whole.
     """
     final = os.path.join(cache_root, fp)
     tmp = tempfile.mkdtemp(prefix=f".tmp-{fp}-", dir=cache_root)
-    ddict.save_to_disk(tmp)
-    write_json_atomic(Path(tmp) / INFO_FILE, {**info, "checksums": file_checksums(tmp)})
-    if os.path.isdir(final):
-        shutil.rmtree(final)
     try:
-        os.replace(tmp, final)
-    except OSError:  # another process won the race: keep its copy
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+        ddict.save_to_disk(tmp)
+        write_json_atomic(Path(tmp) / INFO_FILE, {**info, "checksums": file_checksums(tmp)})
+        aside = None
+        if os.path.lexists(final):
+            if not replace and _usable(final):
+                return final
+            aside = tempfile.mkdtemp(prefix=f".damaged-{fp}-", dir=cache_root)
+            try:
+                os.replace(final, os.path.join(aside, "entry"))
+            except FileNotFoundError:  # another process moved it first
+                pass
+        try:
+            os.replace(tmp, final)
+        except OSError:  # another process published first: keep its copy
+            pass
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+        return final
+    finally:
+        _remove(tmp)
 
 
 @contextmanager

@@ -310,7 +310,7 @@ def _build_text_entry(
             "fingerprint": fp,
             "build_seconds": round(time.perf_counter() - t0, 3),
         }
-        return store(datasets.DatasetDict(parts), info, cache_root, fp)
+        return store(datasets.DatasetDict(parts), info, cache_root, fp, replace=data_args.overwrite_data_cache)
 
 
 def _tokenized_documents(

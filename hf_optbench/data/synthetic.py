@@ -183,4 +183,4 @@ def build_synthetic_entry(data_args: DataArguments, n_train: int, n_eval: int, c
             "fingerprint": fp,
             "build_seconds": round(time.perf_counter() - t0, 3),
         }
-        return store(datasets.DatasetDict(parts), info, cache_root, fp)
+        return store(datasets.DatasetDict(parts), info, cache_root, fp, replace=data_args.overwrite_data_cache)

@@ -161,6 +161,7 @@ class Analysis:
     verdicts: list[Any] = field(default_factory=list)
     predicted: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sweep_dir: Path | None = None
 
     def ok(self) -> list[dict[str, Any]]:
         return [r for r in self.records if r["status"] in FINISHED_STATUSES]
@@ -192,7 +193,8 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     everything = load_runs(sweep_dir)
     if not everything:
         raise OptBenchError(f"no run directories in '{sweep_dir}'. Run `hf-optbench sweep` first.")
-    an = Analysis(records=[r for r in everything if is_comparison(r)], all_records=everything)
+    an = Analysis(records=[r for r in everything if is_comparison(r)], all_records=everything,
+                  sweep_dir=Path(sweep_dir))
     extra = load_runs(tuning_dir) if tuning_dir is not None else []
     an.tuning = [r for r in everything + extra if r.get("lr_multiplier") is not None]
     an.ladder = [r for r in everything if is_ladder(r)]

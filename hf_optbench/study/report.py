@@ -136,9 +136,28 @@ def _verdict(doc: Doc, an: Analysis) -> None:
           "Time to target uses the 50 % target (see Convergence); a run that never reached it, or diverged, counts "
           "at its budget and the pair is marked censored (the true ratio is then at least as far from 1 in that "
           "run's disfavour). Full rule: hf_optbench/measure/verdict.py.")
+    _bracketing(doc, an)
     doc.table(["verdict", "meaning"], [[k, v] for k, v in VERDICT_MEANINGS.items()])
     doc.h(3, "Evidence")
     doc.table(*T.render(T.EVIDENCE, an.verdicts))
+
+
+def _bracketing(doc: Doc, an: Analysis) -> None:
+    """Under the verdict table: whether every tuned optimum was bracketed (the loss rises on both sides of it)."""
+    from hf_optbench.study.tuning_curves import bracketed_optima
+
+    found = {k: v for k, v in bracketed_optima(an.sweep_dir).items() if k[0] in an.optimizers} if an.sweep_dir else {}
+    if not found:
+        return
+    edge = sorted(f"{o}/{s}" for (o, s), ok in found.items() if not ok)
+    if edge:
+        doc.p(f"**Warning: {len(edge)} tuned optimum(s) not bracketed: {', '.join(edge)}.** The best tuning point is "
+              "still at an edge of the grid after the tuner's extensions (tuned_hparams.yaml), so these "
+              "comparisons start from a rate that may not be the optimizer's best, and their verdicts may understate "
+              "it.")
+    else:
+        doc.p(f"Every tuned optimum compared here is bracketed ({len(found)} optimizer x size pairs): the tuning "
+              "loss rises on both sides of the chosen learning rate (and weight decay, where tuned).")
 
 
 def _ratios(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
@@ -256,6 +275,12 @@ def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
         doc.img(files[name], name)
     doc.h(3, "Sensitivity: the learning-rate range within 1 % of the best tuning loss, and bracketing")
     sensitivity_section(doc, an.tuning)
+    from hf_optbench.study.sensitivity import tuned_ratio_table
+
+    header, rows = tuned_ratio_table(an.ok(), BASELINE)
+    if rows:
+        doc.h(3, f"Tuned values as ratios to {BASELINE}'s, beside the published bands")
+        doc.table(header, rows)
 
 
 def _throughput_and_stability(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:

@@ -113,3 +113,30 @@ def sensitivity_section(doc: Any, records: Sequence[Mapping[str, Any]]) -> None:
           "for the learning rate, and for the weight decay where it was tuned; **no** means the comparison ran at a "
           "value that is not known to be the optimum.")
     doc.table(header, rows)
+
+
+# Published ratios to AdamW's tuned values: (learning rate, weight decay, source). Lion: "a learning rate 3-10x
+# smaller than AdamW's" and "decoupled weight decay 3-10x larger" (Chen et al. 2023, arXiv:2302.06675, Sec. 5).
+PUBLISHED_RATIOS = {"lion": ((1 / 10, 1 / 3), (3.0, 10.0), "Chen et al. 2023 (Lion), Sec. 5")}
+
+
+def tuned_ratio_table(records: Sequence[Mapping[str, Any]], baseline: str = "adamw"
+                      ) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): per optimizer and size, the learning rate and weight decay its compared runs used, as ratios
+    to the baseline's at the same size, beside the published band where one exists."""
+    header = ["optimizer", "size", "lr / baseline lr", "weight decay / baseline's", "published band (lr; wd)"]
+    used: dict[tuple[str, str], tuple[float, float]] = {}
+    for r in records:
+        if r.get("learning_rate") is not None and r.get("weight_decay") is not None:
+            used.setdefault((str(r["optimizer"]), str(r["model_size"])),
+                            (float(r["learning_rate"]), float(r["weight_decay"])))
+    rows = []
+    for (opt, size), (lr, wd) in sorted(used.items()):
+        base = used.get((baseline, size))
+        if opt == baseline or base is None:
+            continue
+        band = PUBLISHED_RATIOS.get(opt)
+        cite = (f"{band[0][0]:.2g}-{band[0][1]:.2g}; {band[1][0]:g}-{band[1][1]:g} ({band[2]})" if band else "–")
+        wd_ratio = f"{wd / base[1]:.3g}" if base[1] else "–"
+        rows.append([opt, size, f"{lr / base[0]:.3g}", wd_ratio, cite])
+    return header, rows

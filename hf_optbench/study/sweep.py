@@ -19,6 +19,11 @@ Sweep file (YAML)::
       max_extensions: 3                    # steps the tuner may add beyond an edge holding the best (default 3)
       wd_multipliers: [0.333333, 1, 3]     # weight decay x the cited value, optimizers that tune it (default)
       seed: [0]                            # seeds of the tuning runs
+    budget: {tokens_per_param: 0.5}      # optional: max_steps per size = 0.5 x non-embedding params / tokens per
+                                           # step, the same data per parameter at every size (study/budget.py)
+    ladder:                                # optional: the baseline also runs at these multiples of the budget,
+      multiples: [0.25, 0.5, 1, 2]         #   each a full schedule; the report reads every other optimizer's
+      optimizer: adamw                     #   speedup (AdamW-equivalent data) off it (measure/speedup.py)
     per_optimizer: {lion: {weight_decay: 1.0}}   # optional recipe keys for one optimizer
     per_model_size: {gpt2-xl: {per_device_train_batch_size: 4}}   # optional recipe keys for one size
     launcher:

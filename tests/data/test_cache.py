@@ -139,3 +139,66 @@ def test_an_entry_without_checksums_is_not_trusted(tmp_path):
     Path(entry, INFO_FILE).write_text(json.dumps(info))
     with pytest.raises(CacheCorrupt, match="no checksums"):
         load_cached(entry)
+
+
+def _leftovers(root: Path) -> list[str]:
+    assert root.is_dir()
+    return sorted(p.name for p in root.rglob("*") if p.name.startswith((".tmp-", ".damaged-", ".work-")))
+
+
+def test_a_second_build_keeps_the_published_entry_instead_of_deleting_it(tmp_path, monkeypatch):
+    """Two processes building one entry at once (a parallel sweep): the later store keeps the earlier, verified
+    copy, so a process already reading it is never pulled from under."""
+    first = prepare_data(_args(tmp_path), n_positions=128)
+    entry = first.info["cache_path"]
+    inode = Path(entry, "train").stat().st_ino
+    import hf_optbench.data.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "lookup", lambda path, overwrite: (None, None))  # as if it had not been there yet
+    second = prepare_data(_args(tmp_path), n_positions=128)
+    assert second.info["cache_path"] == entry and Path(entry, "train").stat().st_ino == inode
+    assert np.array_equal(_ids(second.train), _ids(first.train))
+    assert _leftovers(Path(entry).parent) == []
+
+
+def test_an_empty_file_in_place_of_an_entry_is_rebuilt(tmp_path):
+    entry = prepare_data(_args(tmp_path), n_positions=128).info["cache_path"]
+    import shutil
+
+    shutil.rmtree(entry)
+    Path(entry).write_bytes(b"")
+    bundle = prepare_data(_args(tmp_path), n_positions=128)
+    assert Path(entry).is_dir() and len(bundle.train) > 0
+    assert _leftovers(Path(entry).parent) == []
+
+
+def test_a_failed_store_leaves_no_temporary_directory(tmp_path, monkeypatch):
+    root = tmp_path / "c"
+    root.mkdir()
+
+    class Boom:
+        def save_to_disk(self, path: str) -> None:
+            Path(path, "partial.arrow").write_bytes(b"x" * 10)
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        cache_mod.store(Boom(), {}, str(root), "abc")
+    assert list(root.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_concurrent_builds_of_one_entry_all_succeed(tmp_path):
+    """Six processes build the same entry at the same moment: every one gets the data, none crashes."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from hf_optbench.config.data_args import DataArguments; "
+            "from hf_optbench.data.pipeline import prepare_data; "
+            f"a = DataArguments(data_cache_dir={str(tmp_path / 'cache')!r}, **{SYNTH!r}); "
+            "b = prepare_data(a, n_positions=128); print(len(b.train))")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(6)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, [e[-800:] for _, e in outs]
+    assert len({o.strip() for o, _ in outs}) == 1
+    assert _leftovers(tmp_path / "cache") == []

@@ -65,7 +65,7 @@ def test_pool_adjacent_violators_makes_the_curve_non_increasing() -> None:
     ts, ls = monotone_losses([1, 2, 4, 8], [5.0, 4.0, 4.2, 3.0])
     assert ls == [5.0, 4.1, 3.0]
     assert ts[1] == pytest.approx(math.sqrt(8))  # the pooled block sits at its mean log budget
-    assert all(a > b for a, b in zip(ls, ls[1:]))
+    assert all(a > b for a, b in zip(ls, ls[1:], strict=False))
 
 
 def test_no_curve_without_two_budgets_or_with_a_flat_ladder() -> None:

@@ -13,10 +13,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fixtures.sweep_fixture import build_fixture_sweep  # noqa: E402
-
 from hf_optbench.study.analysis import analyse  # noqa: E402
 from hf_optbench.study.report import build_report  # noqa: E402
+
+from fixtures.sweep_fixture import build_fixture_sweep  # noqa: E402
 
 STEPS, TOKENS_PER_STEP = 60, 8 * 32
 D1 = STEPS * TOKENS_PER_STEP
@@ -142,3 +142,29 @@ def test_a_real_null_sweep_with_budget_and_ladder_claims_nothing(tmp_path: Path)
     assert {v.metric.key for v in an.verdicts} >= {"speedup", "final_eval_loss"}
     assert all(v.verdict in NO_CLAIM for v in an.verdicts), [(v.metric.key, v.verdict) for v in an.verdicts]
     assert "| torch.optim.AdamW | " in files["report.md"].read_text()
+
+
+def test_the_verdict_table_says_when_a_tuned_optimum_is_not_bracketed(tmp_path: Path) -> None:
+    import yaml
+
+    root = build_fixture_sweep(tmp_path / "s", optimizers=("adamw", "lion"), sizes=("tiny", "mini"))
+    entry = {"learning_rate": 1e-3, "multiplier": 1.0, "bracketed": True}
+    tuned = {"adamw": {"tiny": entry, "mini": entry}, "lion": {"tiny": {**entry, "bracketed": False}, "mini": entry}}
+    (root / "tuned_hparams.yaml").write_text(yaml.safe_dump(tuned))
+    text = build_report(root)["report.md"].read_text()
+    assert "Warning: 1 tuned optimum(s) not bracketed: lion/tiny" in text
+    tuned["lion"]["tiny"]["bracketed"] = True
+    (root / "tuned_hparams.yaml").write_text(yaml.safe_dump(tuned))
+    assert "Every tuned optimum compared here is bracketed (4 optimizer x size pairs)" in \
+        build_report(root)["report.md"].read_text()
+
+
+def test_tuned_ratios_to_adamw_beside_the_lion_papers_band() -> None:
+    from hf_optbench.study.sensitivity import tuned_ratio_table
+
+    recs = [{"optimizer": "adamw", "model_size": "tiny", "learning_rate": 4e-3, "weight_decay": 0.1},
+            {"optimizer": "lion", "model_size": "tiny", "learning_rate": 1e-3, "weight_decay": 0.9},
+            {"optimizer": "muon", "model_size": "tiny", "learning_rate": 8e-3, "weight_decay": 0.1}]
+    header, rows = tuned_ratio_table(recs)
+    assert rows == [["lion", "tiny", "0.25", "9", "0.1-0.33; 3-10 (Chen et al. 2023 (Lion), Sec. 5)"],
+                    ["muon", "tiny", "2", "1", "–"]]
