@@ -62,6 +62,21 @@ def test_replay_stops_at_the_cap_unbracketed() -> None:
     assert replay_axis("learning rate", [1, 2, 4], _scores(falling), 2.0, 0).extensions == []
 
 
+def test_weight_decay_below_its_lowest_point_tries_none_and_a_best_at_zero_is_bracketed_by_the_domain() -> None:
+    """Lion at `tiny` (measured): the tuning loss kept falling as weight decay shrank, so factor-3 steps could never
+    bracket it; its domain ends at 0, which the grid tries next."""
+    falling = {1 / 3: 2.6269, 1.0: 2.6273, 3.0: 2.6317}
+    axis = replay_axis("weight decay", [1 / 3, 1, 3], _scores({round(k, 6): v for k, v in falling.items()}), 3.0, 3,
+                       floor=0.0)
+    assert axis.pending == [0.0] and axis.extensions == [0.0]
+    at_zero = replay_axis("weight decay", [1 / 3, 1, 3],
+                          _scores({0.0: 2.6201, 0.333333: 2.6269, 1.0: 2.6273, 3.0: 2.6317}), 3.0, 3, floor=0.0)
+    assert at_zero.done and at_zero.bracketed and at_zero.best == 0.0 and "edge of its domain" in at_zero.note
+    between = replay_axis("weight decay", [1 / 3, 1, 3],
+                          _scores({0.0: 2.6290, 0.333333: 2.6269, 1.0: 2.6273, 3.0: 2.6317}), 3.0, 3, floor=0.0)
+    assert between.bracketed and between.best == 0.333333
+
+
 # ------------------------------------------------------------------------------- made-up results on disk
 def _spec(tmp_path: Path, tune: dict, optimizers: tuple[str, ...] = ("adamw",), extra: dict | None = None) -> SweepSpec:
     sweep = {"name": "bracket", "base": str(REPO / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
