@@ -1,5 +1,5 @@
 """CPU MFU per model size against this machine's measured GEMM peak, and GPT-2's ``gelu_new`` against torch's fused
-tanh GELU (``gelu_pytorch_tanh``, the default of hf_optbench.models.build_config since issue 22).
+tanh GELU (``gelu_pytorch_tanh``, the default of hf_optbench.models.build_config since 2026-11-25).
 
     python benchmarks/bench_cpu_mfu.py                       # tiny, mini, midi at the demo's shape (~1-2 min)
     python benchmarks/bench_cpu_mfu.py --rounds 2 --steps 8  # quicker (the --quick of run_all.py)

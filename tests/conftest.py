@@ -23,7 +23,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-# One thread in every subprocess too (runs, sweeps, README commands, launches): issue 20 measured the README
+# One thread in every subprocess too (runs, sweeps, README commands, launches): measured 2026-11-25, the README
 # quickstart at 45.5 s in the suite with 2 threads against 9.8 s with 1 while other processes held the cores, and
 # one thread keeps reductions repeatable. Set, not defaulted, like the in-process fixture below (whose value it
 # also becomes: torch reads it at import); a test that passes its own environment value keeps that.

@@ -1,4 +1,4 @@
-"""The model's activation (issue 22): build_config uses torch's fused tanh GELU (``gelu_pytorch_tanh``), which is
+"""The model's activation: build_config uses torch's fused tanh GELU (``gelu_pytorch_tanh``), which is
 GPT-2's own ``gelu_new`` computed by one kernel: equal to float rounding element-wise and through a whole model,
 and recorded in the model's config."""
 

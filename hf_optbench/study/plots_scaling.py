@@ -18,7 +18,9 @@ from hf_optbench.study.plot_style import MARKERS, colors, eng_axis, plt_, save
 
 def _panel(ax: Any, an: Analysis, key: str, label: str, col: dict[str, Any]) -> list[float]:
     """One metric's panel; returns the plotted ratios (for the axis scale)."""
-    from hf_optbench.measure.verdict import RATIO_MARGIN
+    from hf_optbench.measure.verdict import METRICS, RATIO_MARGIN
+
+    margin = next((m.margin for m in METRICS if m.key == key), RATIO_MARGIN)
 
     values: list[float] = []
     opts = [o for o in an.optimizers if o != BASELINE]
@@ -40,7 +42,7 @@ def _panel(ax: Any, an: Analysis, key: str, label: str, col: dict[str, Any]) -> 
                 ax.scatter([p["num_params"] for p in pts], [p["ratio"] for p in pts], facecolors="none",
                            edgecolors=c, marker="s", s=30, label=f"{v.optimizer}: planner prediction")
                 values += [p["ratio"] for p in pts]
-    ax.axhspan(math.exp(-RATIO_MARGIN), math.exp(RATIO_MARGIN), color="0.85", zorder=0)
+    ax.axhspan(math.exp(-margin), math.exp(margin), color="0.85", zorder=0)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log")
     eng_axis(ax.xaxis)
@@ -74,7 +76,7 @@ def plot_scaling(an: Analysis, path: Path) -> Path:
     for ax, (key, label) in zip(axes.flat, keys, strict=False):  # spare axes are hidden
         _panel(ax, an, key, label, col)
     fig.suptitle(f"ratio to {BASELINE} vs model size: mean paired ratio, bar = {1 - ALPHA / 2:.1%} paired t interval; "
-                 "filled = beyond the ±2 % margin (grey band), hollow = not; no fitted line")
+                 "filled = beyond the margin (grey band: ±3 % for speedup, ±2 % otherwise), hollow = not; no fitted line")
     return save(fig, path)
 
 

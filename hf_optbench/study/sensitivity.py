@@ -1,7 +1,7 @@
 """Sensitivity as a result: how forgiving each optimizer is to its learning rate, read from the tuning runs.
 
 Per optimizer and size, the width (a factor: "8x") of the learning-rate range whose tuning loss is within 1 % of the
-best (issue 22: the robustness figure users ask for and no published comparison reports). The range is the
+best (a robustness figure users ask for and the published comparisons do not report). The range is the
 contiguous run of grid points around the best whose mean loss is at most ``best + 1 % x |best|``; at each end the
 crossing is interpolated linearly in log(learning rate) between the last point inside and the first outside. Where
 the range reaches the end of the grid, or its neighbour diverged or failed (no loss to interpolate to), the true

@@ -98,7 +98,7 @@ from hf_optbench.study.sweep_spec import (
     resolve_grid,
     validate_runs,
 )
-from hf_optbench.study.sweep_state import OOM_PATTERN, Progress, classify_outcome, sweep_lock
+from hf_optbench.study.sweep_state import OOM_PATTERN, Progress, attempt_number, classify_outcome, sweep_lock
 
 # The sweep's names in one place (its parts live in sweep_spec, sweep_state, launch and slurm).
 __all__ = [
@@ -198,15 +198,18 @@ def _dry_run(spec: SweepSpec, out_stream: Any) -> dict[str, int]:
 
 
 def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any,
-               sweep_copy: bool) -> tuple[dict[str, int], int]:
-    """Run (or continue) one phase's runs; (counts by status, runs launched)."""
+               sweep_copy: bool, retry_once: bool = False) -> tuple[dict[str, int], int]:
+    """Run (or continue) one phase's runs; (counts by status, runs launched). ``retry_once``: a run that failed on
+    its only attempt runs once more (the tuning phase: a grid point lost to a crash must not silently move the
+    tuned value)."""
     _write_manifest(spec, sweep_copy)
     state = spec.output_dir / STATE_FILE
     rows = read_state(state)
     todo, done = [], 0
     for run in spec.runs:
         status = finished_status(spec.run_dir(run), rows, run.run_id)
-        if status is None or (retry_failed and status in ("failed", "oom")):
+        failed = status in ("failed", "oom")
+        if status is None or (failed and (retry_failed or (retry_once and attempt_number(rows, run.run_id) <= 2))):
             todo.append(run)
         else:
             done += 1
@@ -230,8 +233,10 @@ def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: b
                           out_stream: Any) -> tuple[dict[str, int], int | None, bool]:
     """The tuning phase as a loop: run its pending runs, let the tuner add the runs its finished results call for
     (a step beyond an edge holding the best, the weight-decay grid: study.tuning_grid.extend_tuning), repeat until
-    it adds none. (counts, max_runs left, finished). ``--retry-failed`` applies to the first pass: a run that fails
-    again is final, and a failed point counts as a rise of the loss."""
+    it adds none. (counts, max_runs left, finished). A tuning run that failed (a crash, a killed worker) runs once
+    more before its point counts; ``--retry-failed`` also applies to the first pass. A run that fails twice is
+    final, its point counts as a rise of the loss, and the tuned file and the report say so
+    (study.tuning.tune_phase)."""
     from hf_optbench.study.tuning_grid import extend_tuning
 
     assert spec.tuning is not None
@@ -240,13 +245,24 @@ def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: b
         print(f"[sweep] tuning: {text}", file=out_stream, flush=True)
 
     while True:
-        counts, launched = _run_phase(spec.tuning, max_runs, retry_failed, out_stream, sweep_copy=False)
+        counts, launched = _run_phase(spec.tuning, max_runs, retry_failed, out_stream, sweep_copy=False,
+                                      retry_once=True)
         max_runs = None if max_runs is None else max_runs - launched
         if set(counts) - {"completed", "diverged", "failed", "oom"}:  # stopped early: tune and compare later
             return counts, max_runs, False
+        if _failed_once(spec.tuning) and (max_runs is None or max_runs > 0):
+            say("retrying the run(s) that failed on their first attempt, once")
+            continue
         if not extend_tuning(spec, say):
             return counts, max_runs, True
         retry_failed = False
+
+
+def _failed_once(spec: SweepSpec) -> list[str]:
+    """The runs of a phase that failed (or ran out of memory) on their only attempt."""
+    rows = read_state(spec.output_dir / STATE_FILE)
+    return [run.run_id for run in spec.runs if finished_status(spec.run_dir(run), rows, run.run_id) in ("failed", "oom")
+            and attempt_number(rows, run.run_id) <= 2]
 
 
 def _tune_then_attach(spec: SweepSpec, out_stream: Any) -> None:

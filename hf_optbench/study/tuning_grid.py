@@ -2,7 +2,7 @@
 that have finished.
 
 Why: a best value at the edge of a grid bounds the optimum, it does not find it, and a comparison at it measures the
-grid (issue 22: the demo's x1-4-16 grid left 3 of 9 optima at an edge). The rule, per optimizer x size and
+grid (measured 2026-11-23: the demo's x1-4-16 grid left 3 of 9 optima at an edge). The rule, per optimizer x size and
 hyperparameter (an :class:`Axis`):
 
 1. run the initial grid (``tune.lr_multipliers`` or ``tune.lr_grid``) at every tuning seed;

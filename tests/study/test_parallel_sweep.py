@@ -1,4 +1,4 @@
-"""Local sweeps with several runs at once (``launcher.jobs``, issue 22): runs in flight together, each pinned to
+"""Local sweeps with several runs at once (``launcher.jobs``): runs in flight together, each pinned to
 its own cores, the sharing recorded in every summary.json and flagged by the report, a kill or an interrupt with
 two runs in flight followed by a restart that loses and duplicates nothing, the slot plan, and bad values.
 

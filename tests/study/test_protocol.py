@@ -55,6 +55,11 @@ if lr is None and a.tuned_hparams_file:  # as config.hparams.resolve_hyperparame
     import yaml
     lr = yaml.safe_load(open(a.tuned_hparams_file))[a.optimizer][a.model_size]["learning_rate"]
     source = "tuned: " + a.tuned_hparams_file
+crash = json.loads(os.environ.get("FAKE_CRASH_ONCE", "{}"))
+if a.run_name in crash.get("ids", []) and not (pathlib.Path(crash["dir"]) / a.run_name).exists():
+    (pathlib.Path(crash["dir"]) / a.run_name).write_text("crashed")  # outside the run dir, which is moved aside
+    print("Traceback (most recent call last):\nRuntimeError: worker killed", file=sys.stderr)
+    sys.exit(1)
 key = a.optimizer + "/" + a.model_size
 diverged = key in json.loads(os.environ.get("FAKE_DIVERGE", "[]"))
 best = json.loads(os.environ.get("FAKE_BEST_LR", "{}")).get(key)
@@ -95,6 +100,23 @@ def _write(tmp_path: Path, *, tune: dict | None = None, overrides: dict | None =
 def _seen(out: Path, phase: str = "") -> dict[str, dict]:
     runs = out / phase / "runs" if phase else out / "runs"
     return {p.parent.name: json.loads(p.read_text()) for p in runs.glob("*/seen.json")}
+
+
+def test_a_tuning_point_lost_to_a_crash_is_run_once_more_before_it_counts(tmp_path: Path) -> None:
+    """The best grid point crashes on its first attempt (a killed worker): it is run again, so the tuned rate is
+    still the best one, not silently its neighbour."""
+    (tmp_path / "crashed").mkdir()
+    crash = {"dir": str(tmp_path / "crashed"), "ids": ["adamw__tiny__s0__lrx2"]}
+    path = _write(tmp_path, tune={"lr_multipliers": [0.5, 1, 2, 4], "seed": [0]}, sizes=("tiny",), seeds=(1,),
+                  env={"FAKE_CRASH_ONCE": json.dumps(crash)})
+    log = io.StringIO()
+    run_sweep(path, stream=log)
+    out = tmp_path / "out"
+    assert "retrying the run(s) that failed on their first attempt, once" in log.getvalue()
+    starts = [r for r in read_state(out / "tuning" / "sweep_state.jsonl")
+              if r["event"] == "start" and r["run_id"] == "adamw__tiny__s0__lrx2"]
+    assert len(starts) == 2
+    assert yaml.safe_load((out / "tuned_hparams.yaml").read_text())["adamw"]["tiny"]["multiplier"] == 2.0
 
 
 def test_tune_then_compare(tmp_path: Path) -> None:
