@@ -28,6 +28,7 @@ FULL = [
     ("CLI start-up", ["bench_startup.py"]),
     ("Data cache checksums: write + verify cost", ["bench_cache_verify.py"]),
     ("Verdict error rates (simulation)", ["verdict_rates.py"]),
+    ("Speedup protocol: coverage, null false-verdict rate and power (simulation)", ["speedup_rates.py"]),
     ("Per-run fixed cost of a local sweep (subprocess vs warm worker)", ["bench_run_overhead.py"]),
     ("GPU throughput and MFU", ["bench_gpu_mfu.py"]),
     ("CPU MFU per size against a measured GEMM peak; gelu_new vs fused tanh GELU", ["bench_cpu_mfu.py"]),
@@ -39,6 +40,7 @@ QUICK = {
     "bench_startup.py": ["--repeats", "3"],
     "bench_cache_verify.py": ["--mb", "5", "--repeats", "2"],
     "verdict_rates.py": ["--trials", "200"],
+    "speedup_rates.py": ["--trials", "100"],
     "bench_run_overhead.py": ["--pairs", "2"],
     "bench_cpu_mfu.py": ["--rounds", "2", "--steps", "8"],
 }

@@ -29,8 +29,8 @@ import numpy as np
 from hf_optbench.measure.speedup import fit_ladder, speedup
 from hf_optbench.measure.verdict import METRICS, Observation, t_interval, verdict_for
 
-SIZES = {"tiny": 100_096, "mini": 793_344, "midi": 2_669_568}
-FLOORS = {"tiny": 2.6, "mini": 2.45, "midi": 2.3}
+SIZES = {"nano": 25_472, "tiny": 100_096, "mini": 793_344}  # the main job's, non-embedding
+FLOORS = {"nano": 2.8, "tiny": 2.6, "mini": 2.45}
 LADDER = (0.25, 0.5, 1.0, 2.0, 4.0)  # the main job's (recipes/sweeps/cpu_demo.yaml)
 D1 = 61_440.0
 A, B = 0.5, 0.3
@@ -54,7 +54,7 @@ def simulate(true: float, seeds: int, noise: float, rng: np.random.Generator
             fit = fit_ladder([m * D1 for m in LADDER], ladder)
             if fit is None:
                 continue
-            s = speedup(fit, curve(size, true * D1) + shared + rng.normal(0.0, noise), D1, reference_loss=ladder[1])
+            s = speedup(fit, curve(size, true * D1) + shared + rng.normal(0.0, noise), D1, reference_loss=ladder[LADDER.index(1.0)])
             obs.append(Observation("opt", size, params, seed, s.value, s.censored is not None))
             logs[size].append(math.log(s.value))
     return obs, logs

@@ -103,12 +103,13 @@ def point_losses(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], 
             for pair, points in seen.items()}
 
 
-def _interior(curve: Mapping[float, float | None]) -> bool:
-    """Whether the best point (ties to x1, hf_optbench.study.tuning_grid.choose) lies strictly inside the grid."""
+def _interior(curve: Mapping[float, float | None], floor: float | None = None) -> bool:
+    """Whether the best point (ties to x1, hf_optbench.study.tuning_grid.choose) lies strictly inside the grid, or
+    at ``floor``, the edge of the hyperparameter's domain (0 for weight decay: nothing lies beyond it)."""
     from hf_optbench.study.tuning_grid import choose
 
     best = choose({m: math.inf if v is None else v for m, v in curve.items()}) if curve else None
-    return best is not None and min(curve) < best < max(curve)
+    return best is not None and (min(curve) < best < max(curve) or (best == floor and max(curve) > best))
 
 
 def bracketed_from_records(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], bool]:
@@ -120,7 +121,8 @@ def bracketed_from_records(records: Sequence[Mapping[str, Any]]) -> dict[tuple[s
         wd_runs = {(m, w): v for (m, w), v in points.items() if w is not None}
         ok = _interior(lr_curve)
         for lr in sorted({m for m, _ in wd_runs}):
-            ok = ok and _interior({1.0: lr_curve.get(lr), **{w: v for (m, w), v in wd_runs.items() if m == lr}})
+            ok = ok and _interior({1.0: lr_curve.get(lr), **{w: v for (m, w), v in wd_runs.items() if m == lr}},
+                                  floor=0.0)
         out[pair] = ok
     return out
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -38,3 +39,9 @@ def test_a_rule_without_intervals_would_fail_the_null_check() -> None:
         _, logs = speedup_rates.simulate(1.0, 3, 0.01, rng)
         false += any(abs(np.mean(v)) > math.log(1.03) for v in logs.values())
     assert false / 100 > 0.05
+
+
+def test_the_benchmark_prints_its_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert speedup_rates.main(["--trials", "3", "--seeds", "3", "--noise", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "| 0.01 | 3 |" in out and "95 % interval coverage" in out

@@ -371,3 +371,18 @@ def test_the_tiny_model_really_runs_beyond_the_edge(tmp_path: Path) -> None:
     assert summary["status"] == "completed" and summary["learning_rate"] == pytest.approx(2e-3)
     assert summary["final_tuning_loss"] is not None
     assert "adding x2 (extension 1 of at most 1)" in log.getvalue()
+
+
+def test_the_report_counts_a_best_weight_decay_of_zero_as_bracketed() -> None:
+    from hf_optbench.study.tuning_curves import bracketed_from_records
+
+    def rec(lr: float, wd: float | None, loss: float) -> dict:
+        rid = f"lion__tiny__s0__lrx{lr:g}" + ("" if wd is None else f"__wdx{wd:g}")
+        return {"run_id": rid, "optimizer": "lion", "model_size": "tiny", "lr_multiplier": lr, "wd_multiplier": wd,
+                "status": "completed", "final_tuning_loss": loss}
+
+    lr_curve = [rec(4, None, 2.70), rec(8, None, 2.6273), rec(16, None, 2.76)]
+    at_zero = lr_curve + [rec(8, 0.0, 2.6213), rec(8, 1 / 3, 2.6269), rec(8, 3.0, 2.6317)]
+    assert bracketed_from_records(at_zero)[("lion", "tiny")]
+    at_edge = lr_curve + [rec(8, 1 / 3, 2.6269), rec(8, 3.0, 2.6317)]  # 0 not tried: x1/3 is only the grid's edge
+    assert not bracketed_from_records(at_edge)[("lion", "tiny")]
