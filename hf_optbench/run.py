@@ -87,10 +87,17 @@ def prepare(cfg: RunConfig) -> Prepared:
 
 
 def _check_eval_split(cfg: RunConfig, prepared: Prepared) -> None:
-    """With dataloader_drop_last (kept so that every train step sees the same number of tokens) the eval loader
+    """The training split must hold one micro-batch per process (else no step runs). With dataloader_drop_last (kept so that every train step sees the same number of tokens) the eval loader
     also drops its partial batch: an eval (or tuning) split smaller than one eval batch would silently evaluate
     nothing."""
     args = cfg.training
+    per_step = args.per_device_train_batch_size * args.world_size
+    if args.dataloader_drop_last and len(prepared.train_dataset) < per_step:
+        # no full micro-batch: the Trainer would take 0 steps and the run would read "completed" with no loss
+        raise OptBenchError(
+            f"the training split holds {len(prepared.train_dataset)} blocks of {cfg.data.block_size} tokens, fewer "
+            f"than one micro-batch (per_device_train_batch_size {args.per_device_train_batch_size} x "
+            f"{args.world_size} processes): no step could run. Lower per_device_train_batch_size, or use more data.")
     per_eval_step = args.per_device_eval_batch_size * args.world_size
     tuning = tuning_dataset(prepared)
     splits = [("validation", prepared.eval_dataset, args.eval_strategy != "no", "the validation split"),

@@ -68,6 +68,9 @@ CASES = [
     c("recipe-not-utf8", ["run", "{T}/latin1.yaml", *OUT], "UTF-8"),
     c("block-size-beyond-source", [*RUN, "--block_size", "8192", "--n_positions", "8192", "--save_strategy", "no"],
       "block_size", absent="synthetic_num_tokens", work=True),
+    # a micro-batch larger than the training split: 0 steps would read "completed" with no loss
+    c("train-batch-beyond-split", [*RUN, "--per_device_train_batch_size", "100000", "--save_strategy", "no"],
+      "fewer than one micro-batch", work=True),
     c("data-files-missing", [*RUN, "--data_source", "local", "--data_files", "{T}/none.txt"], "none.txt"),
     # -- run: TrainingArguments fields hf_optbench replaces (issue 14 item 1) -----------------------------------
     c("optim", [*RUN, "--optim", "adamw_torch"], "optimizer"),
