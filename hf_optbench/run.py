@@ -35,7 +35,13 @@ from hf_optbench.errors import OptBenchError
 from hf_optbench.hub import check_push_possible, hub_callbacks, trainer_arguments
 from hf_optbench.preflight import own_output_dir, preflight
 from hf_optbench.provenance import environment, git_state
-from hf_optbench.run_output import prepare_output_dir, print_result, resolve_resume, resolve_resume_checkpoint
+from hf_optbench.run_output import (
+    finished_run_summary,
+    prepare_output_dir,
+    print_result,
+    resolve_resume,
+    resolve_resume_checkpoint,
+)
 from hf_optbench.run_summary import build_summary, finish_summary, record_failure
 from hf_optbench.rundir import FINISHED_STATUSES, write_json_atomic
 from hf_optbench.runlock import RunLock, is_launch_main_process
@@ -309,6 +315,9 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     args = cfg.training
     out = Path(args.output_dir)
     is_main = args.process_index == 0
+    finished = finished_run_summary(cfg, out)
+    if finished is not None:
+        return finished
     check_push_possible(args, out)  # push_to_hub offline / without a token / pickling hub_strategy: exit 2 now
     owner = own_output_dir(cfg, lock)
     try:

@@ -10,13 +10,22 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from hf_optbench.config.parse import RunConfig
 from hf_optbench.errors import OptBenchError
-from hf_optbench.rundir import CONFIG_FILE, METRICS_FILE, SEGMENTS_FILE, SUMMARY_FILE, TORN_CHECKPOINTS_DIR
+from hf_optbench.rundir import (
+    CONFIG_FILE,
+    FINISHED_STATUSES,
+    METRICS_FILE,
+    SEGMENTS_FILE,
+    SUMMARY_FILE,
+    TORN_CHECKPOINTS_DIR,
+    read_summary,
+)
 
 RUN_FILES = ("summary.json", "metrics.jsonl", "config.yaml", "trainer_state.json", "README.md", SEGMENTS_FILE)
 
@@ -117,3 +126,19 @@ def print_result(summary: dict[str, Any], out: Path) -> None:
     print(f"wrote {out} ({', '.join(names)})")
     print(f"next: cat {out / SUMMARY_FILE}   or   hf-optbench report {out.parent}  (tables and plots of every run "
           f"in {out.parent})", flush=True)
+
+
+def finished_run_summary(cfg: RunConfig, out: Path) -> dict[str, Any] | None:
+    """A resume of a run that already finished is a no-op that says so (its summary, untouched), not more steps past
+    max_steps that rewrite its results; None when the run is not finished or is being overwritten."""
+    resume = cfg.training.resume_from_checkpoint
+    if not resume or str(resume).lower() == "false" or cfg.run.overwrite_output_dir:
+        return None
+    summary = read_summary(out)
+    if not summary or summary.get("status") not in FINISHED_STATUSES:
+        return None
+    if cfg.training.process_index == 0:
+        print(f"[hf_optbench] '{out}' already holds a finished run (status '{summary['status']}', "
+              f"{summary.get('steps')} steps): nothing to resume, nothing written. To train it again, use a new "
+              "output_dir or --overwrite_output_dir true.", file=sys.stderr, flush=True)
+    return summary

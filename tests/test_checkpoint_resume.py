@@ -280,3 +280,14 @@ def test_the_same_step_torn_twice_keeps_both_copies(tmp_path: Path) -> None:
     kept = sorted((out / "torn_checkpoints").iterdir())
     assert len(kept) == 2 and all((k / "model.safetensors").is_file() for k in kept)
     assert not (out / "checkpoint-8").exists()
+
+
+def test_resuming_a_finished_run_is_a_no_op_that_says_so(runs: dict, tmp_path: Path) -> None:
+    """Not more steps past max_steps that rewrite the results, and no relabelling by the resume's arguments."""
+    done = tmp_path / "done"
+    shutil.copytree(runs["full"], done)
+    before = {name: (done / name).read_bytes() for name in ("summary.json", "metrics.jsonl", "config.yaml")}
+    proc = _run(done, "--resume_from_checkpoint", "true", "--optimizer", "lion", "--seed", "9")
+    assert "already holds a finished run (status 'completed', 12 steps): nothing to resume" in proc.stderr
+    assert {name: (done / name).read_bytes() for name in before} == before
+    assert not (done / f"checkpoint-{STEPS + SAVE_EVERY}").exists()
