@@ -46,7 +46,9 @@ class OptimizerArguments:
         default="adamw",
         metadata={"help": "Registry name (`hf-optbench optimizers` lists them: adamw, lion, adamw_8bit, adafactor, "
                           "schedule_free_adamw, muon, sophia, soap, ...) or a dotted path to an optimizer class "
-                          "(torch.optim.RAdam, pytorch_optimizer.AdaBelief)."},
+                          "(torch.optim.RAdam, pytorch_optimizer.AdaBelief). A dotted path runs that module's code: "
+                          "it is imported from installed packages and PYTHONPATH only, never from the working "
+                          "directory (your own module: PYTHONPATH=. or pip install it)."},
     )
     optimizer_kwargs: str = field(
         default="{}",

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from typing import Any
 
 from hf_optbench.errors import OptBenchError, suggest
@@ -17,14 +19,38 @@ def is_dotted_path(name: str) -> bool:
     return "." in name and all(part.isidentifier() for part in name.split("."))
 
 
+def _explicit_paths() -> set[str]:
+    """The directories the user put on the import path on purpose (PYTHONPATH), absolute."""
+    return {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+
+
+def import_module_trusted(module_name: str) -> Any:
+    """Import ``module_name`` from installed packages and PYTHONPATH only, never implicitly from the working
+    directory. Why: ``python -m hf_optbench.run`` puts the working directory first on ``sys.path``, so
+    ``--optimizer evil.Opt`` would run a stray ``./evil.py`` while ``hf-optbench run`` (a console script) would not;
+    with this rule both entry points import the same modules. To use an optimizer module of one's own, install it
+    or put its directory on PYTHONPATH (``PYTHONPATH=. hf-optbench run ... --optimizer my_opt.MyOpt``): a dotted
+    path runs that module's code, by design."""
+    keep = _explicit_paths()
+    cwd = {"", ".", os.getcwd(), os.path.realpath(os.getcwd())}
+    saved = list(sys.path)
+    sys.path[:] = [p for p in saved if p not in cwd or os.path.abspath(p or ".") in keep]
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        sys.path[:] = saved
+
+
 def _import_optimizer_class(path: str) -> Any:
     import torch
 
     module_name, _, cls_name = path.rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module_name), cls_name)
+        cls = getattr(import_module_trusted(module_name), cls_name)
     except (ImportError, AttributeError) as exc:
-        raise OptBenchError(f"optimizer '{path}' could not be imported ({exc}). Check the dotted path.") from exc
+        raise OptBenchError(f"optimizer '{path}' could not be imported ({exc}). Check the dotted path; a module of "
+                            "your own must be installed or on PYTHONPATH (the working directory is not searched)."
+                            ) from exc
     if not (inspect.isclass(cls) and issubclass(cls, torch.optim.Optimizer)):
         raise OptBenchError(f"optimizer '{path}' is not a torch.optim.Optimizer subclass.")
     return cls
