@@ -13,8 +13,9 @@ SWEEP ?= recipes/sweeps/cpu_demo.yaml
 DEMO_DIR ?= runs/cpu_demo
 PYTEST_ARGS ?=
 # pytest-xdist: one worker per physical core (TEST_WORKERS=0: one process, TEST_WORKERS=2 on a shared box). Each test
-# module runs on one worker, the multi-process and DeepSpeed tests together on one worker, and each worker has its
-# own data cache (tests/conftest.py: pytest_xdist_make_scheduler, ONE_WORKER, HF_OPTBENCH_CACHE).
+# module runs on one worker, the multi-process and DeepSpeed tests together on one worker (tests/conftest.py:
+# pytest_xdist_make_scheduler, ONE_WORKER). Workers share the data cache: concurrent builds of one entry are safe
+# (hf_optbench.data.cache.store).
 TEST_WORKERS ?= auto
 XDIST := -n $(TEST_WORKERS) --dist loadscope
 

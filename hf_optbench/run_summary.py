@@ -54,12 +54,13 @@ def build_summary(cfg: Any, prepared: Any, optimizer: Any, scheduler: Any, *, sc
 
     args = cfg.training
     model = prepared.model
+    non_embedding = count_parameters(model, exclude_embeddings=True)
     return {
         "optimizer": cfg.optim.optimizer,
         "optimizer_impl": describe_optimizer(optimizer),  # re-read after training: what actually stepped
         "model_size": cfg.model.model_size,
         "num_params": count_parameters(model),
-        "num_params_non_embedding": count_parameters(model, exclude_embeddings=True),
+        "num_params_non_embedding": non_embedding,
         "vocab_size": prepared.bundle.vocab_size,
         "embedding_rows": model.get_input_embeddings().num_embeddings,
         "block_size": cfg.data.block_size,
@@ -80,8 +81,7 @@ def build_summary(cfg: Any, prepared: Any, optimizer: Any, scheduler: Any, *, sc
         "precision": precision_name(args),
         "max_steps": args.max_steps,
         # the data budget per non-embedding parameter (Chinchilla's and Marin's unit: 20 = "1x Chinchilla")
-        "tokens_per_param": args.max_steps * tokens_per_step / max(count_parameters(model, exclude_embeddings=True), 1)
-        if args.max_steps > 0 else None,
+        "tokens_per_param": args.max_steps * tokens_per_step / max(non_embedding, 1) if args.max_steps > 0 else None,
         "data": prepared.bundle.info,
         "env": environment(),
         "git": git,

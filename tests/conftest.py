@@ -5,8 +5,6 @@ tests marked ``slow`` or ``distributed``. This file keeps that safe and determin
 
 * every process a test starts runs one OpenMP/MKL thread (the environment is set here, before anything spawns),
   like the tests themselves (the autouse fixture below); a test that passes its own value keeps it;
-* each xdist worker has its own data cache (``$HF_OPTBENCH_CACHE/xdist/<worker>``), so two workers never build
-  or replace the same cache entry at once;
 * a test module runs on one worker (its module-scoped fixtures are built once; the README commands build on each
   other in one directory), and the multi-process / DeepSpeed tests all run on one worker, one after another
   (``ONE_WORKER``, scheduled by :func:`pytest_xdist_make_scheduler`);
@@ -29,14 +27,6 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # also becomes: torch reads it at import); a test that passes its own environment value keeps that.
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
-
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # set by pytest-xdist before a worker imports this file
-if _WORKER:
-    # hf_optbench.data.cache.store replaces an entry that another process may be reading: one cache per worker,
-    # kept between runs (warm), under the cache root the suite would use anyway.
-    _root = os.environ.get("HF_OPTBENCH_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hf_optbench")
-    os.environ["HF_OPTBENCH_CACHE"] = os.path.join(_root, "xdist", _WORKER)
 
 import pytest  # noqa: E402
 

@@ -108,16 +108,17 @@ def parse_ladder(raw: dict[str, Any], optimizers: list[str]) -> Ladder | None:
 
 
 def world_size(launcher: dict[str, Any]) -> int:
-    """Processes per run: the accelerate config's ``num_processes`` for an accelerate launcher, else 1."""
+    """Processes per run: the accelerate config's ``num_processes`` for an accelerate launcher (1 where it cannot be
+    read), else 1. The one reader of that value: the sweep's slots use it too (study.sweep_state.plan_slots)."""
     if launcher.get("type") != "accelerate" or not launcher.get("accelerate_config"):
         return 1
     import yaml
 
     try:
         cfg = yaml.safe_load(Path(launcher["accelerate_config"]).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
+        return max(1, int(cfg.get("num_processes") or 1))
+    except (OSError, AttributeError, TypeError, ValueError, yaml.YAMLError):
         return 1
-    return int(cfg.get("num_processes") or 1) if isinstance(cfg, dict) else 1
 
 
 def tokens_per_step(cfg: Any, processes: int) -> int:

@@ -90,11 +90,6 @@ def _marked_processes() -> dict[str, list[int]]:
     return found
 
 
-def find_orphans(run_dir: Path) -> list[int]:
-    """Processes of an earlier sweep still working in ``run_dir`` (found by the environment marker)."""
-    return _marked_processes().get(str(run_dir), [])
-
-
 def build_command(spec: SweepSpec, run: RunSpec, run_dir: Path, resume: bool) -> list[str]:
     """The argv that starts one run."""
     args = list(run.args) + ["--output_dir", str(run_dir)]

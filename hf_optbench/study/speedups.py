@@ -37,18 +37,20 @@ def tokens_per_param(rec: Mapping[str, Any]) -> float | None:
     return tokens / float(params) if tokens and params else None
 
 
-def _ladder_points(an: Any, baseline: str, size: str, seed: Any) -> list[tuple[float, float]]:
-    runs = [r for r in an.ladder + an.records if r.get("optimizer") == baseline and r.get("model_size") == size
-            and r.get("seed") == seed and r["status"] == "completed"]
-    pts = [(budget_tokens(r), r.get("final_eval_loss")) for r in runs]
-    return [(float(t), float(v)) for t, v in pts if t and v is not None and math.isfinite(float(v))]
-
-
-def _reference(an: Any, baseline: str, size: str, seed: Any) -> float | None:
-    """The baseline's own final eval loss at the budget (its x1 run of that size and seed)."""
-    return next((float(r["final_eval_loss"]) for r in an.records if r.get("optimizer") == baseline
-                 and r.get("model_size") == size and r.get("seed") == seed and r["status"] == "completed"
-                 and r.get("final_eval_loss") is not None), None)
+def _ladder(an: Any, baseline: str, size: str, seed: Any) -> tuple[list[tuple[float, float]], float | None]:
+    """(the ladder's (tokens, final eval loss) points, the baseline's own loss at the budget: its x1 run) of one size
+    and seed, from the baseline's completed runs."""
+    points, reference = [], None
+    for at_budget, runs in ((False, an.ladder), (True, an.records)):  # the x1 run is a comparison record
+        for r in runs:
+            if r.get("optimizer") != baseline or r.get("model_size") != size or r.get("seed") != seed \
+                    or r["status"] != "completed" or r.get("final_eval_loss") is None:
+                continue
+            tokens, loss = budget_tokens(r), float(r["final_eval_loss"])
+            if tokens and math.isfinite(loss):
+                points.append((tokens, loss))
+                reference = loss if at_budget else reference
+    return points, reference
 
 
 def derive_speedups(an: Any, baseline: str) -> None:
@@ -59,12 +61,13 @@ def derive_speedups(an: Any, baseline: str) -> None:
         r["tokens_per_param"] = tokens_per_param(r)
     if not an.ladder:
         return
+    references: dict[tuple[str, Any], float | None] = {}
     for r in an.records:
         r.update(speedup=None, speedup_censored=False, speedup_bound="", speedup_method=None,
                  baseline_equivalent_tokens=None)
         key = (r.get("model_size"), r.get("seed"))
         if key not in an.ladder_fits:
-            pts = _ladder_points(an, baseline, *key)
+            pts, references[key] = _ladder(an, baseline, *key)
             an.ladder_fits[key] = fit_ladder([t for t, _ in pts], [v for _, v in pts]) if len(pts) >= 2 else None
         fit, tokens = an.ladder_fits[key], budget_tokens(r)
         if fit is None or not tokens:
@@ -74,7 +77,7 @@ def derive_speedups(an: Any, baseline: str) -> None:
         elif r["status"] == "diverged":
             s = Speedup(fit.tokens[0] / tokens, "below", fit.method, None)
         elif r["status"] == "completed" and r.get("final_eval_loss") is not None:
-            s = speedup(fit, float(r["final_eval_loss"]), tokens, _reference(an, baseline, *key))
+            s = speedup(fit, float(r["final_eval_loss"]), tokens, references[key])
         else:
             continue
         r.update(speedup=s.value, speedup_censored=s.censored is not None, speedup_bound=s.censored or "",

@@ -176,11 +176,11 @@ def _multipliers(mults: list[Any], where: str) -> list[float]:
     return [float(m) for m in mults]
 
 
-def _tune(raw: dict[str, Any], mults: list[float], overrides: dict[str, Any],
-          per_point: list[tuple[str, dict[str, Any]]]) -> TuneSpec | None:
+def _tune(raw: dict[str, Any], mults: list[float], tables: list[tuple[str, dict[str, Any]]]) -> TuneSpec | None:
     """The ``tune:`` section, checked (:func:`hf_optbench.study.tune_spec.parse_tune`: grids of >= 3 multipliers
     that hold x1, the cited default, so the tuned value is never worse than the citation on the tuning split), and
-    nothing elsewhere in the file that would replace the tuned learning rate."""
+    nothing in ``tables`` (overrides and the per-point keys, by where they stand) that would replace the tuned
+    learning rate."""
     if raw.get("tune") is None:
         return None
     tune = _check_keys(raw["tune"], TUNE_KEYS, "tune")
@@ -188,7 +188,7 @@ def _tune(raw: dict[str, Any], mults: list[float], overrides: dict[str, Any],
     if mults:
         raise OptBenchError("a sweep with 'tune' compares at the tuned learning rates: remove matrix.lr_multipliers "
                             "(the grid belongs in tune.lr_multipliers).")
-    for where, table in [("overrides", overrides)] + per_point:
+    for where, table in tables:
         bad = [k for k in TUNED_KEYS if k in table]
         if bad:
             raise OptBenchError(f"'{bad[0]}' in {where} would replace the tuned learning rate of a sweep with 'tune': "
@@ -293,13 +293,13 @@ def load_sweep(path: str | os.PathLike[str], output_dir: str | None = None) -> S
     optimizers, sizes, seeds, mults = _matrix(raw)
     per_opt = _per_point(raw, "per_optimizer", optimizers, "optimizers")
     per_size = _per_point(raw, "per_model_size", sizes, "model sizes")
-    tune = _tune(raw, mults, overrides, [(f"per_optimizer.{k}", mapping(v, k)) for k, v in per_opt.items()]
-                 + [(f"per_model_size.{k}", mapping(v, k)) for k, v in per_size.items()])
+    # every place a run's keys come from, by its name in the file (tune and budget refuse keys they would override)
+    tables = [("overrides", overrides)] + [(f"per_optimizer.{k}", mapping(v, k)) for k, v in per_opt.items()] \
+        + [(f"per_model_size.{k}", mapping(v, k)) for k, v in per_size.items()]
+    tune = _tune(raw, mults, tables)
     launcher = _launcher(raw, sweep_file)
     out = Path(output_dir or raw.get("output_dir") or Path("runs") / sweep_file.stem).resolve()
     name = str(raw.get("name") or sweep_file.stem)
-    tables = [("overrides", overrides)] + [(f"per_optimizer.{k}", mapping(v, k)) for k, v in per_opt.items()] \
-        + [(f"per_model_size.{k}", mapping(v, k)) for k, v in per_size.items()]
     common = dict(path=sweep_file.resolve(), base=base, overrides=overrides, per_optimizer=per_opt,
                   per_model_size=per_size, launcher=launcher, budget=budgets.parse_budget(raw, tables))
     spec = SweepSpec(output_dir=out, name=name, tune=tune, ladder=budgets.parse_ladder(raw, optimizers), **common)

@@ -26,6 +26,7 @@ from typing import Any
 from hf_optbench.errors import OptBenchError
 from hf_optbench.run_summary import CONCURRENT_RUNS_ENV, CPUS_ENV, SLOT_ENV
 from hf_optbench.rundir import FINISHED_STATUSES, read_summary
+from hf_optbench.study.budget import world_size
 from hf_optbench.study.sweep_spec import RunSpec
 from hf_optbench.study.worker_client import gpu_visible
 
@@ -137,17 +138,7 @@ def visible_gpus(env: dict[str, str]) -> list[str]:
 def processes_per_run(launcher: dict[str, Any]) -> int | None:
     """Processes one run starts: 1 for type python, the accelerate config's num_processes, None (not known) for
     type command (a torchrun or wrapper command line)."""
-    if launcher.get("type") == "python":
-        return 1
-    if launcher.get("type") == "accelerate":
-        import yaml
-
-        try:
-            config = yaml.safe_load(Path(launcher["accelerate_config"]).read_text(encoding="utf-8")) or {}
-            return max(1, int(config.get("num_processes") or 1))
-        except (OSError, KeyError, TypeError, ValueError, AttributeError, yaml.YAMLError):
-            return 1
-    return None
+    return None if launcher.get("type") == "command" else world_size(launcher)
 
 
 def _threads(env: dict[str, str]) -> int:

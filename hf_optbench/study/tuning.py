@@ -55,8 +55,10 @@ from hf_optbench.study.tuning_grid import (
     TuningPlan,
     choose,
     grid_text,
+    is_bracketed,
     plan_tuning,
     score_runs,
+    wd_multiplier_of,
     weight_decay_at,
 )
 
@@ -66,14 +68,12 @@ Records = dict[float, list[Mapping[str, Any]]]
 def _group(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], Records]:
     """Learning-rate grid runs by optimizer x size and multiplier; runs of a weight-decay grid are left out (their
     learning rate is the tuned one, their loss answers another question)."""
-    from hf_optbench.rundir import parse_run_id
-
     groups: dict[tuple[str, str], Records] = {}
     for r in records:
         mult = r.get("lr_multiplier")
         if mult is None or mult == "":
             continue
-        if r.get("wd_multiplier") is not None or "wd_multiplier" in parse_run_id(str(r.get("run_id") or "")):
+        if wd_multiplier_of(r) is not None:
             continue
         groups.setdefault((str(r["optimizer"]), str(r["model_size"])), {}).setdefault(float(mult), []).append(r)
     if not groups:
@@ -112,7 +112,7 @@ def select_best(records: Sequence[Mapping[str, Any]], metric: str = TUNING_METRI
         lr = _one_value(by_mult[choice], "learning_rate", f"{opt}/{size} x{choice:g}")
         if lr is None:
             raise OptBenchError(f"{opt}/{size} x{choice:g}: its runs record no learning_rate in summary.json.")
-        bracketed = min(by_mult) < choice < max(by_mult)
+        bracketed = is_bracketed(list(by_mult), choice)
         if len(by_mult) > 1 and not bracketed:
             warnings.append(f"{opt}/{size}: best multiplier x{choice:g} is at the edge of the grid "
                             f"{sorted(by_mult)}; widen lr_multipliers")

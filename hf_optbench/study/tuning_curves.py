@@ -53,10 +53,12 @@ def curve_frame(records: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
     multipliers with no diverged or failed seed, the rule of hf_optbench.study.tuning)."""
     import pandas as pd
 
+    from hf_optbench.study.tuning_grid import wd_multiplier_of
+
     key = loss_key(records)
     rows = []
     for r in records:
-        if r.get("lr_multiplier") is None or _wd_multiplier(r) is not None:  # a weight-decay grid run: not this curve
+        if r.get("lr_multiplier") is None or wd_multiplier_of(r) is not None:  # a weight-decay grid run: not this curve
             continue
         loss = (r.get("_summary") or {}).get(key, r.get(key)) if r.get("status") == "completed" else None
         rows.append({"optimizer": r.get("optimizer"), "model_size": r.get("model_size"),
@@ -75,25 +77,18 @@ def curve_frame(records: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
     return out, key
 
 
-def _wd_multiplier(r: Mapping[str, Any]) -> float | None:
-    from hf_optbench.rundir import parse_run_id
-
-    wd = r.get("wd_multiplier")
-    return float(wd) if wd is not None else parse_run_id(str(r.get("run_id") or "")).get("wd_multiplier")
-
-
 def point_losses(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[tuple[float, float | None],
                                                                                      float | None]]:
     """{(optimizer, size): {(lr multiplier, wd multiplier or None): mean loss}} of the tuning runs (the loss of
     :func:`loss_key`); None where a seed diverged or failed or has no loss (the selection rule: such a point loses)."""
-    from hf_optbench.study.tuning_grid import canon
+    from hf_optbench.study.tuning_grid import canon, wd_multiplier_of
 
     key = loss_key(records)
     seen: dict[tuple[str, str], dict[tuple[float, float | None], list[float | None]]] = {}
     for r in records:
         if r.get("lr_multiplier") is None:
             continue
-        wd = _wd_multiplier(r)
+        wd = wd_multiplier_of(r)
         loss = (r.get("_summary") or {}).get(key, r.get(key)) if r.get("status") == "completed" else None
         ok = loss is not None and math.isfinite(float(loss))
         point = (canon(float(r["lr_multiplier"])), None if wd is None or canon(wd) == 1.0 else canon(wd))
@@ -106,10 +101,10 @@ def point_losses(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], 
 def _interior(curve: Mapping[float, float | None], floor: float | None = None) -> bool:
     """Whether the best point (ties to x1, hf_optbench.study.tuning_grid.choose) lies strictly inside the grid, or
     at ``floor``, the edge of the hyperparameter's domain (0 for weight decay: nothing lies beyond it)."""
-    from hf_optbench.study.tuning_grid import choose
+    from hf_optbench.study.tuning_grid import choose, is_bracketed
 
-    best = choose({m: math.inf if v is None else v for m, v in curve.items()}) if curve else None
-    return best is not None and (min(curve) < best < max(curve) or (best == floor and max(curve) > best))
+    return bool(curve) and is_bracketed(list(curve), choose({m: math.inf if v is None else v for m, v in curve.items()}),
+                                        floor)
 
 
 def bracketed_from_records(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], bool]:

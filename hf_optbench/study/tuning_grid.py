@@ -80,6 +80,18 @@ def choose(scores: Mapping[float, float]) -> float | None:
     return best if math.isfinite(scores[best]) else None
 
 
+def is_bracketed(grid: Sequence[float], best: float | None, floor: float | None = None) -> bool:
+    """The bracketing rule (the module doc): the best point lies strictly inside its grid, or at ``floor``, the
+    edge of the hyperparameter's domain (0 for weight decay), with a point above it."""
+    return best is not None and (min(grid) < best < max(grid) or (best == floor and max(grid) > best))
+
+
+def wd_multiplier_of(r: Mapping[str, Any]) -> float | None:
+    """A tuning run's weight-decay multiplier: its record's column, else its run id (None: a learning-rate run)."""
+    wd = r.get("wd_multiplier")
+    return float(wd) if wd is not None else parse_run_id(str(r.get("run_id") or "")).get("wd_multiplier")
+
+
 def grid_text(grid: Sequence[float]) -> str:
     return "[" + ", ".join(f"x{m:g}" for m in grid) + "]"
 
@@ -117,7 +129,7 @@ def replay_axis(name: str, initial: Sequence[float], score: Callable[[float], fl
         axis.scores = {m: float(s) for m, s in found.items() if s is not None}
         axis.best = choose(axis.scores)
         low, high = axis.grid[0], axis.grid[-1]
-        if axis.best is not None and (low < axis.best < high or (axis.best == floor and high > floor)):
+        if is_bracketed(axis.grid, axis.best, floor):
             axis.bracketed = True
             if axis.best == floor:
                 axis.note = f"best {name} is x{floor:g}, the edge of its domain: bracketed by the domain"
@@ -181,7 +193,7 @@ def index_records(records: Sequence[Mapping[str, Any]], seeds: Sequence[int]) ->
         point = parse_run_id(str(r.get("run_id") or ""))
         lr = r.get("lr_multiplier") if r.get("lr_multiplier") not in (None, "") else point.get("lr_multiplier")
         seed = r.get("seed") if r.get("seed") is not None else point.get("seed")
-        wd = r.get("wd_multiplier") if r.get("wd_multiplier") is not None else point.get("wd_multiplier")
+        wd = wd_multiplier_of(r)
         if lr is None or seed is None or int(seed) not in seeds or point.get("budget_multiple") is not None:
             continue
         key = (str(point.get("optimizer", r.get("optimizer"))), str(point.get("model_size", r.get("model_size"))),
