@@ -95,7 +95,7 @@ def train_steps(size: str, activation: str, steps: int, batch: int, block: int, 
 def measure(size: str, rounds: int, steps: int, skip: int, batch: int, block: int, vocab: int,
             peak_gflops: float) -> dict[str, Any]:
     """Both activations, interleaved over ``rounds``: median step, tokens/s, MFU each; their ratio and spread."""
-    from hf_optbench.measure.metrics import flops_per_token
+    from hf_optbench.measure.flops import flops_per_token
 
     times: dict[str, list[float]] = {a: [] for a in ACTIVATIONS}
     per_round: list[float] = []

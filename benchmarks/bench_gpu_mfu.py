@@ -70,7 +70,7 @@ def _row(variant: str, size: str, batch: int, block: int, intervals: list[float]
 
 def measure(size: str, batch: int, block: int, steps: int, device: str, bf16: bool, compile_: bool,
             rounds: int, trace: str | None) -> list[dict[str, Any]]:
-    from hf_optbench.measure.metrics import device_peak_flops, flops_per_token
+    from hf_optbench.measure.flops import device_peak_flops, flops_per_token
     from hf_optbench.models import build_config, padded_vocab_size
 
     # the model's own shape: build_model pads the embedding to a multiple of 64 rows (the matmuls run at that width)

@@ -43,7 +43,7 @@ from hf_optbench.measure.recorder import default_callbacks  # noqa: E402
 from hf_optbench.models import build_model  # noqa: E402
 from hf_optbench.optim.registry import build_optimizer  # noqa: E402
 from hf_optbench.optim.schedules import build_scheduler  # noqa: E402
-from hf_optbench.run import ConsoleProgress  # noqa: E402
+from hf_optbench.run.console import ConsoleProgress  # noqa: E402
 
 from callback_probes import EveryOtherStep, SelfTimer, split_toggled  # noqa: E402  (beside this script)
 from pinned_malloc import malloc_setting, reexec_pinned  # noqa: E402

@@ -38,7 +38,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
-from hf_optbench.optim.registry import build_optimizer, describe_optimizer, param_groups  # noqa: E402
+from hf_optbench.optim.registry import build_optimizer, describe_optimizer
+from hf_optbench.optim.spec import param_groups
 
 # row -> (registry name, extra kwargs)
 ROWS: dict[str, tuple[str, dict]] = {

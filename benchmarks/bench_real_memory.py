@@ -102,7 +102,7 @@ def measure_one(size: str, optimizer: str, out: str, *, steps: int, block_size: 
     import torch
 
     from hf_optbench import build_model, build_optimizer, describe_optimizer
-    from hf_optbench.measure import metrics as M
+    from hf_optbench.measure import state_bytes as SB
 
     torch.set_num_threads(threads)
     rec: dict = {"size": size, "optimizer": optimizer, "steps_asked": steps, "block_size": block_size,
@@ -112,9 +112,9 @@ def measure_one(size: str, optimizer: str, out: str, *, steps: int, block_size: 
     model = build_model(size, vocab_size, n_positions=N_POSITIONS)
     model.train()
     params = list(model.parameters())
-    rec.update(num_params=M.count_unique_params(params),
+    rec.update(num_params=SB.count_unique_params(params),
                vocab_rows=model.get_input_embeddings().num_embeddings,
-               param_bytes=M.params_storage_bytes(params),
+               param_bytes=SB.params_storage_bytes(params),
                rss_after_build_kb=_proc_kb("VmRSS"),
                maxrss_after_build_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     with warnings.catch_warnings():
@@ -133,7 +133,7 @@ def measure_one(size: str, optimizer: str, out: str, *, steps: int, block_size: 
         loss = model(input_ids=x, labels=x).loss
         loss.backward()
         if rec["grad_bytes"] is None:
-            rec["grad_bytes"] = M.grads_storage_bytes(params)
+            rec["grad_bytes"] = SB.grads_storage_bytes(params)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -141,7 +141,7 @@ def measure_one(size: str, optimizer: str, out: str, *, steps: int, block_size: 
         model.zero_grad(set_to_none=True)
         rec["step_seconds"].append(time.perf_counter() - t0)
         rec["losses"].append(float(loss.detach()))
-        sb = M.optimizer_state_bytes(opt, params)
+        sb = SB.optimizer_state_bytes(opt, params)
         rec.update(steps_done=len(rec["step_seconds"]),
                    implementation=describe_optimizer(opt),  # after stepping: some builders resolve lazily
                    state={"total": sb.total, "by_dtype": sb.by_dtype, "by_name": sb.by_name,

@@ -173,8 +173,8 @@ def finished_status(run_dir: Path, rows: Sequence[dict[str, Any]], run_id: str) 
 
 
 # A run's own bookkeeping files (written by the run layer, read back by a resumed run of the same directory).
-RUN_LOCK_FILE = "run.lock"  # the flock that makes one process the owner of a run directory (hf_optbench.runlock)
-SEGMENTS_FILE = "train_segments.json"  # one entry per training process of the run (hf_optbench.segments)
+RUN_LOCK_FILE = "run.lock"  # the flock that makes one process the owner of a run directory (hf_optbench.run.lock)
+SEGMENTS_FILE = "train_segments.json"  # one entry per training process of the run (hf_optbench.run.segments)
 TORN_CHECKPOINTS_DIR = "torn_checkpoints"  # checkpoints a kill tore mid-save, kept out of checkpoint-* rotation
 
 

@@ -23,7 +23,7 @@ from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.registry import OPTIMIZERS, build_optimizer, optimizer_callbacks
 from hf_optbench.optim.schedules import build_scheduler
 from hf_optbench.optim.unwrap import innermost_optimizer
-from hf_optbench.trainer import (
+from hf_optbench.run.trainer import (
     OptimizerFactory,
     schedule_training_args,
     stock_trainer_kwargs,
@@ -194,7 +194,7 @@ _ZERO2_SCRIPT = textwrap.dedent(
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments, default_data_collator
     from hf_optbench.optim.unwrap import optimizer_chain
-    from hf_optbench.trainer import schedule_training_args, trainer_optimizer
+    from hf_optbench.run.trainer import schedule_training_args, trainer_optimizer
 
     out, steps = sys.argv[1], 6
     torch.manual_seed(0)

@@ -204,7 +204,7 @@ def test_checkpoints_are_safetensors_and_load_without_unpickling_code(runs: dict
 
 
 def test_resume_true_without_checkpoint_is_a_clear_error(tmp_path: Path, capsys, monkeypatch) -> None:
-    from hf_optbench import run
+    from hf_optbench.run import train as run
 
     monkeypatch.chdir(ROOT)
     rc = run.main([RECIPE, "--output_dir", str(tmp_path / "empty"), *ARGS, "--resume_from_checkpoint", "true"])
@@ -253,7 +253,7 @@ def test_a_torn_checkpoint_survives_save_total_limit_rotation(tmp_path: Path) ->
     left there as checkpoint-12.incomplete was counted and deleted by the resumed run's next save."""
     from transformers.trainer_utils import rotate_checkpoints
 
-    from hf_optbench.run_output import resolve_resume_checkpoint
+    from hf_optbench.run.output import resolve_resume_checkpoint
 
     out = tmp_path / "run"
     _fake_checkpoint(out, 4, complete=True)
@@ -270,7 +270,7 @@ def test_a_torn_checkpoint_survives_save_total_limit_rotation(tmp_path: Path) ->
 
 def test_the_same_step_torn_twice_keeps_both_copies(tmp_path: Path) -> None:
     """A second torn copy of the same step crashed the resume with `OSError: Directory not empty`."""
-    from hf_optbench.run_output import resolve_resume_checkpoint
+    from hf_optbench.run.output import resolve_resume_checkpoint
 
     out = tmp_path / "run"
     _fake_checkpoint(out, 4, complete=True)

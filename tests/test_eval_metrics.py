@@ -17,7 +17,7 @@ from transformers import (
     default_data_collator,
 )
 
-from hf_optbench.eval_metrics import (
+from hf_optbench.run.eval_metrics import (
     METRIC_DIR,
     NextTokenAccuracy,
     eval_metric_kwargs,
@@ -55,7 +55,7 @@ def test_shipped_metric_loads_offline_from_the_package(monkeypatch) -> None:
 
 
 def test_importing_the_module_does_not_import_evaluate() -> None:
-    code = "import sys, hf_optbench.eval_metrics; print('evaluate' in sys.modules)"
+    code = "import sys, hf_optbench.run.eval_metrics; print('evaluate' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip() == "False"
 

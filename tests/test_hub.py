@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from hf_optbench import card as card_mod
-from hf_optbench import hub, redact
 from hf_optbench.cli import push
 from hf_optbench.errors import OptBenchError
+from hf_optbench.publish import card as card_mod
+from hf_optbench.publish import hub, redact
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_TOKEN = "hf_" + "Ab3" * 12  # token-shaped, 39 characters, never valid

@@ -17,8 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from hf_optbench import hub
 from hf_optbench.errors import OptBenchError
+from hf_optbench.publish import hub
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_TOKEN = "hf_" + "Zq7" * 12  # token-shaped, never valid
@@ -220,11 +220,11 @@ def _tiny_trainer_run(out: Path, args) -> None:
     import torch
     from transformers import Trainer, default_data_collator
 
-    from hf_optbench import run as run_mod
     from hf_optbench.config.bench_args import BenchArguments
     from hf_optbench.data.tokenizers import load_tokenizer
     from hf_optbench.measure.recorder import default_callbacks
     from hf_optbench.models import build_model
+    from hf_optbench.run import train as run_mod
 
     hub.check_push_possible(args, out)
     tok = load_tokenizer("builtin:thai-bpe-2k")
@@ -280,7 +280,7 @@ def _run_argv(out: Path, *extra: str) -> list[str]:
 
 
 def test_run_push_offline_stops_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    from hf_optbench import run as run_mod
+    from hf_optbench.run import train as run_mod
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(run_mod, "prepare", lambda *a, **k: pytest.fail("data/model work started"))
@@ -291,7 +291,7 @@ def test_run_push_offline_stops_before_any_work(tmp_path: Path, monkeypatch: pyt
 
 @pytest.mark.slow
 def test_run_push_every_save_uploads_only_the_staged_set(tmp_path: Path, online_hub, monkeypatch) -> None:
-    from hf_optbench import run as run_mod
+    from hf_optbench.run import train as run_mod
 
     monkeypatch.setenv("HF_OPTBENCH_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"

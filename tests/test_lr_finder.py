@@ -16,8 +16,8 @@ import torch
 from hf_optbench.cli.find_lr import _output_dir, _Progress, _split_own
 from hf_optbench.cli.find_lr import main as find_lr_main
 from hf_optbench.errors import OptBenchError
-from hf_optbench.lr_finder import lr_range_test, suggest
 from hf_optbench.optim.registry import build_optimizer
+from hf_optbench.run.lr_finder import lr_range_test, suggest
 
 from fixtures.models import tiny_model
 
@@ -128,7 +128,7 @@ def test_plot_clips_the_blow_up_and_keeps_the_start_readable(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hf_optbench.lr_finder import _set_ylim
+    from hf_optbench.run.lr_finder import _set_ylim
 
     lrs = list(np.logspace(-5, 0, 30))
     raw = [7.5 - 0.05 * i for i in range(20)] + [50.0 * (i + 1) for i in range(10)]

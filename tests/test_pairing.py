@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import Trainer
 
-from hf_optbench import run as run_mod
+from hf_optbench.run import train as run_mod
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")

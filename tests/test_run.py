@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hf_optbench import run as run_mod
+from hf_optbench.run import train as run_mod
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
@@ -185,7 +185,7 @@ def test_bf16_recipe_without_a_bf16_device_names_the_hardware_and_the_override(t
 
 
 def test_the_suggested_override_passes_the_hardware_check() -> None:
-    from hf_optbench.preflight import check_hardware, light_settings
+    from hf_optbench.run.preflight import check_hardware, light_settings
 
     values, where = light_settings([LARGE, "--bf16", "false", "--torch_compile=false"])
     assert values["bf16"] == "false" and where["bf16"] == "the command line"
@@ -195,7 +195,7 @@ def test_the_suggested_override_passes_the_hardware_check() -> None:
 @pytest.mark.skipif(_has_bf16_device(), reason="this machine runs bf16")
 def test_precision_flags_are_read_with_the_parsers_precedence() -> None:
     from hf_optbench.errors import OptBenchError
-    from hf_optbench.preflight import check_hardware, light_settings
+    from hf_optbench.run.preflight import check_hardware, light_settings
 
     # a bare flag is true, as HfArgumentParser reads it; the command line beats the recipe's use_cpu: true
     values, where = light_settings([QUICK, "--bf16", "--use_cpu", "false"])
@@ -210,7 +210,7 @@ def test_fp16_on_a_cpu_is_refused_with_the_override() -> None:
     import torch
 
     from hf_optbench.errors import OptBenchError
-    from hf_optbench.preflight import check_hardware, light_settings
+    from hf_optbench.run.preflight import check_hardware, light_settings
 
     if torch.accelerator.is_available():
         pytest.skip("this machine has an accelerator")

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from hf_optbench import preflight
-from hf_optbench import run as run_mod
 from hf_optbench.errors import OptBenchError
+from hf_optbench.run import preflight
+from hf_optbench.run import train as run_mod
+from hf_optbench.run.lock import acquire_run_lock
 from hf_optbench.rundir import RUN_LOCK_FILE
-from hf_optbench.runlock import acquire_run_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = "recipes/quickstart_cpu.yaml"
@@ -103,7 +103,7 @@ def test_output_dir_from_the_recipe_is_locked_too(tmp_path: Path, monkeypatch, c
 
 def test_a_lock_left_by_a_killed_process_does_not_block(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    code = ("import os, signal, sys; from hf_optbench.runlock import acquire_run_lock; "
+    code = ("import os, signal, sys; from hf_optbench.run.lock import acquire_run_lock; "
             "acquire_run_lock(sys.argv[1]); os.kill(os.getpid(), signal.SIGKILL)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(out)], cwd=ROOT, env=_env())
     assert proc.wait(timeout=60) == -signal.SIGKILL
@@ -153,7 +153,7 @@ def test_unwritable_output_dir_is_a_clear_error(tmp_path: Path) -> None:
 def test_a_lock_on_a_file_removed_by_its_releasing_owner_does_not_count(tmp_path: Path) -> None:
     """Release removes the lock file; a process that opened it just before must notice that the file it then
     locked is no longer the one at the path (else two runs could each hold "the" lock)."""
-    from hf_optbench.runlock import _is_current
+    from hf_optbench.run.lock import _is_current
 
     path = tmp_path / RUN_LOCK_FILE
     path.write_text("")

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from hf_optbench import run as run_mod
-from hf_optbench.tracking import flat_hparams, tracker_config
+from hf_optbench.run import train as run_mod
+from hf_optbench.run.tracking import flat_hparams, tracker_config
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
@@ -127,7 +127,7 @@ def test_trackio_receives_the_flat_section() -> None:
     given a recording stand-in for the module; this checks our dispatch and payload, not trackio itself."""
     from transformers.integrations.integration_utils import TrackioCallback
 
-    from hf_optbench.tracking import _push_all
+    from hf_optbench.run.tracking import _push_all
 
     received: dict = {}
     config_store = SimpleNamespace(update=lambda d, allow_val_change=False: received.update(d))

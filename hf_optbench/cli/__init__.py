@@ -11,7 +11,7 @@ from hf_optbench.errors import OptBenchError, suggest
 
 # subcommand -> (module, function, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
-    "run": ("hf_optbench.run", "main", "one benchmark run from a recipe: hf-optbench run RECIPE.yaml [--key value]"),
+    "run": ("hf_optbench.run.train", "main", "one benchmark run from a recipe: hf-optbench run RECIPE.yaml [--key value]"),
     "validate": ("hf_optbench.cli.validate", "main", "check a recipe's keys and values without training"),
     "sweep": ("hf_optbench.cli.sweep", "main", "optimizers x sizes x seeds, one process per run, resumable"),
     "report": ("hf_optbench.cli.report", "main", "tables, plots and the scaling verdict of a sweep directory"),

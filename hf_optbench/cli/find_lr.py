@@ -1,4 +1,4 @@
-"""``hf-optbench find-lr RECIPE.yaml``: the LR range test (:func:`hf_optbench.lr_finder.lr_range_test`) on the
+"""``hf-optbench find-lr RECIPE.yaml``: the LR range test (:func:`hf_optbench.run.lr_finder.lr_range_test`) on the
 model, data, optimizer, micro-batch, accumulation and clipping a run of that recipe would use.
 
 It writes only its own folder (``--output``, default ``<output_dir>/lr_finder``), so it runs beside a finished run
@@ -97,9 +97,9 @@ def _range_test(cfg: Any, own: dict[str, Any]) -> tuple[Any, Any]:
     import torch
     from torch.utils.data import DataLoader
 
-    from hf_optbench.lr_finder import lr_range_test
     from hf_optbench.optim.registry import build_optimizer
-    from hf_optbench.run import prepare
+    from hf_optbench.run.lr_finder import lr_range_test
+    from hf_optbench.run.train import prepare
 
     targs = cfg.training
     print(f"find-lr: building the data and the {cfg.model.model_size} model of {cfg.recipe_path or 'the defaults'}",

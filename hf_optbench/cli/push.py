@@ -1,7 +1,7 @@
 """``hf-optbench push RUN_DIR --repo-id ID [--public] [--dry-run]``: stage, check and upload a run to the Hub.
 
 The token comes from ``HF_TOKEN`` or ``hf auth login`` (never from the command line: it would land in the shell
-history and the process list); the work is done by :mod:`hf_optbench.hub`. A token-like option (``--token``,
+history and the process list); the work is done by :mod:`hf_optbench.publish.hub`. A token-like option (``--token``,
 ``--hub-token``...) is refused by name, and no error message repeats the value of such an option or anything
 shaped like a token (argparse quotes the offending arguments in its errors).
 """
@@ -12,7 +12,7 @@ import sys
 
 from hf_optbench.cli import ArgumentParser
 from hf_optbench.errors import OptBenchError
-from hf_optbench.redact import is_secret_name, redact_text, secret_option_values
+from hf_optbench.publish.redact import is_secret_name, redact_text, secret_option_values
 
 
 class _RedactingParser(ArgumentParser):
@@ -35,7 +35,7 @@ def _refuse_token_options(argv: list[str]) -> None:
 
 
 def _parser(secrets: list[str] | None = None) -> ArgumentParser:
-    from hf_optbench.hub import DEFAULT_STAGE_DIRNAME
+    from hf_optbench.publish.hub import DEFAULT_STAGE_DIRNAME
 
     p = _RedactingParser(
         prog="hf-optbench push",
@@ -54,7 +54,7 @@ def _parser(secrets: list[str] | None = None) -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Stage and upload (or, with --dry-run, only stage and list) a run directory; 0 on success."""
-    from hf_optbench.hub import STAGE_MARKER, push_run, stage_upload_folder
+    from hf_optbench.publish.hub import STAGE_MARKER, push_run, stage_upload_folder
 
     argv = list(sys.argv[1:] if argv is None else argv)
     secrets = secret_option_values(argv)

@@ -38,7 +38,7 @@ def check_sweep_dir(sweep_dir: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Write the report files into --output (default SWEEP_DIR/report) and say where they are."""
     from hf_optbench.config.checks import check_writable_dir
-    from hf_optbench.study import report
+    from hf_optbench.study import analysis, report
 
     parser = ArgumentParser(prog="hf-optbench report", description=(report.__doc__ or "").split("\n\n")[0])
     parser.add_argument("sweep_dir", help="a sweep's output_dir (or any folder of run directories)")
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a tuning sweep (runs at lr multipliers) whose tuning curves the report shows "
                              "(default: SWEEP_DIR/tuning when it exists)")
     args = parser.parse_args(argv)
-    targets = report.parse_targets(args.target_loss)
+    targets = analysis.parse_targets(args.target_loss)
     check_sweep_dir(args.sweep_dir)
     check_writable_dir(args.output or Path(args.sweep_dir) / "report", "--output")
     tuning_dir = args.tuning_dir

@@ -14,7 +14,8 @@ def resolve_hyperparameters(cfg: RunConfig) -> dict[str, Any]:
     its weight decay where the tuning phase tuned it, for optimizers whose spec sets ``tune_weight_decay``: source
     "tuned: <file>" for each value the file gave), else the optimizer registry's cited default for this model size.
     Returns {key: {"value", "source"}} for the summary, with the optimizer's betas / eps beside them."""
-    from hf_optbench.optim.registry import is_dotted_path, lookup_tuned, optimizer_defaults
+    from hf_optbench.optim.dotted import is_dotted_path
+    from hf_optbench.optim.registry import lookup_tuned, optimizer_defaults
 
     if is_dotted_path(cfg.optim.optimizer):
         # No cited default exists for an arbitrary class: transformers' 5e-5 must not apply silently.

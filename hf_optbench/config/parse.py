@@ -101,7 +101,7 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "save_steps": 100,
     "save_total_limit": 2,
     "hub_private_repo": True,  # pushes are private unless the recipe says otherwise
-    "hub_strategy": "end",  # one upload after the run; every_save also uploads each checkpoint (hf_optbench.hub)
+    "hub_strategy": "end",  # one upload after the run; every_save also uploads each checkpoint (hf_optbench.publish.hub)
     "per_device_train_batch_size": 8,
     "per_device_eval_batch_size": 8,
     "max_steps": 200,

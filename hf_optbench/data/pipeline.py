@@ -31,29 +31,17 @@ from hf_optbench.data.cache import (
     write_blocks,
 )
 from hf_optbench.data.sources import (
-    THAI_SAMPLE_FILE,
-    LocalFiles,
     TextStream,
-    check_local_files,
-    expand_data_files,
-    iter_documents,
-    iter_local_documents,
     iter_texts,
     open_source,
-    resolve_local_files,
 )
-from hf_optbench.data.split import SPLITS, check_split_sizes, document_split, is_eval_document, text_file_hint
+from hf_optbench.data.split import SPLITS, check_split_sizes, document_split, text_file_hint
 from hf_optbench.errors import OptBenchError
 
 if TYPE_CHECKING:
     import datasets
     from transformers import PreTrainedTokenizerBase
 
-__all__ = [
-    "PIPELINE_VERSION", "THAI_SAMPLE_FILE", "DatasetBundle", "LocalFiles", "TextStream", "build_datasets",
-    "check_local_files", "check_model_vocab", "expand_data_files", "is_eval_document", "iter_documents",
-    "iter_local_documents", "iter_texts", "open_source", "prepare_data", "resolve_local_files",
-]
 
 PIPELINE_VERSION = 2  # bump when the packing/split/cache layout changes: it is part of every cache key (2: checksums, tuning split)
 _TOKENIZE_BATCH = 1000
@@ -384,4 +372,3 @@ def check_model_vocab(bundle: DatasetBundle, model_vocab_size: int) -> None:
         )
 
 
-build_datasets = prepare_data  # the name used in docs/ARCHITECTURE.md and hf_optbench.__init__

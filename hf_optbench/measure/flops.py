@@ -13,15 +13,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = [
-    "DEVICE_PEAK_FLOPS",
-    "device_peak_flops",
-    "flops_per_token",
-    "gpt2_matmul_params",
-    "model_flops_utilization",
-    "transformer_flops_per_token",
-]
-
 
 def transformer_flops_per_token(matmul_params: int, n_layer: int, n_embd: int, seq_len: int) -> float:
     """Training FLOPs per token, ``6 N + 12 L H Q T`` (PaLM appendix B; ``H * Q = n_embd``).

@@ -16,51 +16,6 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from hf_optbench.measure.flops import (
-    DEVICE_PEAK_FLOPS,
-    device_peak_flops,
-    flops_per_token,
-    gpt2_matmul_params,
-    model_flops_utilization,
-    transformer_flops_per_token,
-)
-from hf_optbench.measure.state_bytes import (
-    StateBytes,
-    count_unique_params,
-    grads_storage_bytes,
-    optimizer_state_bytes,
-    params_storage_bytes,
-    tensor_storage_bytes,
-    unwrap_optimizer,
-)
-
-__all__ = [
-    # re-exported from flops.py and state_bytes.py
-    "DEVICE_PEAK_FLOPS",
-    "StateBytes",
-    "count_unique_params",
-    "device_peak_flops",
-    "flops_per_token",
-    "gpt2_matmul_params",
-    "grads_storage_bytes",
-    "model_flops_utilization",
-    "optimizer_state_bytes",
-    "params_storage_bytes",
-    "tensor_storage_bytes",
-    "transformer_flops_per_token",
-    "unwrap_optimizer",
-    # defined here
-    "MAD_TO_SIGMA",
-    "RELATIVE_SCALE_FLOOR",
-    "Spike",
-    "SpikeDetector",
-    "TargetTracker",
-    "detect_spikes",
-    "median_and_p90",
-    "time_to_targets",
-    "trapezoid_auc",
-]
-
 # --------------------------------------------------------------------------------------------------------------
 # Spikes
 # --------------------------------------------------------------------------------------------------------------

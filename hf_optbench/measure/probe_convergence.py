@@ -71,7 +71,7 @@ class ConvergenceProbe(Probe):
 
     def on_eval_row(self, ctx: RunContext, rec: Record) -> None:
         rec.row["eval_perplexity"] = perplexity(rec.source.get("eval_loss"))
-        if "eval_accuracy" in rec.source:  # the Trainer's compute_metrics (hf_optbench.eval_metrics)
+        if "eval_accuracy" in rec.source:  # the Trainer's compute_metrics (hf_optbench.run.eval_metrics)
             rec.row["eval_accuracy"] = finite(rec.source["eval_accuracy"])
         self._observe_eval(rec.row)
 

@@ -63,9 +63,6 @@ from hf_optbench.measure.probe_timing import TimingProbe
 from hf_optbench.measure.runlog import RunLog
 from hf_optbench.rundir import METRICS_FILE, SUMMARY_FILE, read_summary, write_json_atomic
 
-__all__ = ["LOG_PREFIX", "METRICS_FILE", "SUMMARY_FILE", "OptBenchRecorder", "attach_callbacks",
-           "default_callbacks"]
-
 LOG_PREFIX = "optbench/"
 EVAL_PREFIX = "eval_"
 

@@ -13,17 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hf_optbench.optim.unwrap import innermost_optimizer, optimizer_chain
-
-__all__ = [
-    "StateBytes",
-    "count_unique_params",
-    "grads_storage_bytes",
-    "optimizer_state_bytes",
-    "params_storage_bytes",
-    "tensor_storage_bytes",
-    "unwrap_optimizer",
-]
+from hf_optbench.optim.unwrap import innermost_optimizer
 
 
 def _leaf_tensors(t: Any) -> Iterator[Any]:
@@ -112,7 +102,6 @@ _NOT_STATE_ATTRS = frozenset({"state", "param_groups", "defaults"})
 
 
 # The old name of optim.unwrap.optimizer_chain: one owner for the walk, so every caller stops at the same place.
-unwrap_optimizer = optimizer_chain
 
 
 def optimizer_state_bytes(optimizer: Any, model_params: Iterable[Any] | None = None) -> StateBytes:

@@ -48,12 +48,6 @@ from hf_optbench.optim.unwrap import innermost_optimizer
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "ALIASES", "CITATIONS", "FAMILIES", "OPTIMIZERS", "SIZE_CLASS", "SIZE_CLASSES", "OptimizerSpec",
-    "build_optimizer", "check_optimizer_kwargs", "check_zero_compatible", "describe_optimizer", "is_dotted_path", "is_schedule_free",
-    "lookup_tuned", "lr_grid", "optimizer_callbacks", "optimizer_defaults", "param_groups",
-    "resolve_optimizer_name", "size_class", "size_class_for_params",
-]
 
 # Modules of hf_optbench/optim/ that are not optimizer families; `*_impl` modules hold torch code of a family.
 _SHARED_MODULES = frozenset({"registry", "spec", "unwrap", "dotted", "schedules"})

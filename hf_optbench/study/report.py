@@ -25,18 +25,11 @@ from hf_optbench.study import tables_targets as TT
 from hf_optbench.study.analysis import (
     BASELINE,
     DERIVED_COLUMNS,
-    SUMMARY_COLUMNS,
     Analysis,
     analyse,
-    group,
-    load_runs,
-    parse_targets,
     write_summary_csv,
 )
 from hf_optbench.study.plots import write_plots
-
-__all__ = ["BASELINE", "DERIVED_COLUMNS", "SUMMARY_COLUMNS", "Analysis", "Doc", "analyse", "build_report", "group",
-           "load_runs", "parse_targets", "write_summary_csv"]
 
 
 class Doc:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
-from hf_optbench.redact import is_secret_name
+from hf_optbench.publish.redact import is_secret_name
 from hf_optbench.rundir import FINISHED_STATUSES, append_state
 from hf_optbench.study.launch import build_command, execute, prepare_run_dir, run_env, tail
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec

@@ -77,35 +77,25 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from hf_optbench.redact import REDACTED, public_env, scrub_secrets, secret_values
+from hf_optbench.publish.redact import REDACTED, public_env, scrub_secrets, secret_values
 from hf_optbench.rundir import (
     MANIFEST_FILE,
     STATE_FILE,
-    append_state,
     finished_status,
     read_state,
-    run_id_for,
     write_json_atomic,
     write_text_atomic,
 )
-from hf_optbench.study.launch import RUN_DIR_ENV, build_command, execute, kill_tree, run_env, run_local
+from hf_optbench.study.launch import build_command, run_local
 from hf_optbench.study.slurm import run_slurm
 from hf_optbench.study.sweep_spec import (
-    RunSpec,
     SweepSpec,
     attach_tuned_file,
     load_sweep,
     resolve_grid,
     validate_runs,
 )
-from hf_optbench.study.sweep_state import OOM_PATTERN, Progress, attempt_number, classify_outcome, sweep_lock
-
-# The sweep's names in one place (its parts live in sweep_spec, sweep_state, launch and slurm).
-__all__ = [
-    "MANIFEST_FILE", "OOM_PATTERN", "RUN_DIR_ENV", "STATE_FILE", "Progress", "RunSpec", "SweepSpec", "append_state",
-    "build_command", "classify_outcome", "execute", "finished_status", "kill_tree", "load_sweep", "read_state",
-    "run_env", "run_id_for", "run_sweep", "sweep_lock", "validate_runs",
-]
+from hf_optbench.study.sweep_state import Progress, attempt_number, sweep_lock
 
 
 def _redacted_copy(spec: SweepSpec, secrets: list[str]) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
-from hf_optbench.run_summary import CONCURRENT_RUNS_ENV, CPUS_ENV, SLOT_ENV
+from hf_optbench.run.summary import CONCURRENT_RUNS_ENV, CPUS_ENV, SLOT_ENV
 from hf_optbench.rundir import FINISHED_STATUSES, read_summary
 from hf_optbench.study.budget import world_size
 from hf_optbench.study.sweep_spec import RunSpec

@@ -37,7 +37,7 @@ import sys
 import time
 from typing import Any
 
-from hf_optbench.run_summary import CPUS_ENV
+from hf_optbench.run.summary import CPUS_ENV
 
 # transformers loads lazily: these names pull in what a run of hf_optbench.run uses (measured with -X importtime)
 _TRANSFORMERS_NAMES = ("Trainer", "TrainingArguments", "TrainerCallback", "GPT2Config", "GPT2LMHeadModel",

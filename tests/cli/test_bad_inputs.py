@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from hf_optbench import cli
-from hf_optbench import run as run_mod
+from hf_optbench.run import train as run_mod
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from hf_optbench import cli
-from hf_optbench import run as run_mod
+from hf_optbench.run import provenance
+from hf_optbench.run import train as run_mod
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
@@ -76,7 +77,7 @@ def test_require_clean_git_refuses_a_dirty_tree(tmp_path: Path, monkeypatch, cap
 
 
 def test_git_state_reads_this_checkout() -> None:
-    state = run_mod.git_state(ROOT)
+    state = provenance.git_state(ROOT)
     if state["commit"] is None:
         pytest.skip("not a git checkout")
     assert len(state["commit"]) == 40 and isinstance(state["dirty"], bool)

@@ -12,13 +12,9 @@ import pytest
 
 from hf_optbench.config.data_args import DataArguments
 from hf_optbench.data import pipeline as data_mod
-from hf_optbench.data.pipeline import (
-    check_model_vocab,
-    is_eval_document,
-    iter_documents,
-    prepare_data,
-    resolve_local_files,
-)
+from hf_optbench.data.pipeline import check_model_vocab, prepare_data
+from hf_optbench.data.sources import iter_documents, resolve_local_files
+from hf_optbench.data.split import is_eval_document
 from hf_optbench.data.tokenizers import load_tokenizer
 from hf_optbench.errors import OptBenchError
 

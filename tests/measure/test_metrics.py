@@ -11,7 +11,10 @@ import statistics
 import pytest
 import torch
 
+from hf_optbench.measure import flops as FL
 from hf_optbench.measure import metrics as M
+from hf_optbench.measure import state_bytes as SB
+from hf_optbench.optim.unwrap import optimizer_chain
 
 
 def _tiny_gpt2():
@@ -37,7 +40,7 @@ def test_adamw_fp32_state_is_two_moments_plus_step_per_tensor():
     model = _tiny_gpt2()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
     params = _one_step(model, opt)
-    got = M.optimizer_state_bytes(opt, params)
+    got = SB.optimizer_state_bytes(opt, params)
     numel = sum(p.numel() for p in params)
     # exp_avg + exp_avg_sq in fp32 (2 x 4 B per element) + a 0-d fp32 `step` tensor per parameter tensor
     assert got.total == 2 * 4 * numel + 4 * len(params)
@@ -52,7 +55,7 @@ def test_lion_state_is_exactly_one_moment():
     model = _tiny_gpt2()
     opt = Lion(model.parameters(), lr=1e-4)
     params = _one_step(model, opt)
-    got = M.optimizer_state_bytes(opt, params)
+    got = SB.optimizer_state_bytes(opt, params)
     assert got.total == 4 * sum(p.numel() for p in params)
     assert set(got.by_name) == {"exp_avg"}
 
@@ -70,7 +73,7 @@ def test_adafactor_state_is_factored_rows_and_columns():
         else:
             expected += 4 * p.numel()
         expected += 4  # the 0-d fp32 RMS tensor; `step` is a Python int (no tensor memory)
-    got = M.optimizer_state_bytes(opt, params)
+    got = SB.optimizer_state_bytes(opt, params)
     assert got.total == expected
     assert got.total < 0.2 * 4 * sum(p.numel() for p in params)
 
@@ -86,7 +89,7 @@ def test_bnb_adamw8bit_counts_uint8_states_absmax_shared_qmaps_and_small_fp32_st
     expected = sum(2 * p.numel() + 2 * 4 * math.ceil(p.numel() / 256) for p in big)  # state1/2 + absmax1/2
     expected += 2 * 256 * 4  # qmap1, qmap2: 256 fp32 each, one storage shared by every 8-bit tensor
     expected += sum(2 * 4 * p.numel() for p in small)  # tensors < 4096 elements keep fp32 state1/state2
-    got = M.optimizer_state_bytes(opt, params)
+    got = SB.optimizer_state_bytes(opt, params)
     assert got.total == expected
     assert got.total < 2 * 4 * sum(p.numel() for p in params)
     assert got.by_dtype["uint8"] == sum(2 * p.numel() for p in big)
@@ -100,7 +103,7 @@ def test_shared_storage_and_views_are_counted_once():
     opt.state[p0]["buf"] = base[:10]
     opt.state[p1]["buf"] = base[10:20]  # a view of the same 400-byte storage
     opt.state[p1]["other"] = [base, torch.zeros(3, dtype=torch.float16)]
-    got = M.optimizer_state_bytes(opt)
+    got = SB.optimizer_state_bytes(opt)
     assert got.total == 400 + 6
     assert got.by_dtype == {"float32": 400, "float16": 6}
 
@@ -129,7 +132,7 @@ def test_tensor_subclass_is_flattened_to_real_storage_not_logical_size():
     state = _Int8State(torch.zeros(64, 64, dtype=torch.int8), torch.zeros(64))
     opt.state[p]["exp_avg"] = state
     assert state.numel() * state.element_size() == 16384  # what a logical count would report
-    got = M.optimizer_state_bytes(opt)
+    got = SB.optimizer_state_bytes(opt)
     assert got.total == 4096 + 256
     assert got.by_dtype == {"int8": 4096, "float32": 256}
 
@@ -139,7 +142,7 @@ def test_state_outside_optimizer_state_is_counted_but_params_and_grads_are_not()
     p.grad = torch.zeros(8)
     opt = torch.optim.SGD([p], lr=0.1)
     opt.ema_buffers = {"ema": torch.zeros(5), "alias_of_param": p, "alias_of_grad": p.grad}
-    got = M.optimizer_state_bytes(opt)
+    got = SB.optimizer_state_bytes(opt)
     assert got.total == 20 and got.by_name == {"attr:ema_buffers": 20}
 
 
@@ -156,19 +159,8 @@ def test_wrappers_are_unwrapped_through_dot_optimizer():
     inner = torch.optim.AdamW(model.parameters(), lr=1e-3)
     wrapped = Wrapper(Wrapper(inner))
     params = _one_step(model, inner)
-    assert M.unwrap_optimizer(wrapped)[-1] is inner and len(M.unwrap_optimizer(wrapped)) == 3
-    assert M.optimizer_state_bytes(wrapped, params).total == M.optimizer_state_bytes(inner, params).total
-
-
-def test_metrics_keeps_every_name_of_the_split_modules():
-    """state_bytes.py and flops.py were split out of metrics.py: ``M.<name>`` keeps working for all of them."""
-    from hf_optbench.measure import flops, state_bytes
-    from hf_optbench.optim.unwrap import optimizer_chain
-
-    for module in (flops, state_bytes):
-        for name in module.__all__:
-            assert getattr(M, name) is getattr(module, name), name
-    assert M.unwrap_optimizer is optimizer_chain  # the old name of the one walk
+    assert optimizer_chain(wrapped)[-1] is inner and len(optimizer_chain(wrapped)) == 3
+    assert SB.optimizer_state_bytes(wrapped, params).total == SB.optimizer_state_bytes(inner, params).total
 
 
 def _free_port() -> int:
@@ -202,9 +194,9 @@ def test_deepspeed_zero2_partition_state_and_fp32_master_are_found(monkeypatch):
         loss = engine(torch.randn(2, 64)).sum()
         engine.backward(loss)
         engine.step()
-        chain = M.unwrap_optimizer(ds_opt)
+        chain = optimizer_chain(ds_opt)
         assert type(chain[0]).__name__ == "DeepSpeedZeroOptimizer" and chain[-1] is opt
-        got = M.optimizer_state_bytes(ds_opt, list(engine.module.parameters()))
+        got = SB.optimizer_state_bytes(ds_opt, list(engine.module.parameters()))
         assert got.total == 2 * 4 * numel + 4  # one flat partition: exp_avg, exp_avg_sq, step
         assert got.master_bytes == 4 * numel  # this rank's fp32 partition
     finally:
@@ -216,11 +208,11 @@ def test_params_grads_and_count_helpers():
     model = _tiny_gpt2()
     params = list(model.parameters())
     numel = sum(p.numel() for p in params)
-    assert M.count_unique_params(params + params) == numel
-    assert M.params_storage_bytes(params) == 4 * numel
-    assert M.grads_storage_bytes(params) == 0
+    assert SB.count_unique_params(params + params) == numel
+    assert SB.params_storage_bytes(params) == 4 * numel
+    assert SB.grads_storage_bytes(params) == 0
     model(input_ids=torch.zeros(1, 4, dtype=torch.long), labels=torch.zeros(1, 4, dtype=torch.long)).loss.backward()
-    assert M.grads_storage_bytes(params) == 4 * numel
+    assert SB.grads_storage_bytes(params) == 4 * numel
 
 
 # ---------------------------------------------------------------------------------------------- FLOPs / peaks
@@ -233,8 +225,8 @@ def test_gpt2_matmul_params_match_the_model_minus_position_table(n_inner):
     cfg = GPT2Config(n_layer=3, n_head=2, n_embd=16, vocab_size=50, n_positions=40, n_inner=n_inner)
     model = GPT2LMHeadModel(cfg)
     total = sum(p.numel() for p in model.parameters())  # tied wte counted once
-    assert M.gpt2_matmul_params(3, 16, 50, n_inner) == total - 40 * 16
-    fpt = M.flops_per_token(cfg, seq_len=32)
+    assert FL.gpt2_matmul_params(3, 16, 50, n_inner) == total - 40 * 16
+    fpt = FL.flops_per_token(cfg, seq_len=32)
     assert fpt == 6 * (total - 40 * 16) + 12 * 3 * 16 * 32
 
 
@@ -243,10 +235,10 @@ def test_flops_per_token_gpt2_124m_by_hand():
         n_layer, n_embd, vocab_size, n_inner = 12, 768, 50257, None
 
     n = 124_439_808 - 1024 * 768
-    assert M.gpt2_matmul_params(12, 768, 50257) == n
-    assert M.flops_per_token(Cfg, 1024) == 6 * n + 12 * 12 * 768 * 1024
+    assert FL.gpt2_matmul_params(12, 768, 50257) == n
+    assert FL.flops_per_token(Cfg, 1024) == 6 * n + 12 * 12 * 768 * 1024
     with pytest.raises(ValueError, match="GPT-2-style config"):
-        M.flops_per_token(object(), 10)
+        FL.flops_per_token(object(), 10)
 
 
 @pytest.mark.parametrize(
@@ -271,15 +263,15 @@ def test_flops_per_token_gpt2_124m_by_hand():
     ],
 )
 def test_device_peak_table(name, precision, expected):
-    assert M.device_peak_flops(name, precision) == expected
+    assert FL.device_peak_flops(name, precision) == expected
 
 
 def test_device_peak_rejects_unknown_precision_and_mfu():
     with pytest.raises(ValueError, match="precision"):
-        M.device_peak_flops("NVIDIA A100", "int8")
-    assert M.model_flops_utilization(1e9, 1e5, 312e12, 4) == pytest.approx(1e14 / (312e12 * 4))
-    assert M.model_flops_utilization(1e9, 1e5, None, 1) is None
-    assert M.model_flops_utilization(None, 1e5, 1e12, 1) is None
+        FL.device_peak_flops("NVIDIA A100", "int8")
+    assert FL.model_flops_utilization(1e9, 1e5, 312e12, 4) == pytest.approx(1e14 / (312e12 * 4))
+    assert FL.model_flops_utilization(1e9, 1e5, None, 1) is None
+    assert FL.model_flops_utilization(None, 1e5, 1e12, 1) is None
 
 
 # ---------------------------------------------------------------------------------------------- spikes

@@ -10,7 +10,6 @@ import torch
 
 from hf_optbench.cli.memory import main as cli_main
 from hf_optbench.errors import OptBenchError
-from hf_optbench.measure.metrics import optimizer_state_bytes as measured_state_bytes
 from hf_optbench.measure.planner import (
     GPUS,
     ParamShape,
@@ -22,6 +21,7 @@ from hf_optbench.measure.planner import (
     state_layout,
 )
 from hf_optbench.measure.planner_zero import zero_partitions
+from hf_optbench.measure.state_bytes import optimizer_state_bytes as measured_state_bytes
 from hf_optbench.models import GPT2_SIZES, build_model, count_parameters
 from hf_optbench.optim.registry import OPTIMIZERS, build_optimizer
 

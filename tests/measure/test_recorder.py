@@ -29,6 +29,7 @@ from transformers import (
 
 from hf_optbench.config.bench_args import BenchArguments
 from hf_optbench.errors import OptBenchError
+from hf_optbench.measure import flops as FL
 from hf_optbench.measure import metrics as M
 from hf_optbench.measure.recorder import OptBenchRecorder, attach_callbacks, default_callbacks
 
@@ -126,7 +127,7 @@ def test_plain_trainer_run_rows_memory_timing_and_targets(tmp_path):
     assert s["step_time_median_s"] == pytest.approx(statistics.median(timed), rel=1e-4)
     assert s["tokens_per_s"] == pytest.approx(BATCH * SEQ / s["step_time_median_s"])
     assert s["mfu"] is None and s["device_peak_flops"] is None  # CPU: no peak in the table
-    assert s["flops_per_token"] == M.flops_per_token(model.config, SEQ)  # derived from tokens_per_step
+    assert s["flops_per_token"] == FL.flops_per_token(model.config, SEQ)  # derived from tokens_per_step
     reached = s["targets"]["train"]["100.0"]  # smoothing 2: the first trailing mean exists at step 2
     assert (reached["step"], reached["tokens"]) == (2, 2 * BATCH * SEQ)
     assert reached["seconds"] == pytest.approx(train[1]["elapsed_s"], abs=1e-5)
@@ -417,7 +418,7 @@ def test_cuda_run_reports_allocator_peaks_and_mfu_from_the_table(tmp_path):
     assert s["cuda_max_reserved_bytes"] >= s["peak_memory_bytes"]
     assert s["device_name"] == torch.cuda.get_device_name(0)
     assert s["optimizer_state_bytes_by_device"] == {"cuda": s["optimizer_state_bytes"]}
-    peak = M.device_peak_flops(s["device_name"], s["precision"])
+    peak = FL.device_peak_flops(s["device_name"], s["precision"])
     assert (s["mfu"] is None) == (peak is None)
     if peak is not None:
         assert 0 < s["mfu"] < 1

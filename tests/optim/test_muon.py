@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from hf_optbench.errors import OptBenchError
-from hf_optbench.optim.muon import split_muon_params
-from hf_optbench.optim.registry import build_optimizer, param_groups
+from hf_optbench.optim.muon_impl import split_muon_params
+from hf_optbench.optim.registry import build_optimizer
+from hf_optbench.optim.spec import param_groups
 
 from fixtures.models import tiny_model
 

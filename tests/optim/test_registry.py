@@ -22,10 +22,10 @@ from hf_optbench.optim.registry import (
     lookup_tuned,
     optimizer_callbacks,
     optimizer_defaults,
-    param_groups,
     resolve_optimizer_name,
     size_class_for_params,
 )
+from hf_optbench.optim.spec import param_groups
 
 from fixtures.models import tiny_model
 
@@ -251,8 +251,8 @@ def test_lion_triton_is_refused_without_cuda_instead_of_exiting():
 
 
 def test_schedule_free_and_sophia_come_with_their_callbacks():
-    from hf_optbench.optim.schedule_free import ScheduleFreeModeCallback
-    from hf_optbench.optim.sophia import SophiaGHessianCallback
+    from hf_optbench.optim.schedule_free_impl import ScheduleFreeModeCallback
+    from hf_optbench.optim.sophia_impl import SophiaGHessianCallback
 
     assert is_schedule_free("schedule_free_adamw") and is_schedule_free("adamw_schedulefree")
     assert not is_schedule_free("adamw") and not is_schedule_free("torch.optim.RAdam")

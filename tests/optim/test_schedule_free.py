@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
 from hf_optbench.optim.registry import build_optimizer
-from hf_optbench.optim.schedule_free import ScheduleFreeModeCallback
+from hf_optbench.optim.schedule_free_impl import ScheduleFreeModeCallback
 from hf_optbench.optim.schedules import build_scheduler
 
 BETA1 = 0.9

@@ -9,7 +9,7 @@ from transformers import Trainer, TrainingArguments
 from transformers.optimization import get_constant_schedule
 
 from hf_optbench.optim.registry import build_optimizer
-from hf_optbench.optim.sophia import SophiaG, SophiaGHessianCallback, gnb_hessian_update
+from hf_optbench.optim.sophia_impl import SophiaG, SophiaGHessianCallback, gnb_hessian_update
 
 from fixtures.models import tiny_model
 

@@ -3,7 +3,7 @@ its own cores, the sharing recorded in every summary.json and flagged by the rep
 two runs in flight followed by a restart that loses and duplicates nothing, the slot plan, and bad values.
 
 The runs are a stand-in for ``hf_optbench.run`` (a small script taking the same arguments and writing
-metrics.jsonl + summary.json, the sharing record from :func:`hf_optbench.run_summary.sharing`), so the machinery
+metrics.jsonl + summary.json, the sharing record from :func:`hf_optbench.run.summary.sharing`), so the machinery
 (threads, processes, state file, kill, restart) runs for real in seconds. Overlap is proved by a barrier, never by
 timing: a run waits until the other run has started, so a sweep that ran them one after another would fail them.
 """
@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from hf_optbench import cli
-from hf_optbench.run_summary import sharing
+from hf_optbench.run.summary import sharing
 from hf_optbench.rundir import read_state
 from hf_optbench.study import launch, sweep_state, worker_client
 from hf_optbench.study.noise import by_seed, wallclock_note
@@ -58,7 +58,7 @@ with open(out / "metrics.jsonl", "a") as fh:
         fh.flush()
         while hold and os.path.exists(hold):
             time.sleep(0.05)
-from hf_optbench.run_summary import sharing
+from hf_optbench.run.summary import sharing
 summary = {"status": "completed", "optimizer": a.optimizer, "seed": a.seed, "final_eval_loss": 4.0,
            "began": began, "ended": time.time(), **sharing()}
 (out / "summary.json").write_text(json.dumps(summary))

@@ -24,7 +24,8 @@ from hf_optbench.config.parse import parse_args
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.registry import optimizer_defaults
 from hf_optbench.rundir import read_state
-from hf_optbench.study.sweep import load_sweep, run_sweep
+from hf_optbench.study.sweep import run_sweep
+from hf_optbench.study.sweep_spec import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_RUN = r'''

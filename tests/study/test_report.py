@@ -11,7 +11,8 @@ import pytest
 from hf_optbench.cli.report import main as cli_main
 from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import read_metrics
-from hf_optbench.study.report import analyse, build_report, load_runs, parse_targets
+from hf_optbench.study.analysis import analyse, load_runs, parse_targets
+from hf_optbench.study.report import build_report
 
 from fixtures.sweep_fixture import build_fixture_sweep
 

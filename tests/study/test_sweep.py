@@ -24,16 +24,11 @@ import yaml
 
 from hf_optbench.cli.sweep import main as cli_main
 from hf_optbench.errors import OptBenchError
-from hf_optbench.study.sweep import (
-    RUN_DIR_ENV,
-    append_state,
-    classify_outcome,
-    load_sweep,
-    read_state,
-    run_id_for,
-    run_sweep,
-    sweep_lock,
-)
+from hf_optbench.rundir import append_state, read_state, run_id_for
+from hf_optbench.study.launch import RUN_DIR_ENV
+from hf_optbench.study.sweep import run_sweep
+from hf_optbench.study.sweep_spec import load_sweep
+from hf_optbench.study.sweep_state import classify_outcome, sweep_lock
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_RUN = r'''

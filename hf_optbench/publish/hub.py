@@ -1,5 +1,5 @@
 """Share a run on the Hugging Face Hub: a checked upload folder, and the upload itself through ``huggingface_hub``.
-The model card comes from :mod:`hf_optbench.card`, the secret and pickle checks from :mod:`hf_optbench.redact`;
+The model card comes from :mod:`hf_optbench.publish.card`, the secret and pickle checks from :mod:`hf_optbench.publish.redact`;
 ``hf-optbench push`` is :mod:`hf_optbench.cli.push`.
 
     hf-optbench push runs/lion_gpt2_s0 --repo-id me/gpt2-lion-bench --dry-run   # stage + check, no network
@@ -31,15 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hf_optbench.card import build_model_card, progress_summary, write_model_card
 from hf_optbench.errors import OptBenchError
-from hf_optbench.redact import PICKLE_SUFFIXES, redact_text, scrub_secrets, upload_file_problems
+from hf_optbench.publish.card import build_model_card, progress_summary
+from hf_optbench.publish.redact import PICKLE_SUFFIXES, redact_text, scrub_secrets, upload_file_problems
 from hf_optbench.rundir import METRICS_FILE, SUMMARY_FILE, read_summary, write_json_atomic
-
-# write_model_card and scrub_secrets have lived here since the first release: still importable from hf_optbench.hub.
-__all__ = ["DEFAULT_STAGE_DIRNAME", "HubTarget", "build_model_card", "check_push_possible", "check_upload_folder",
-           "find_weights_dir", "hub_callbacks", "push_run", "scrub_secrets", "stage_upload_folder",
-           "trainer_arguments", "write_model_card"]
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +135,7 @@ def _new_stage_dir(dest: Path) -> None:
             )
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    (dest / STAGE_MARKER).write_text("made by hf_optbench.hub\n", encoding="utf-8")
+    (dest / STAGE_MARKER).write_text("made by hf_optbench.publish.hub\n", encoding="utf-8")
 
 
 def _assemble(run_dir: Path, dest: Path, source: Path, *, with_summary: bool) -> None:

@@ -34,7 +34,7 @@ def _write_config(cfg: RunConfig, out: Path, hparams: dict[str, Any]) -> None:
     """config.yaml: every resolved value and where each hyperparameter came from, secrets removed."""
     import yaml
 
-    from hf_optbench.redact import scrub_secrets
+    from hf_optbench.publish.redact import scrub_secrets
 
     resolved = scrub_secrets(cfg.to_dict())
     resolved["_hyperparameter_sources"] = {k: v["source"] for k, v in hparams.items()}

@@ -278,7 +278,7 @@ def _ramp(model: torch.nn.Module, opt: torch.optim.Optimizer, source: Iterator, 
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         opt.step()
         if sophia and (step + 1) % opt.gnb_update_period == 0:
-            from hf_optbench.optim.sophia import gnb_hessian_update
+            from hf_optbench.optim.sophia_impl import gnb_hessian_update
 
             ids = inputs["input_ids"]
             gnb_hessian_update(model, opt, ids, tokens_per_step=ids.numel() * accumulation_steps,

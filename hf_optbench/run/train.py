@@ -5,17 +5,17 @@
     hf-optbench run recipes/quickstart_cpu.yaml
 
 The optimizer and schedule are built here and handed to a stock ``transformers.Trainer`` through its own hooks
-(``optimizer_cls_and_kwargs``, and ``lr_scheduler_type`` set to the same schedule; see :mod:`hf_optbench.trainer`),
+(``optimizer_cls_and_kwargs``, and ``lr_scheduler_type`` set to the same schedule; see :mod:`hf_optbench.run.trainer`),
 which survive DeepSpeed's re-initialisation; there is no Trainer subclass. Our measurement callbacks are attached
 with :func:`hf_optbench.measure.recorder.attach_callbacks`, ahead of the report_to integrations.
 
 :func:`train` is a sequence of named steps, one job each. Elsewhere in the run layer: what is checked before
 transformers is imported (no other run owns output_dir, the hardware fits the precision) in
-:mod:`hf_optbench.preflight` with the directory lock in :mod:`hf_optbench.runlock`, the training time over a
-killed-and-resumed run's processes in :mod:`hf_optbench.segments`, the output_dir set-up
-(resume, overwrite, config.yaml) in :mod:`hf_optbench.run_output`, summary.json in :mod:`hf_optbench.run_summary`,
-code and environment provenance in :mod:`hf_optbench.provenance`, the model card in :mod:`hf_optbench.card` and
-the upload in :mod:`hf_optbench.hub`. Missing hyperparameters are filled by
+:mod:`hf_optbench.run.preflight` with the directory lock in :mod:`hf_optbench.run.lock`, the training time over a
+killed-and-resumed run's processes in :mod:`hf_optbench.run.segments`, the output_dir set-up
+(resume, overwrite, config.yaml) in :mod:`hf_optbench.run.output`, summary.json in :mod:`hf_optbench.run.summary`,
+code and environment provenance in :mod:`hf_optbench.run.provenance`, the model card in :mod:`hf_optbench.publish.card` and
+the upload in :mod:`hf_optbench.publish.hub`. Missing hyperparameters are filled by
 :func:`hf_optbench.config.hparams.resolve_hyperparameters`.
 """
 
@@ -30,26 +30,20 @@ from typing import Any
 
 from hf_optbench.config.hparams import resolve_hyperparameters
 from hf_optbench.config.parse import RunConfig, parse_args
-from hf_optbench.console import ConsoleProgress
 from hf_optbench.errors import OptBenchError
-from hf_optbench.hub import check_push_possible, hub_callbacks, trainer_arguments
-from hf_optbench.preflight import own_output_dir, preflight
-from hf_optbench.provenance import environment, git_state
-from hf_optbench.run_output import (
+from hf_optbench.publish.hub import check_push_possible, hub_callbacks, trainer_arguments
+from hf_optbench.run.console import ConsoleProgress
+from hf_optbench.run.lock import RunLock, is_launch_main_process
+from hf_optbench.run.output import (
     finished_run_summary,
     prepare_output_dir,
     print_result,
     resolve_resume,
-    resolve_resume_checkpoint,
 )
-from hf_optbench.run_summary import build_summary, finish_summary, record_failure
+from hf_optbench.run.preflight import own_output_dir, preflight
+from hf_optbench.run.provenance import git_state
+from hf_optbench.run.summary import build_summary, finish_summary, record_failure
 from hf_optbench.rundir import FINISHED_STATUSES, write_json_atomic
-from hf_optbench.runlock import RunLock, is_launch_main_process
-
-# environment, git_state and resolve_hyperparameters live elsewhere but are part of this module's API (sweeps
-# and find-lr import them from here; tests replace run.git_state).
-__all__ = ["ConsoleProgress", "Prepared", "environment", "exit_process", "git_state", "main", "prepare",
-           "resolve_hyperparameters", "resolve_resume_checkpoint", "train"]
 
 
 @dataclass
@@ -173,7 +167,7 @@ def tokens_per_optimizer_step(cfg: RunConfig) -> int:
 def _build_callbacks(cfg: RunConfig, out: Path, model: Any, optimizer: Any, tokens_per_step: int,
                      resume: Any) -> tuple[list[Any], Any]:
     """(callbacks, the recorder among them): measurements, the optimizer's own callbacks, console progress."""
-    from hf_optbench.measure.metrics import flops_per_token
+    from hf_optbench.measure.flops import flops_per_token
     from hf_optbench.measure.recorder import default_callbacks
     from hf_optbench.optim.registry import optimizer_callbacks
 
@@ -188,23 +182,23 @@ def _build_callbacks(cfg: RunConfig, out: Path, model: Any, optimizer: Any, toke
 
 def _build_trainer(cfg: RunConfig, prepared: Prepared, optimizer: Any, scheduler: Any, callbacks: list[Any]) -> Any:
     """A stock Trainer: our optimizer through ``optimizer_cls_and_kwargs`` and our schedule through
-    TrainingArguments (both survive DeepSpeed's re-init, :mod:`hf_optbench.trainer`), eval accuracy
-    (:mod:`hf_optbench.eval_metrics`), our callbacks before the report_to integrations (``attach_callbacks``: they
+    TrainingArguments (both survive DeepSpeed's re-init, :mod:`hf_optbench.run.trainer`), eval accuracy
+    (:mod:`hf_optbench.run.eval_metrics`), our callbacks before the report_to integrations (``attach_callbacks``: they
     then receive the optbench/ figures) and the ``hf_optbench`` tracker config after them
-    (:mod:`hf_optbench.tracking`); transformers' per-step printers removed."""
+    (:mod:`hf_optbench.run.tracking`); transformers' per-step printers removed."""
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from hf_optbench.eval_metrics import eval_metric_kwargs
     from hf_optbench.measure.recorder import attach_callbacks
-    from hf_optbench.tracking import attach_tracker_config, tracker_config
-    from hf_optbench.trainer import stock_trainer_kwargs
+    from hf_optbench.run.eval_metrics import eval_metric_kwargs
+    from hf_optbench.run.tracking import attach_tracker_config, tracker_config
+    from hf_optbench.run.trainer import stock_trainer_kwargs
 
     given = stock_trainer_kwargs(cfg.training, optimizer, scheduler)  # also sets args.optim / lr_scheduler_type
     has_eval = prepared.eval_dataset is not None and len(prepared.eval_dataset) > 0
     trainer = Trainer(
         model=prepared.model,
-        args=trainer_arguments(cfg.training),  # push_to_hub off: only hf_optbench.hub uploads (the staged set)
+        args=trainer_arguments(cfg.training),  # push_to_hub off: only hf_optbench.publish.hub uploads (the staged set)
         train_dataset=prepared.train_dataset,
         eval_dataset=prepared.eval_dataset,
         data_collator=prepared.data_collator,
@@ -264,7 +258,7 @@ def _train_and_record(trainer: Any, prepared: Prepared, recorder: Any, optimizer
                       segments: Any) -> None:
     """Train, and write summary.json (to ``summary_path``, main process) whatever happens: a failure is recorded,
     then re-raised, so the run's measurements so far are kept on disk. ``train_runtime_s`` is the whole run's:
-    the sum of its segments (every process that trained it, see :mod:`hf_optbench.segments`)."""
+    the sum of its segments (every process that trained it, see :mod:`hf_optbench.run.segments`)."""
     started = time.time()
     segments.start_clock()
     try:
@@ -286,13 +280,13 @@ def _publish(cfg: RunConfig, out: Path) -> None:
     """Main process only: the model card (README.md) and, with push_to_hub, the upload."""
     args = cfg.training
     if cfg.run.write_model_card:
-        from hf_optbench.card import write_model_card
+        from hf_optbench.publish.card import write_model_card
 
         write_model_card(out)
     if args.push_to_hub:
         # Our own upload of the staged set (safetensors weights, config, tokenizer, card, metrics, summary; never
         # training_args.bin, which pickles the arguments) rather than trainer.push_to_hub(), which uploads output_dir.
-        from hf_optbench.hub import check_push_possible, push_run
+        from hf_optbench.publish.hub import check_push_possible, push_run
 
         target = check_push_possible(args, out)
         push_run(out, target.repo_id, private=target.private, revision=target.revision, owner_from_token=True)
@@ -310,7 +304,7 @@ def _teardown_distributed() -> None:
 def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     """Run one benchmark run and return its summary (also written to ``output_dir/summary.json``). The main
     process owns output_dir for the whole run (``lock``, or one taken here before any data or model work)."""
-    from hf_optbench.segments import SegmentRecorder
+    from hf_optbench.run.segments import SegmentRecorder
 
     args = cfg.training
     out = Path(args.output_dir)
@@ -392,7 +386,3 @@ def exit_process(code: int) -> None:
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
-
-
-if __name__ == "__main__":
-    exit_process(main())

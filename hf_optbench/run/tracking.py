@@ -4,7 +4,7 @@ hyperparameter with its source, and the schedule that ran.
 Why: those trackers build their config from ``TrainingArguments`` (``args.to_dict()``), whose ``optim`` and
 ``lr_scheduler_type`` say nothing of an optimizer handed to the Trainer (a Lion run with the GPT-3 cosine showed
 ``optim: adamw_torch_fused, lr_scheduler_type: linear``). ``hf_optbench.run`` sets those two fields to honest values
-(``hf_optbench.trainer``), and :func:`attach_tracker_config` pushes an ``hf_optbench`` section to every active
+(``hf_optbench.run.trainer``), and :func:`attach_tracker_config` pushes an ``hf_optbench`` section to every active
 ``report_to`` integration at train begin, through the run objects transformers' integration callbacks set up:
 
 * W&B: ``wandb.run.config["hf_optbench"]`` (a nested dict: ``hf_optbench.optimizer``, ``hf_optbench.schedule.name``...);
@@ -22,8 +22,6 @@ from typing import Any
 
 from transformers import TrainerCallback
 from transformers.integrations import integration_utils as iu
-
-__all__ = ["SECTION", "TrackerConfigCallback", "attach_tracker_config", "flat_hparams", "tracker_config"]
 
 SECTION = "hf_optbench"
 # Scalars the TensorBoard callback logs (transformers' rewrite_logs names), shown beside the hparams.

@@ -17,7 +17,7 @@ from typing import Any
 
 from hf_optbench.config.parse import RunConfig, load_recipe
 from hf_optbench.errors import OptBenchError
-from hf_optbench.runlock import RunLock, acquire_run_lock, check_not_busy, is_launch_main_process
+from hf_optbench.run.lock import RunLock, acquire_run_lock, check_not_busy, is_launch_main_process
 
 # The keys read here; any other is left to parse_args.
 PREFLIGHT_KEYS = ("output_dir", "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "use_cpu", "torch_compile")

@@ -12,7 +12,7 @@ import time
 import traceback
 from typing import Any
 
-from hf_optbench.provenance import environment
+from hf_optbench.run.provenance import environment
 
 # Set by a local sweep on each run it starts (hf_optbench.study.sweep_state.Slot): how many runs it runs at once on
 # this machine (launcher.jobs), which slot this run took, and the cores that slot is pinned to.

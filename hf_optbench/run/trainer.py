@@ -24,9 +24,6 @@ from typing import Any
 
 from hf_optbench.errors import OptBenchError
 
-__all__ = ["OptimizerFactory", "optim_label", "schedule_training_args", "stock_trainer_kwargs", "trainer_optimizer",
-           "training_args_for_schedule"]
-
 
 def _trainable_ids(params: Any) -> set[int]:
     return {id(p) for p in params if getattr(p, "requires_grad", True)}

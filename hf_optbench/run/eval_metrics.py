@@ -17,10 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["METRIC_DIR", "NextTokenAccuracy", "eval_metric_kwargs", "load_accuracy_metric",
-           "preprocess_logits_for_metrics"]
-
-METRIC_DIR = Path(__file__).resolve().parent / "resources" / "metrics" / "next_token_accuracy"
+METRIC_DIR = Path(__file__).resolve().parents[1] / "resources" / "metrics" / "next_token_accuracy"
 IGNORE_INDEX = -100  # transformers' label for positions without a loss
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hf_optbench.redact import scrub_secrets
+from hf_optbench.publish.redact import scrub_secrets
 from hf_optbench.rundir import CONFIG_FILE, read_metrics, read_summary, write_text_atomic
 
 # The project's license (pyproject.toml): the weights are this code's output. Hub license ids are lower case.
