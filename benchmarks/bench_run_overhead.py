@@ -5,7 +5,7 @@ launchers, GPU machines) against a fork of the warm worker (``launcher.type: pyt
     python benchmarks/bench_run_overhead.py --pairs 3 --json
 
 Each run is the demo's tiny shape (recipes/quickstart_cpu.yaml with recipes/sweeps/cpu_demo.yaml's overrides), one
-step and one evaluation, started exactly as the sweep starts it (launch.execute / WarmWorker.execute, the sweep's
+step and one evaluation, started exactly as the sweep starts it (processes.execute / WarmWorker.execute, the sweep's
 environment). Overhead = the run's wall time from launch to exit minus its own training and evaluation: summary.json
 ``train_runtime_s`` (the whole trainer.train() call, with its in-loop evaluation and checkpoint save) plus the
 ``eval_runtime`` of evaluations logged after training ended. What is left is start-up, imports, data preparation,
@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hf_optbench.study.launch import RUN_DIR_ENV, execute, kill_tree  # noqa: E402
+from hf_optbench.study.processes import RUN_DIR_ENV, execute, kill_tree  # noqa: E402
 from hf_optbench.study.worker_client import WarmWorker, unavailable_reason  # noqa: E402
 
 RECIPE = str(ROOT / "recipes" / "quickstart_cpu.yaml")

@@ -54,6 +54,16 @@ def resolve_size(name: str) -> str:
     return key
 
 
+def check_block_size(block_size: int, n_positions: int) -> None:
+    """A training block must fit the model's position table (the one rule: the CLI's checks and
+    ``data.pipeline.prepare_data`` both call it)."""
+    if block_size > n_positions:
+        raise OptBenchError(
+            f"block_size {block_size} is larger than the model's n_positions {n_positions}: lower block_size to "
+            f"<= {n_positions}, or raise n_positions."
+        )
+
+
 def padded_vocab_size(vocab_size: int, multiple: int) -> int:
     """``vocab_size`` rounded up to ``multiple`` (nanoGPT pads GPT-2's 50257 to 50304 for faster matmuls)."""
     if multiple <= 1:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +24,9 @@ METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
 STATE_FILE = "sweep_state.jsonl"
 MANIFEST_FILE = "sweep_manifest.json"
+TUNED_FILE = "tuned_hparams.yaml"  # what a sweep's tuning phase selected; every comparison run reads it
+STDOUT_FILE = "stdout.log"  # a sweep run's console output
+TRAINER_STATE_FILE = "trainer_state.json"  # transformers' own, in the run directory and each checkpoint
 
 # A run's final status in summary.json. FINISHED: the run did what it was asked (a divergence is a result, not a
 # failure). FINAL: it will not change on its own (a sweep does not re-launch it unless asked).
@@ -37,10 +41,15 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     owner of the write-then-rename pattern: a reader (a sweep refreshing summary.csv while the report reads it)
     sees the old file or the new one, never half of one."""
     path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp{path.suffix}")
+    # unique per process and call: three `report`s of one directory at once each write their own temporary file
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}{path.suffix}")
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.filename is None:  # a full disk on write() names no file: name the one being written
+            exc.filename = str(path)
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -176,6 +185,7 @@ def finished_status(run_dir: Path, rows: Sequence[dict[str, Any]], run_id: str) 
 RUN_LOCK_FILE = "run.lock"  # the flock that makes one process the owner of a run directory (hf_optbench.run.lock)
 SEGMENTS_FILE = "train_segments.json"  # one entry per training process of the run (hf_optbench.run.segments)
 TORN_CHECKPOINTS_DIR = "torn_checkpoints"  # checkpoints a kill tore mid-save, kept out of checkpoint-* rotation
+IDENTITY_FILE = "run_identity.json"  # the settings that decide the result; a resume must match (run.identity)
 
 
 def read_segments(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:

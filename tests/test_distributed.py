@@ -165,3 +165,32 @@ def test_gpu_config_trains_with_our_optimizer(tmp_path: Path, config: str, preci
     assert "Lion" in summary["optimizer_impl"]  # DeepSpeed must not swap in its own AdamW
     assert summary["peak_memory_kind"] == "cuda_max_allocated"
     assert summary["optimizer_state_bytes_total"] >= summary["optimizer_state_bytes"] > 0
+
+
+def _readme_command(config: str) -> list[str]:
+    """The launch command of ``config``'s row in accelerate_configs/README.md, as its words."""
+    import shlex
+
+    for line in (ROOT / "accelerate_configs" / "README.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] == f"`{config}`":
+            return shlex.split(cells[4].strip("`"))
+    raise AssertionError(f"accelerate_configs/README.md has no row for {config}")
+
+
+def test_the_readme_two_process_command_runs_as_written(tmp_path: Path) -> None:
+    """The cpu_ddp2 row's command word for word (with the recipe's eval batch it ended in a torch elastic
+    traceback: 4 validation blocks < 2 processes x 4), run in a directory that links the repository's recipes and
+    configs, so that the recipe's relative output_dir lands there and not in the checkout."""
+    cmd = _readme_command("cpu_ddp2.yaml")
+    assert cmd[:2] == ["accelerate", "launch"]
+    cmd[0] = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
+    for name in ("accelerate_configs", "recipes"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=dict(_env(), HF_OPTBENCH_CACHE=str(tmp_path / "cache")),
+                          capture_output=True, text=True, timeout=500)
+    assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-5000:]}"
+    (run_dir,) = {p.parent for p in tmp_path.glob("runs/*/summary.json")}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["world_size"] == 2
+    assert summary["final_eval_loss"] is not None

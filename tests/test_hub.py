@@ -115,6 +115,27 @@ def test_model_card_carries_the_benchmark_summary(tmp_path: Path) -> None:
         assert expected in text, expected
 
 
+def test_model_card_says_what_ran_and_how_to_rerun_it(tmp_path: Path) -> None:
+    """The setup table holds the optimizer's values as it ran them (per group where groups differ), a 12 ms median
+    step reads as such (not "0.0 s"), and Reproduce is the run's own config.yaml."""
+    import yaml
+
+    ran = {**SUMMARY, "step_time_median_s": 0.0123, "weight_decay": 0.3,
+           "hyperparameters": {"learning_rate": {"value": 1e-4, "source": "user"},
+                               "weight_decay": {"value": 0.3, "source": "cited"},
+                               "betas": {"value": [0.9, 0.99], "source": "cited"},
+                               "max_grad_norm": {"value": 1.0, "source": "cited"}},
+           "param_groups": [{"lr": 1e-4, "weight_decay": 0.3, "tensors": 10},
+                            {"lr": 1e-4, "weight_decay": 0.0, "tensors": 18}]}
+    run = _fake_run(tmp_path, summary=ran)
+    (run / "config.yaml").write_text(yaml.safe_dump({"output_dir": "runs/tiny_lion", "optimizer": "lion"}))
+    text = card_mod.write_model_card(run).read_text()
+    assert "| median step time | 0.0123 s |" in text
+    assert "| weight decay | 0.3 on 10 tensors, 0 on 18 tensors |" in text
+    assert "| optimizer hyperparameters | betas [0.9, 0.99], max_grad_norm 1.0 |" in text
+    assert "hf-optbench run runs/tiny_lion/config.yaml --output_dir runs/tiny_lion_rerun" in text
+
+
 def test_model_card_with_missing_figures_says_na(tmp_path: Path) -> None:
     run = _fake_run(tmp_path, summary={"optimizer": "adamw", "model_size": "tiny", "status": "failed",
                                        "final_eval_loss": None, "mfu": None})
@@ -151,9 +172,11 @@ def test_model_card_follows_the_hub_conventions_for_mc4_thai(tmp_path: Path) -> 
     assert results[0].dataset_name == "mC4 Thai (allenai/c4, config th)"
     assert results[0].dataset_args == {"split_seed": 1234, "eval_tokens": 8192, "block_size": 128}
     metrics = {r.metric_type: r.metric_value for r in results}
-    assert metrics == {"loss": pytest.approx(5.6789), "perplexity": pytest.approx(math.exp(5.6789)),
-                       "tokens": 40960, "parameters": 123456, "optimizer_state_bytes": 493824,
-                       "peak_memory_bytes": 3 * 2**30}
+    # evaluation results only; tokens, parameters and bytes are training facts, in the hf_optbench block
+    assert metrics == {"loss": pytest.approx(5.6789), "perplexity": pytest.approx(math.exp(5.6789))}
+    facts = meta["hf_optbench"]
+    assert (facts["tokens_seen"], facts["num_params"], facts["optimizer_state_bytes_total"],
+            facts["peak_memory_bytes"]) == (40960, 123456, 493824, 3 * 2**30)
     assert all(r.metric_args == {"optimizer": "lion", "model_size": "tiny"} for r in results)
     assert "lion" in results[0].task_name and "tiny" in results[0].task_name
 
@@ -254,6 +277,30 @@ def test_check_flags_pickles_by_content_whatever_the_name(tmp_path: Path) -> Non
     assert any(p.startswith("notes.txt: holds a pickle") for p in problems)
     assert any(p.startswith("vocab.json: holds a pickle") for p in problems)
     assert not any(p.startswith("ok.json") for p in problems)
+
+
+def test_check_flags_every_pickle_protocol_by_content_and_passes_ordinary_files(tmp_path: Path) -> None:
+    """Protocols 0 and 1 are text-like opcodes (no 0x80 byte in front): a stream of them is a pickle too, small or
+    larger than the bytes the check parses. Text, JSON, Markdown and safetensors beside them still pass."""
+    import pickle
+
+    import torch
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "f"
+    folder.mkdir()
+    for protocol in range(6):
+        (folder / f"notes{protocol}.txt").write_bytes(pickle.dumps({"lr": 3e-4, "betas": [0.9, 0.95]}, protocol))
+        (folder / f"big{protocol}.txt").write_bytes(pickle.dumps(["x" * 1000] * 2000, protocol))  # ~2 MB
+    texts = {"notes.txt": "hello world\n", "config.json": '{"n_layer": 2}', "README.md": "---\nlicense: mit\n---\n",
+             "merges.txt": "#version: 0.2\nG t\n", "empty.txt": "", "numbers.txt": "12345\n", "aside.txt": "(see it)\n",
+             "chat_template.jinja": "{% for m in messages %}{{ m }}{% endfor %}"}
+    for name, text in texts.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    save_file({"w": torch.zeros(64, 64)}, str(folder / "model.safetensors"))
+    problems = hub.check_upload_folder(folder, token=None)
+    flagged = sorted(p.split(":")[0] for p in problems if "holds a pickle" in p)
+    assert flagged == sorted(f"{kind}{n}.txt" for kind in ("notes", "big") for n in range(6)), problems
 
 
 def test_stage_needs_safetensors_weights(tmp_path: Path) -> None:

@@ -48,7 +48,9 @@ def test_run_directory_holds_the_promised_files(finished_run: Path) -> None:
     assert 0 < summary["num_params"] < 2_000_000
     assert math.isfinite(summary["final_train_loss"]) and math.isfinite(summary["final_eval_loss"])
     assert summary["train_runtime_s"] > 0
-    assert summary["train_segments"] == [{"start_step": 0, "end_step": 6, "runtime_s": summary["train_runtime_s"]}]
+    assert summary["train_segments"] == [{"start_step": 0, "end_step": 6, "runtime_s": summary["train_runtime_s"],
+                                          "startup_s": summary["startup_s"]}]
+    assert summary["startup_s"] >= 0  # one-time start-up inside train(), timed apart from training
     assert summary["final_tuning_loss"] is None  # no tuning split asked for
     assert summary["optimizer_state_bytes"] > 0
     assert summary["env"]["packages"]["transformers"]

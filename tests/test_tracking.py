@@ -39,7 +39,10 @@ def _check_section(section: dict) -> None:
     hp = section["hyperparameters"]
     assert {"learning_rate", "weight_decay", "max_grad_norm", "betas"} <= set(hp)
     assert all(entry["source"] for entry in hp.values())
-    assert section["constructor"]["betas"] == [0.9, 0.99] and section["model_size"] == "tiny"
+    # the values Lion ran with (its groups), not torch's optimizer.defaults (weight_decay 0.0 there)
+    assert hp["betas"]["value"] == [0.9, 0.99] and hp["weight_decay"]["value"] == 0.3
+    assert [g["weight_decay"] for g in section["param_groups"]] == [0.3, 0.0]
+    assert "constructor" not in section and section["model_size"] == "tiny"
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +68,9 @@ def test_tensorboard_args_text_names_lion_and_the_cosine(tensorboard_run: dict) 
     assert args["optim"] == "hf_optbench:lion"  # not transformers' default adamw_torch_fused
     assert args["lr_scheduler_type"] == "cosine_with_min_lr"  # not "linear"
     assert args["lr_scheduler_kwargs"] == {"min_lr_rate": 0.1, "num_cycles": 0.5}
+    # Lion's own values, not transformers' defaults (5e-05, 0.0, 0.999)
+    assert (args["learning_rate"], args["weight_decay"]) == (3.33e-4, 0.3)
+    assert (args["adam_beta1"], args["adam_beta2"]) == (0.9, 0.99)
 
 
 def test_tensorboard_holds_the_hf_optbench_config_and_hparams(tensorboard_run: dict) -> None:
@@ -79,7 +85,9 @@ def test_tensorboard_holds_the_hf_optbench_config_and_hparams(tensorboard_run: d
     assert hparams["hf_optbench/optimizer"].string_value == "lion"
     assert hparams["hf_optbench/optimizer_impl"].string_value.startswith("lion_pytorch")
     assert hparams["hf_optbench/schedule/name"].string_value == "gpt3_cosine"
-    assert hparams["hf_optbench/hyperparameters/learning_rate/value"].number_value > 0
+    assert hparams["hf_optbench/hyperparameters/learning_rate/value"].number_value == pytest.approx(3.33e-4)
+    assert hparams["hf_optbench/hyperparameters/weight_decay/value"].number_value == pytest.approx(0.3)
+    assert "hf_optbench/constructor/weight_decay" not in hparams  # torch's defaults, not what ran
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
     assert {m.name.tag for m in experiment.metric_infos} == {"train/loss", "eval/loss", "eval/accuracy"}
 
@@ -119,6 +127,7 @@ def test_wandb_run_config_names_lion_and_the_cosine(tmp_path, monkeypatch) -> No
         wandb.finish()
     assert placement == []
     assert config["optim"] == "hf_optbench:lion" and config["lr_scheduler_type"] == "cosine_with_min_lr"
+    assert (config["weight_decay"], config["adam_beta2"]) == (0.3, 0.99)
     _check_section(config["hf_optbench"])
 
 
@@ -146,15 +155,18 @@ def test_tracker_config_of_a_built_optimizer_and_schedule() -> None:
 
     from hf_optbench.optim.registry import build_optimizer
     from hf_optbench.optim.schedules import build_scheduler
+    from hf_optbench.run.what_ran import what_ran
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
-    opt = build_optimizer("lion", model, model_size="tiny")
+    opt = build_optimizer("lion", model, model_size="tiny", lr=1e-4)
     sched = build_scheduler("wsd", opt, num_training_steps=10, warmup_steps=2)
-    section = tracker_config(opt, sched, hparams={"learning_rate": {"value": 1e-4, "source": "user"}},
-                             extra={"seed": 3})
+    record = what_ran(opt, sched, hparams={"learning_rate": {"value": 1e-4, "source": "user"}})
+    section = tracker_config(record, extra={"seed": 3})
     assert section["optimizer"] == "lion" and section["schedule"]["name"] == "wsd"
     assert [g["tensors"] for g in section["param_groups"]] == [1, 3]  # matrices decay; bias and LayerNorm not
     assert section["param_groups"][1]["weight_decay"] == 0.0 and section["seed"] == 3
+    assert section["hyperparameters"]["learning_rate"] == {"value": 1e-4, "source": "user"}
+    assert section["hyperparameters"]["weight_decay"]["value"] == 0.3  # the decayed group's, not defaults' 0.0
     json.dumps(section)  # plain values only
     flat = flat_hparams(section)
     assert all(isinstance(v, (str, int, float, bool)) for v in flat.values())

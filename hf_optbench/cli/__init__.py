@@ -4,7 +4,9 @@ second (torch + transformers take 5-10 s to import on this class of machine)."""
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 
 from hf_optbench.errors import OptBenchError, suggest
@@ -23,6 +25,20 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "data": ("hf_optbench.cli.data", "main", "data tools: difficulty (gzip ratio, alpha calibration)"),
     "push": ("hf_optbench.cli.push", "main", "stage (and upload) a run directory to the Hugging Face Hub"),
 }
+
+
+# A write that failed for want of room or of a writable filesystem: what is wrong with the disk, by errno.
+DISK_ERRORS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+               errno.EROFS: "the filesystem is read-only"}
+
+
+def disk_error(exc: OSError) -> str:
+    """One line naming the directory that could not be written (where the output or the data cache lives) and the
+    fix, for an OSError in DISK_ERRORS."""
+    where = f"'{os.path.dirname(os.path.abspath(exc.filename))}'" if exc.filename else "the output directory"
+    return (f"cannot write under {where}: {DISK_ERRORS[exc.errno]} ({exc.strerror}). Free space there, or choose an "
+            "output directory (output_dir, --output-dir, --output) and a data cache (HF_OPTBENCH_CACHE) on a disk "
+            "with room.")
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -74,10 +90,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:  # `hf-optbench optimizers | head`: the reader left; not an error of ours
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        if exc.errno not in DISK_ERRORS:
+            raise
+        print(f"error: {disk_error(exc)}", file=sys.stderr)  # a full disk is the user's to fix, not a traceback
+        return 2
     return int(code or 0)
 
 

@@ -8,7 +8,15 @@ from pathlib import Path
 
 from hf_optbench.cli import ArgumentParser
 from hf_optbench.errors import OptBenchError
-from hf_optbench.rundir import MANIFEST_FILE, SUMMARY_FILE, read_summary
+from hf_optbench.rundir import (
+    FINISHED_STATUSES,
+    MANIFEST_FILE,
+    STATE_FILE,
+    SUMMARY_FILE,
+    finished_status,
+    read_state,
+    read_summary,
+)
 
 
 def check_sweep_dir(sweep_dir: str) -> None:
@@ -33,6 +41,25 @@ def check_sweep_dir(sweep_dir: str) -> None:
     root = d / "runs" if (d / "runs").is_dir() else d
     for summary in sorted(root.glob(f"*/{SUMMARY_FILE}")):
         read_summary(summary.parent, required=True)  # OptBenchError naming the file
+    _check_finished_runs_have_summaries(d, root)
+
+
+def _check_finished_runs_have_summaries(sweep_dir: Path, root: Path) -> None:
+    """A run the state file records as finished (completed/diverged) has its summary.json: without one its
+    figures are missing, and the verdict would fail on it or (worse) compare without it. Like a corrupt summary,
+    it is refused naming the run; a failed run without one is reported as failed, as any failed run."""
+    rows = read_state(sweep_dir / STATE_FILE)
+    if not rows:
+        return
+    for run_dir in sorted(p for p in root.iterdir() if p.is_dir() and ".incomplete-" not in p.name):
+        if (run_dir / SUMMARY_FILE).is_file():
+            continue
+        status = finished_status(run_dir, rows, run_dir.name)
+        if status in FINISHED_STATUSES:
+            raise OptBenchError(
+                f"run '{run_dir.name}' is recorded as {status} in {STATE_FILE} but {run_dir / SUMMARY_FILE} is "
+                "missing. Restore the file, or move the run directory aside and start the sweep again (it reruns "
+                "the run).")
 
 
 def main(argv: list[str] | None = None) -> int:

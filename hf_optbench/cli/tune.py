@@ -8,6 +8,7 @@ import sys
 
 from hf_optbench.cli import ArgumentParser
 from hf_optbench.cli.report import check_sweep_dir
+from hf_optbench.rundir import TUNED_FILE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="hf-optbench tune", description=(tuning.__doc__ or "").split("\n\n")[0])
     parser.add_argument("sweep_dir", help="output directory of a sweep with matrix.lr_multipliers (or the tuning/ "
                                           "folder of a sweep with a tune: section)")
-    parser.add_argument("--output", default="tuned_hparams.yaml", help="YAML to write (merged if it exists)")
+    parser.add_argument("--output", default=TUNED_FILE, help="YAML to write (merged if it exists)")
     args = parser.parse_args(argv)
     check_sweep_dir(args.sweep_dir)  # a missing folder, a corrupt manifest or summary.json: exit 2, one line
     path, warnings = tuning.tune(args.sweep_dir, args.output)

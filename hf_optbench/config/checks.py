@@ -197,3 +197,120 @@ def zero_stage(training: Any) -> int:
     if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
         return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"))  # accelerate's own default stage
     return 0
+
+
+# numpy's and torch's seeding take 0 <= seed < 2**32 (transformers.set_seed fails on anything else, after the data).
+SEED_RANGE = (0, 2**32 - 1)
+# What a local init_from directory must hold for from_pretrained (a config and some weights).
+INIT_FROM_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                     "pytorch_model.bin.index.json")
+
+
+def check_run_inputs(cfg: Any) -> None:
+    """The values that failed only after the data and the model were built (or silently did nothing): the seeds,
+    dataloader workers, a registry optimizer's betas length, a dotted-path optimizer that does not import, a local
+    init_from directory without a model, and a tuned-values file that is not one (unreadable, unknown optimizer or
+    size, non-numeric rate). report_to is checked where it is parsed (config.recipe_defaults.report_to_list)."""
+    t = cfg.training
+    for key in ("seed", "data_seed"):
+        value = getattr(t, key, None)
+        if value is not None and not (isinstance(value, int) and SEED_RANGE[0] <= value <= SEED_RANGE[1]):
+            raise OptBenchError(f"{key} must be an integer in [0, 2**32 - 1] (numpy's and torch's seeding range), "
+                                f"got {value!r}. Fix --{key} (e.g. --{key} 0).")
+    workers = getattr(t, "dataloader_num_workers", 0)
+    if not isinstance(workers, int) or workers < 0:
+        raise OptBenchError(f"dataloader_num_workers must be an integer >= 0, got {workers!r}. Fix "
+                            "--dataloader_num_workers (0 loads in the main process).")
+    check_betas_length(cfg.optim.optimizer, cfg.optim.kwargs())
+    check_dotted_optimizer(cfg.optim.optimizer)
+    if cfg.model.init_from:
+        check_init_from(str(cfg.model.init_from))
+    if cfg.optim.tuned_hparams_file and os.path.isfile(cfg.optim.tuned_hparams_file):
+        check_tuned_file(cfg.optim.tuned_hparams_file)
+
+
+def check_betas_length(optimizer: str, kwargs: dict[str, Any]) -> None:
+    """A registry optimizer's betas (and Muon's adamw_betas) are two numbers: torch indexes betas[1] only at the
+    first step. Dotted-path classes may take another length and are left to their constructor."""
+    if "." in optimizer:
+        return
+    for key in ("betas", "adamw_betas"):
+        betas = kwargs.get(key)
+        if isinstance(betas, (list, tuple)) and len(betas) != 2:
+            raise OptBenchError(f"optimizer_kwargs '{key}' must hold two numbers (beta1, beta2), got {list(betas)}. "
+                                f"Use e.g. {{\"{key}\": [0.9, 0.95]}}.")
+
+
+def check_init_from(init_from: str) -> None:
+    """A local init_from (an existing path, or one written as a path) is a directory holding config.json and model
+    weights; a Hub id ("org/name") is left to from_pretrained, which needs the network."""
+    path = Path(os.path.expanduser(init_from))
+    looks_local = path.exists() or init_from.startswith(("/", ".", "~")) or init_from.count("/") > 1
+    if not looks_local:
+        return
+    hint = "Pass a directory holding config.json and model.safetensors (a run's checkpoint-N), or a Hub model id."
+    if not path.is_dir():
+        raise OptBenchError(f"init_from '{init_from}' is not a directory. {hint}")
+    if not (path / "config.json").is_file() or not any((path / w).is_file() for w in INIT_FROM_WEIGHTS):
+        raise OptBenchError(f"init_from '{init_from}' holds no model (config.json and model.safetensors). {hint}")
+
+
+def check_tuned_file(path: str) -> None:
+    """A tuned-values file is UTF-8 YAML/JSON mapping registry optimizers to model sizes to values, with a finite
+    learning rate > 0 and weight decay >= 0: a typo ('tinyy', 'adamq') would otherwise be skipped silently and the
+    run fall back to the cited default, and a bad value fail only for the optimizer that reads it."""
+    from hf_optbench.models import resolve_size
+    from hf_optbench.optim.registry import resolve_optimizer_name
+    from hf_optbench.yaml_file import load_yaml_mapping
+
+    fix = "Fix the file, or write it again with `hf-optbench tune`."
+    data = load_yaml_mapping(path, "tuned_hparams_file", f"It must map optimizer -> model_size -> values. {fix}")
+    for opt, sizes in data.items():
+        try:
+            resolve_optimizer_name(str(opt))
+        except OptBenchError as exc:
+            raise OptBenchError(f"tuned_hparams_file '{path}': {exc}") from None
+        if not isinstance(sizes, dict):
+            raise OptBenchError(f"tuned_hparams_file '{path}': entry '{opt}' must map model_size -> values. {fix}")
+        for size, values in sizes.items():
+            try:
+                resolve_size(str(size))
+            except OptBenchError as exc:
+                raise OptBenchError(f"tuned_hparams_file '{path}' ({opt}): {exc}") from None
+            if not isinstance(values, dict):
+                raise OptBenchError(f"tuned_hparams_file '{path}': {opt}/{size} must be a mapping. {fix}")
+            for key in ("learning_rate", "weight_decay"):
+                if key in values and not _tuned_number_ok(values[key], positive=key == "learning_rate"):
+                    raise OptBenchError(f"tuned_hparams_file '{path}': {opt}/{size} {key} is {values[key]!r}, not a "
+                                        f"finite number {'> 0' if key == 'learning_rate' else '>= 0'}. {fix}")
+
+
+def _tuned_number_ok(value: Any, *, positive: bool) -> bool:
+    if isinstance(value, bool):
+        return False
+    try:
+        number = float(value)  # YAML 1.1 reads 3e-4 (no dot) as a string
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(number) and (number > 0 if positive else number >= 0)
+
+
+def check_dotted_optimizer(optimizer: str) -> None:
+    """A dotted-path optimizer names an importable torch.optim.Optimizer subclass: the registry only checks that
+    its top-level package is installed, so 'torch.optim.AdamWW' failed when the optimizer was built, after the data
+    and the model (and in a sweep, at launch)."""
+    from hf_optbench.optim.dotted import import_module_trusted, is_dotted_path
+
+    if not is_dotted_path(optimizer):
+        return
+    module_name, _, cls_name = optimizer.rpartition(".")
+    fix = ("Check the dotted path (e.g. torch.optim.RAdam); a module of your own must be installed or on PYTHONPATH "
+           "(the working directory is not searched).")
+    try:
+        cls = getattr(import_module_trusted(module_name), cls_name)
+    except (ImportError, AttributeError) as exc:
+        raise OptBenchError(f"optimizer '{optimizer}' could not be imported ({exc}). {fix}") from None
+    import torch
+
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        raise OptBenchError(f"optimizer '{optimizer}' is not a torch.optim.Optimizer subclass. {fix}")

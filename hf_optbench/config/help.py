@@ -50,6 +50,7 @@ _OUR_HELP = {
     "weight_decay": "Decoupled weight decay (on >=2-D tensors only). Unset: the optimizer's cited default.",
     "max_grad_norm": "Gradient clipping norm (0 = off). Unset: the optimizer's cited default.",
     "output_dir": "The run directory (config.yaml, metrics.jsonl, summary.json, checkpoints).",
+    "report_to": "Trackers: tensorboard wandb (or tensorboard,wandb; a YAML list in a recipe), all or none.",
 }
 KEY_WIDTH = 28
 DEFAULT_WIDTH = 11

@@ -4,11 +4,12 @@ Precedence: CLI beats YAML beats hf_optbench's defaults beats transformers' defa
 mapping whose keys are fields of :class:`ModelArguments`, :class:`RunArguments`, ``DataArguments``,
 ``OptimizerArguments``, ``BenchArguments`` or ``transformers.TrainingArguments``.
 
-Parsing is transformers' ``HfArgumentParser`` (argparse underneath): the YAML is turned into ``--key value``
-tokens placed before the CLI's, so both get the same type conversion and the CLI's later tokens win. What is
-written here by hand is only what HfArgumentParser lacks: an unknown-key check with a suggestion (before
-anything heavy is imported), a one-line error instead of a 114-option usage dump, and the record of which keys
-the user set (so the optimizer registry's cited defaults fill only the others).
+Parsing is transformers' ``HfArgumentParser`` (argparse underneath), as TRL's ``TrlParser`` does it: the
+recipe's mapping becomes the parser's defaults (each value type-checked with its option's type, lists and mappings
+kept as they are: :mod:`hf_optbench.config.recipe_defaults`) and the command line is parsed on top, so a CLI value
+beats the recipe's. What is written here by hand is only what HfArgumentParser lacks: an unknown-key check with a
+suggestion (before anything heavy is imported), a one-line error instead of a 114-option usage dump, and the
+record of which keys the user set (so the optimizer registry's cited defaults fill only the others).
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ from hf_optbench.config.checks import (
 )
 from hf_optbench.config.data_args import DataArguments
 from hf_optbench.config.optim_args import OptimizerArguments
+from hf_optbench.config.recipe_defaults import allow_lists, parse_with_defaults, recipe_defaults
 from hf_optbench.errors import OptBenchError, suggest
+from hf_optbench.models import check_block_size
 from hf_optbench.rundir import FINISHED_STATUSES, read_summary
+from hf_optbench.yaml_file import load_yaml_mapping
 
 
 @dataclass
@@ -87,6 +91,11 @@ class RunArguments:
                           "commit)."},
     )
     write_model_card: bool = field(default=True, metadata={"help": "Write README.md (model card) into output_dir."})
+    save_final_model: bool = field(
+        default=True,
+        metadata={"help": "Save the final model and tokenizer into output_dir (from_pretrained(output_dir) loads "
+                          "it); false keeps only the checkpoints."},
+    )
 
 
 # hf_optbench's own defaults for TrainingArguments: per-step logging is what the stability callbacks read, and the
@@ -110,6 +119,9 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "dataloader_drop_last": True,
 }
 
+
+RECIPE_FIX = ("Pass a YAML file of key: value lines (see recipes/quickstart_cpu.yaml), or leave the recipe out to "
+              "run on the defaults.")
 
 _OWN_DATACLASSES = (ModelArguments, RunArguments, DataArguments, OptimizerArguments, BenchArguments)
 
@@ -176,30 +188,9 @@ def _unknown_key_error(key: str, where: str, known: dict[str, str]) -> OptBenchE
 
 
 def load_recipe(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a recipe YAML into a flat mapping; a missing file or non-mapping is an OptBenchError."""
-    import yaml
-
-    p = Path(path)
-    if not p.is_file():
-        raise OptBenchError(f"recipe file not found: '{path}'. Pass an existing YAML file (see recipes/).")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise OptBenchError(
-            f"recipe '{path}' is not UTF-8 text (byte {exc.object[exc.start]:#04x} at position {exc.start}). Save it "
-            "as UTF-8."
-        ) from None
-    except yaml.YAMLError as exc:  # one line: the problem and where, not PyYAML's multi-line excerpt
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise OptBenchError(f"recipe '{path}' is not valid YAML{where}: {problem}. Fix the file (see recipes/).") \
-            from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise OptBenchError(f"recipe '{path}' must be a mapping of key: value, got {type(data).__name__}.")
-    return data
+    """Read a recipe YAML into a flat mapping (:func:`~hf_optbench.yaml_file.load_yaml_mapping`: a missing, empty,
+    binary or malformed file, a key given twice, an alias or a non-mapping is an OptBenchError)."""
+    return load_yaml_mapping(path, "recipe file", RECIPE_FIX)
 
 
 def _split_argv(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -222,7 +213,9 @@ def _cli_keys(tokens: list[str]) -> list[str]:
 
 
 def to_tokens(mapping: dict[str, Any]) -> list[str]:
-    """A YAML mapping as argparse tokens (lists -> nargs, dicts -> JSON strings, None -> key left at default)."""
+    """A YAML mapping as command-line tokens (lists -> nargs, dicts -> JSON strings, None -> key left at default):
+    a sweep's per-run overrides on each run's command line. A recipe itself is never re-tokenised: it becomes the
+    parser's defaults (:func:`parse_args`)."""
     tokens: list[str] = []
     for key, value in mapping.items():
         if value is None:
@@ -272,8 +265,10 @@ def _make_parser(**kwargs: Any) -> Any:
         def error(self, message: str) -> None:  # type: ignore[override]
             raise OptBenchError(f"{message}. Fix that value in the recipe or on the command line.")
 
-    return _Parser((ModelArguments, RunArguments, DataArguments, OptimizerArguments, BenchArguments,
-                    TrainingArguments), **kwargs)
+    parser = _Parser((ModelArguments, RunArguments, DataArguments, OptimizerArguments, BenchArguments,
+                      TrainingArguments), **kwargs)
+    allow_lists(parser)
+    return parser
 
 
 def make_help_parser(prog: str = "hf-optbench run") -> Any:
@@ -293,10 +288,11 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     recipe = load_recipe(recipe_path) if recipe_path else {}
     explicit = check_keys(recipe, cli_tokens, recipe_path)
 
-    tokens = to_tokens(TRAINING_DEFAULTS) + to_tokens(recipe) + cli_tokens
     parser = _make_parser()
-    try:
-        parts = parser.parse_args_into_dataclasses(args=tokens, return_remaining_strings=False)
+    defaults = recipe_defaults(parser, TRAINING_DEFAULTS, "hf_optbench's defaults")
+    defaults.update(recipe_defaults(parser, recipe, f"recipe '{recipe_path}'"))
+    try:  # the recipe as defaults, the command line on top (argparse: a parsed value beats a default)
+        parts = parse_with_defaults(parser, defaults, cli_tokens)
     except OptBenchError:
         raise
     except (ValueError, TypeError) as exc:  # TrainingArguments.__post_init__ and friends
@@ -314,7 +310,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
 
 def _validate(cfg: RunConfig) -> None:
     """Cross-field checks that need no model or data."""
-    from hf_optbench.config.checks import zero_stage
+    from hf_optbench.config.checks import check_run_inputs, zero_stage
     from hf_optbench.optim.registry import check_zero_compatible, is_schedule_free, resolve_optimizer_name
     from hf_optbench.optim.schedules import SCHEDULES
 
@@ -335,6 +331,7 @@ def _validate(cfg: RunConfig) -> None:
     check_optimizer_values(cfg.optim.kwargs())
     apply_adam_arguments(cfg.optim, cfg.model.model_size, t, cfg.explicit)
     check_data_files(cfg.data.data_files)
+    check_run_inputs(cfg)  # seeds, workers, betas length, dotted path, init_from, the tuned file
     for key in ("learning_rate", "weight_decay", "max_grad_norm"):
         if key in cfg.explicit:
             value = getattr(t, key)
@@ -347,12 +344,7 @@ def _validate(cfg: RunConfig) -> None:
             f"max_steps must be a positive number of optimizer steps, got {t.max_steps}: the benchmark compares "
             "optimizers at equal steps/tokens, so set it (e.g. --max_steps 200)."
         )
-    n_positions = cfg.model.n_positions or cfg.data.block_size
-    if cfg.data.block_size > n_positions:
-        raise OptBenchError(
-            f"block_size {cfg.data.block_size} is larger than n_positions {n_positions}: lower block_size or "
-            "raise n_positions."
-        )
+    check_block_size(cfg.data.block_size, cfg.model.n_positions or cfg.data.block_size)
     check_output_dir(cfg)
 
 

@@ -37,6 +37,7 @@ from hf_optbench.data.sources import (
 )
 from hf_optbench.data.split import SPLITS, check_split_sizes, document_split, text_file_hint
 from hf_optbench.errors import OptBenchError
+from hf_optbench.models import check_block_size
 
 if TYPE_CHECKING:
     import datasets
@@ -210,11 +211,7 @@ def prepare_data(data_args: DataArguments, *, n_positions: int) -> DatasetBundle
     Raises :class:`OptBenchError` for bad input (block_size > n_positions, empty/binary files, a missing text
     column, a validation split larger than the data, token ids outside the tokenizer's vocabulary).
     """
-    if data_args.block_size > n_positions:
-        raise OptBenchError(
-            f"block_size={data_args.block_size} is larger than the model's n_positions={n_positions}. Lower "
-            f"block_size to <= {n_positions} or build the model with more positions."
-        )
+    check_block_size(data_args.block_size, n_positions)
     cache_root = data_args.resolved_cache_dir()
     os.makedirs(cache_root, exist_ok=True)
     if data_args.data_source == "synthetic":

@@ -24,14 +24,15 @@ the ``optbench/`` keys; the recorder warns once at train begin when ``report_to`
 before them. transformers has no callback-priority API, hence the explicit call.)
 
 Contract with ``run.py``: ``default_callbacks(bench_args, output_dir, *, tokens_per_step, flops_per_token=None,
-resume=False)`` returns ``[OptBenchRecorder]``. The recorder owns ``output_dir/metrics.jsonl`` (rows as in
-docs/ARCHITECTURE.md, through ``runlog.RunLog``: written by the world process zero only, buffered, flushed on
-eval/save/stop/end; ``summary()`` also flushes, so a caller's ``finally`` keeps the rows of a crashed run) and
-writes ``summary.json`` at train end by merging ``summary()`` into whatever the file holds (run.py may rewrite it
-afterwards). Non-finite floats are written as ``null``; the divergence step is in ``summary()["diverged_step"]``.
-With ``resume=True`` (or whenever the Trainer resumes at ``global_step > 0``) rows with ``step >`` the resumed
-step are dropped, the rest kept and replayed into the probes, so the summary covers the whole run and no step
-appears twice.
+resume=False, write_summary=True)`` returns ``[OptBenchRecorder]``. The recorder owns
+``output_dir/metrics.jsonl`` (rows as in docs/ARCHITECTURE.md, through ``runlog.RunLog``: written by the world
+process zero only, buffered, flushed on eval/save/stop/end; ``summary()`` also flushes, so a caller's ``finally``
+keeps the rows of a crashed run) and writes ``summary.json`` at train end by merging ``summary()`` into whatever
+the file holds, unless built with ``write_summary=False`` (``hf_optbench.run`` writes the file itself, once, with
+these figures merged in). Non-finite floats are written as ``null``; the divergence step is in
+``summary()["diverged_step"]``. With ``resume=True`` (or whenever the Trainer resumes at ``global_step > 0``) rows
+with ``step >`` the resumed step are dropped, the rest kept and replayed into the probes, so the summary covers
+the whole run and no step appears twice.
 
 What is measured lives in one probe module each (interface: ``probe_base.Probe``): ``probe_memory`` (state,
 params, grads, peaks, totals over ranks), ``probe_timing`` (step time, tokens/s, MFU), ``probe_stability``
@@ -74,11 +75,13 @@ def default_callbacks(
     tokens_per_step: int,
     flops_per_token: float | None = None,
     resume: bool = False,
+    write_summary: bool = True,
 ) -> list[TrainerCallback]:
     """The benchmark's callbacks for one run: ``[OptBenchRecorder]`` (see the module docstring)."""
     return [
         OptBenchRecorder(
-            output_dir, bench_args, tokens_per_step=tokens_per_step, flops_per_token=flops_per_token, resume=resume
+            output_dir, bench_args, tokens_per_step=tokens_per_step, flops_per_token=flops_per_token, resume=resume,
+            write_summary=write_summary,
         )
     ]
 
@@ -119,6 +122,8 @@ class OptBenchRecorder(TrainerCallback):
         flops_per_token: training FLOPs per token for MFU; None: derived for GPT-2 models from the config and the
             block size implied by ``tokens_per_step`` and the batch arguments.
         resume: keep the rows up to the resumed step and append (also automatic when the Trainer resumes).
+        write_summary: write ``summary.json`` at train end; False when the caller writes it (``hf_optbench.run``
+            does, once, with ``summary()`` merged into its own record), so that a run has one writer.
     """
 
     def __init__(
@@ -129,7 +134,9 @@ class OptBenchRecorder(TrainerCallback):
         tokens_per_step: int | None = None,
         flops_per_token: float | None = None,
         resume: bool = False,
+        write_summary: bool = True,
     ) -> None:
+        self.write_summary = write_summary
         self.bench = bench_args if bench_args is not None else BenchArguments()
         self.output_dir = Path(output_dir)
         self.resume = resume
@@ -182,6 +189,7 @@ class OptBenchRecorder(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         ctx = self.ctx
         self._check_placement(args)
+        self._record_what_ran(args, kwargs.get("optimizer"), kwargs.get("lr_scheduler"))
         self.runlog.writer = bool(state.is_world_process_zero)
         if ctx.tokens_per_step is None and args.include_num_input_tokens_seen in (None, "no", False):
             ctx.warn_once(
@@ -225,6 +233,16 @@ class OptBenchRecorder(TrainerCallback):
                 "A report_to callback runs before OptBenchRecorder (added after attach_callbacks?): it misses the "
                 "optbench/ figures. Call attach_callbacks(trainer, [recorder]) again after adding callbacks.",
             )
+
+    def _record_what_ran(self, args: Any, optimizer: Any, scheduler: Any) -> None:
+        """Run the optimizer's ``hf_optbench_train_begin`` hook (set by ``hf_optbench.run.trainer``'s factory),
+        here, before the report_to integrations record the TrainingArguments: it sets them to what ran."""
+        from hf_optbench.optim.unwrap import innermost_optimizer
+
+        hook = getattr(innermost_optimizer(optimizer), "hf_optbench_train_begin", None) if optimizer else None
+        handler = self._handler() if self._handler is not None else None
+        if callable(hook) and handler is not None:
+            hook(args, handler, optimizer, scheduler)
 
     # ---------------------------------------------------------------------------------------------- per step
 
@@ -301,11 +319,11 @@ class OptBenchRecorder(TrainerCallback):
             for row in probe.on_train_end(self.ctx, state, optimizer, model):
                 self.runlog.emit(row)
         self.runlog.flush()
-        if self.runlog.writer:
+        if self.runlog.writer and self.write_summary:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             summary = read_summary(self.output_dir) or {}
             summary.update(self.summary())
-            summary["status"] = self.status  # run.py decides the final status itself (it also knows "failed")
+            summary["status"] = self.status  # completed or diverged: a Trainer that raised never gets here
             write_json_atomic(self.output_dir / SUMMARY_FILE, summary)
 
     def summary(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from hf_optbench.optim.adamw import adamw_base
-from hf_optbench.optim.spec import OptimizerSpec, StateLayout, per_tensor
+from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, per_tensor
 
 CITATIONS: dict[str, str] = {
     "adafactor": "Shazeer & Stern 2018, Adafactor (decay_rate -0.8, clip_threshold 1.0, eps (1e-30, 1e-3), beta1 "
@@ -16,13 +16,11 @@ CITATIONS: dict[str, str] = {
 }
 
 
-def defaults(size_class: str) -> dict[str, Any]:
+def defaults(size_class: str) -> CitedDefaults:
     """The paper's factorisation settings; AdamW's LR and weight decay (none published for GPT-2)."""
     base = adamw_base(size_class)
-    d = {k: v for k, v in base.items() if k not in ("betas", "eps")}
-    d.update(beta1=None, decay_rate=-0.8, clip_threshold=1.0, eps=(1e-30, 1e-3), _extra_cite="adafactor",
-             _derived=("beta1", "decay_rate", "clip_threshold", "eps", "learning_rate"))
-    return d
+    return base.derive("adafactor", drop=("betas",), beta1=None, decay_rate=-0.8, clip_threshold=1.0,
+                       eps=(1e-30, 1e-3), learning_rate=base.values["learning_rate"])
 
 
 def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:

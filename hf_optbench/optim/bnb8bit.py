@@ -3,12 +3,13 @@ Quantization"), plain and paged (state in CUDA unified memory)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from hf_optbench.optim import adamw, lion
-from hf_optbench.optim.spec import OptimizerSpec, StateLayout, TensorShape, trainable_params
+from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, TensorShape, trainable_params
 
 CITATIONS: dict[str, str] = {
     "bnb8bit": "Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization (ICLR): same hyperparameters as "
@@ -22,14 +23,12 @@ BNB_MIN_8BIT_SIZE = 4096  # bitsandbytes Optimizer8bit(min_8bit_size=4096): smal
 BNB_QMAP_BYTES = 2 * 256 * 4
 
 
-def eight_bit(base: Callable[[str], dict[str, Any]]) -> Callable[[str], dict[str, Any]]:
+def eight_bit(base: Callable[[str], CitedDefaults]) -> Callable[[str], CitedDefaults]:
     """Defaults of an 8-bit variant: the 32-bit optimizer's own values, with the 8-bit paper cited on every key
     beside the 32-bit optimizer's sources (the paper keeps the 32-bit hyperparameters)."""
 
-    def defaults(size_class: str) -> dict[str, Any]:
-        d = base(size_class)
-        d["_also_cite"] = "bnb8bit"
-        return d
+    def defaults(size_class: str) -> CitedDefaults:
+        return dataclasses.replace(base(size_class), also="bnb8bit")
 
     return defaults
 

@@ -8,7 +8,14 @@ from typing import Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.adamw import adamw_base
-from hf_optbench.optim.spec import OptimizerSpec, StateLayout, per_tensor, round3, trainable_params
+from hf_optbench.optim.spec import (
+    CitedDefaults,
+    OptimizerSpec,
+    StateLayout,
+    per_tensor,
+    round3,
+    trainable_params,
+)
 
 CITATIONS: dict[str, str] = {
     "lion": "Chen et al. 2023, Symbolic Discovery of Optimization Algorithms, Sec. 5 (lr 3-10x smaller and decoupled "
@@ -17,14 +24,11 @@ CITATIONS: dict[str, str] = {
 }
 
 
-def defaults(size_class: str) -> dict[str, Any]:
+def defaults(size_class: str) -> CitedDefaults:
     """AdamW's values with lr / 3 and weight decay x 3 (the Lion paper's and README's rule)."""
     base = adamw_base(size_class)
-    d = {k: v for k, v in base.items() if k not in ("betas", "eps")}
-    d.update(learning_rate=round3(base["learning_rate"] / 3), weight_decay=round3(base["weight_decay"] * 3),
-             betas=(0.9, 0.99),
-             _cite=base["_cite"], _extra_cite="lion", _derived=("learning_rate", "weight_decay", "betas"))
-    return d
+    return base.derive("lion", drop=("eps",), learning_rate=round3(base.values["learning_rate"] / 3),
+                       weight_decay=round3(base.values["weight_decay"] * 3), betas=(0.9, 0.99))
 
 
 def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:

@@ -1,7 +1,8 @@
 """Muon (Jordan et al. 2024; KellerJordan/Muon) on GPT-2's hidden matrices with an auxiliary AdamW for the rest.
 
 The composite optimizer, :class:`MuonWithAuxAdamW`, and :func:`split_muon_params` live in ``muon_impl`` (they need
-torch at import); both are importable from here, loaded on first use so this module stays standard-library only.
+torch at import),
+so that this module stays standard-library only.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.adamw import adamw_base, adamw_tensor_bytes, fused_ok
-from hf_optbench.optim.spec import OptimizerSpec, StateLayout, per_tensor, trainable_params
+from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, per_tensor, trainable_params
 
 CITATIONS: dict[str, str] = {
     "muon": "KellerJordan/Muon README (momentum 0.95, nesterov, ns_steps 5; AdamW for embeddings/head/gains); "
@@ -19,13 +20,13 @@ CITATIONS: dict[str, str] = {
 }
 
 
-def defaults(size_class: str) -> dict[str, Any]:
+def defaults(size_class: str) -> CitedDefaults:
     """AdamW's LR and weight decay (match_rms_adamw makes them transferable), the README's Muon settings."""
-    d = adamw_base(size_class)
-    d["adamw_betas"], d["adamw_eps"] = d.pop("betas"), d.pop("eps")  # the auxiliary AdamW's (as our AdamW's)
-    d.update(momentum=0.95, nesterov=True, ns_steps=5, adjust_lr_fn="match_rms_adamw", _extra_cite="muon",
-             _derived=("momentum", "nesterov", "ns_steps", "adjust_lr_fn", "learning_rate", "weight_decay"))
-    return d
+    base = adamw_base(size_class)
+    adamw = {"adamw_betas": base.values["betas"], "adamw_eps": base.values["eps"]}  # the auxiliary AdamW's
+    return base.derive("muon", drop=("betas", "eps"), base_values=adamw, momentum=0.95, nesterov=True, ns_steps=5,
+                       adjust_lr_fn="match_rms_adamw", learning_rate=base.values["learning_rate"],
+                       weight_decay=base.values["weight_decay"])
 
 
 def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:
@@ -75,12 +76,3 @@ SPECS = (
                   LAYOUT, zero_incompatible="ZeRO hands the optimizer 1-D flat partitions and Muon orthogonalises 2-D "
                   "matrices (measured: torch.optim.Muon fails at step 1, 'Param gradient must be a 2D matrix')"),
 )
-
-
-def __getattr__(name: str) -> Any:
-    """``MuonWithAuxAdamW`` / ``split_muon_params`` from ``muon_impl``, imported on first use (PEP 562)."""
-    if name in ("MuonWithAuxAdamW", "split_muon_params"):
-        from hf_optbench.optim import muon_impl
-
-        return getattr(muon_impl, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

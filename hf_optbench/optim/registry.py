@@ -5,7 +5,7 @@ Each optimizer family lives in one module under ``hf_optbench/optim/`` (``adamw.
 builder, state layout for the memory planner, Trainer callbacks and aliases (see ``optim/spec.py``). This module
 joins them (``FAMILIES``) and holds what they share.
 
-Public API (used by run.py, lr_finder.py, config, study):
+Public API (used by the run layer, config, study):
 
 * ``build_optimizer(name, model, *, lr=None, weight_decay=None, model_size=None, embedding_state_32bit=True,
   **kwargs) -> torch.optim.Optimizer`` -- ``name`` is a registry name (``OPTIMIZERS``) or a dotted path to an
@@ -13,12 +13,10 @@ Public API (used by run.py, lr_finder.py, config, study):
   default for ``model_size`` (inferred from the parameter count when None). An argument the optimizer does not
   take raises OptBenchError naming it (with a close match), never dropped.
 * ``optimizer_defaults(name, model_size) -> dict`` -- learning_rate, weight_decay, max_grad_norm, betas, ...,
-  warmup (``warmup_tokens`` for GPT-2 sizes, ``warmup_steps`` for the CPU sizes), ``source`` (one line) and
-  ``sources`` ({key: citation}).
-* ``param_groups(model, weight_decay) -> list[dict]`` -- weight decay on >=2-D tensors only (GPT-3 / nanoGPT).
+  ``source`` (one line) and ``sources`` ({key: citation}).
 * ``describe_optimizer(opt) -> str`` -- implementation string for summary.json.
 * ``is_schedule_free(name_or_opt) -> bool``; ``optimizer_callbacks(opt) -> list[TrainerCallback]`` (the
-  schedule-free mode switch, Sophia-G's Hessian estimate: each spec's ``callbacks``).
+  schedule-free mode switch, Sophia-G's Hessian estimate: each spec's ``callbacks``); ``manual_step_hook(opt)``.
 * ``lookup_tuned(path, optimizer, model_size) -> dict`` -- the tuned values file written by the tuning step;
   ``lr_grid(name, model_size, factors=(1/4, 1/2, 1, 2, 4)) -> list[float]`` -- the grid around the default.
 * ``resolve_optimizer_name(name)`` / ``check_optimizer_kwargs(name, kwargs)`` /
@@ -33,9 +31,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import math
 import pkgutil
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +42,7 @@ from hf_optbench.models import SIZE_CLASS
 from hf_optbench.optim.dotted import build_dotted, is_dotted_path
 from hf_optbench.optim.spec import TRAINING_KEYS, OptimizerSpec, param_groups, round3, trainable_params
 from hf_optbench.optim.unwrap import innermost_optimizer
+from hf_optbench.yaml_file import load_yaml_mapping
 
 if TYPE_CHECKING:
     import torch
@@ -140,9 +139,7 @@ def optimizer_defaults(name: str, model_size: str) -> dict[str, Any]:
     """Cited defaults of a registry optimizer for a model size: hyperparameters plus ``source`` (one line, the
     citations joined) and ``sources`` ({key: citation}). Dotted paths have none: OptBenchError.
 
-    A family's ``defaults(size_class)`` marks its citations with private keys: ``_cite`` (the base source),
-    ``_extra_cite`` (the family's own source, for the keys listed in ``_derived``) and ``_also_cite`` (cited on
-    every key, e.g. the 8-bit paper).
+    Each key's citation comes from the family's :class:`~hf_optbench.optim.spec.CitedDefaults`.
     """
     canonical = resolve_optimizer_name(name)
     if canonical not in OPTIMIZERS:
@@ -151,16 +148,12 @@ def optimizer_defaults(name: str, model_size: str) -> dict[str, Any]:
             "(and weight_decay) yourself, or run `hf-optbench find-lr` to pick one."
         )
     cls = size_class(model_size)
-    raw = OPTIMIZERS[canonical].defaults(cls)
-    cite, extra = raw.pop("_cite"), raw.pop("_extra_cite", None)
-    also = raw.pop("_also_cite", None)
-    derived = set(raw.pop("_derived", ()))
-    sources = {k: CITATIONS[extra] if k in derived else CITATIONS[cite] for k in raw}
-    if also:
-        sources = {k: f"{v} | {CITATIONS[also]}" for k, v in sources.items()}
-    raw["size_class"] = cls
-    raw["sources"] = sources
-    raw["source"] = " | ".join([CITATIONS[cite]] + [CITATIONS[c] for c in (extra, also) if c])
+    cited = OPTIMIZERS[canonical].defaults(cls)
+    sources = {k: CITATIONS[cited.own if k in cited.own_keys else cited.cite] for k in cited.values}
+    if cited.also:
+        sources = {k: f"{v} | {CITATIONS[cited.also]}" for k, v in sources.items()}
+    raw = dict(cited.values, size_class=cls, sources=sources)
+    raw["source"] = " | ".join([CITATIONS[cited.cite]] + [CITATIONS[c] for c in (cited.own, cited.also) if c])
     return raw
 
 
@@ -227,19 +220,8 @@ def lookup_tuned(path: str, optimizer: str, model_size: str) -> dict[str, Any]:
 
     if not os.path.isfile(path):
         raise OptBenchError(f"tuned_hparams_file '{path}' does not exist. Write it with `hf-optbench tune`.")
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    try:
-        if path.endswith(".json"):
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as exc:  # noqa: BLE001 - YAML and JSON raise different types
-        raise OptBenchError(f"tuned_hparams_file '{path}' could not be parsed: {exc}") from exc
-    if not isinstance(data, dict):
-        raise OptBenchError(f"tuned_hparams_file '{path}' must map optimizer -> size -> values.")
+    data = load_yaml_mapping(path, "tuned_hparams_file", "It must map optimizer -> size -> values, as "
+                             "`hf-optbench tune` writes it.")
     want_opt = resolve_optimizer_name(optimizer)
     want_size = _canonical_size(model_size)
     for opt_name, by_size in data.items():
@@ -377,6 +359,12 @@ def describe_optimizer(opt: Any) -> str:
     if spec is not None and spec.describe is not None:
         return spec.describe(inner, impl, flattened)
     return f"{impl} [ZeRO flat partitions]" if flattened else impl
+
+
+def manual_step_hook(opt: Any) -> Callable[..., None] | None:
+    """What a loop outside the Trainer runs after each step (the spec's ``manual_step``: Sophia-G's Hessian)."""
+    spec = OPTIMIZERS.get(getattr(innermost_optimizer(opt), "hf_optbench_name", None) or "")
+    return spec.manual_step if spec is not None else None
 
 
 def optimizer_callbacks(opt: Any) -> list[Any]:

@@ -2,7 +2,8 @@
 schedule, and a train/eval mode switch around evaluation and checkpoints.
 
 The switch, :class:`ScheduleFreeModeCallback`, lives in ``schedule_free_impl`` (it subclasses transformers'
-TrainerCallback); it is importable from here, loaded on first use so this module stays standard-library only.
+TrainerCallback),
+so that this module stays standard-library only.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from hf_optbench.optim.adamw import adamw_base
-from hf_optbench.optim.spec import OptimizerSpec, StateLayout, per_tensor
+from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, per_tensor
 
 CITATIONS: dict[str, str] = {
     "schedule_free": "Defazio et al. 2024, The Road Less Scheduled; facebookresearch/schedule_free README "
@@ -19,11 +20,10 @@ CITATIONS: dict[str, str] = {
 }
 
 
-def defaults(size_class: str) -> dict[str, Any]:
+def defaults(size_class: str) -> CitedDefaults:
     """AdamW's values; the learning rate per the schedule_free README (1x the scheduled AdamW's)."""
-    d = adamw_base(size_class)
-    d.update(_extra_cite="schedule_free", _derived=("learning_rate",))
-    return d
+    base = adamw_base(size_class)
+    return base.derive("schedule_free", learning_rate=base.values["learning_rate"])
 
 
 def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:
@@ -58,12 +58,3 @@ SPECS = (
                   "are DeepSpeed's fp32 master partitions, not the model's: evaluation and checkpoints would see the "
                   "training iterate y instead of the average x"),
 )
-
-
-def __getattr__(name: str) -> Any:
-    """``ScheduleFreeModeCallback`` from ``schedule_free_impl``, imported on first use (PEP 562)."""
-    if name == "ScheduleFreeModeCallback":
-        from hf_optbench.optim import schedule_free_impl
-
-        return schedule_free_impl.ScheduleFreeModeCallback
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hf_optbench.optim.adamw import adamw_base
-from hf_optbench.optim.spec import OptimizerSpec, StateLayout, per_tensor
+from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, per_tensor
 
 CITATIONS: dict[str, str] = {
     "sgd": "No published GPT-2 pretraining recipe for SGD. momentum 0.9 + Nesterov (Sutskever et al. 2013); lr 0.1 "
@@ -13,13 +13,11 @@ CITATIONS: dict[str, str] = {
 }
 
 
-def defaults(size_class: str) -> dict[str, Any]:
+def defaults(size_class: str) -> CitedDefaults:
     """Nesterov momentum 0.9 and an ImageNet-style LR; clipping and warmup as AdamW's."""
     base = adamw_base(size_class)
-    return {"learning_rate": 0.1, "weight_decay": 0.0, "momentum": 0.9, "nesterov": True,
-            "max_grad_norm": base["max_grad_norm"], **{k: v for k, v in base.items() if k.startswith("warmup")},
-            "_cite": base["_cite"], "_extra_cite": "sgd", "_derived": ("learning_rate", "weight_decay", "momentum",
-                                                                      "nesterov")}
+    return base.derive("sgd", drop=("betas", "eps"), learning_rate=0.1, weight_decay=0.0, momentum=0.9,
+                       nesterov=True)
 
 
 def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hf_optbench.optim.adamw import adamw_base
-from hf_optbench.optim.spec import OptimizerSpec, StateLayout, per_tensor
+from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, per_tensor
 
 CITATIONS: dict[str, str] = {
     "soap": "Vyas et al. 2024, SOAP (arXiv:2409.11321); nikhilvyas/SOAP README (lr 3e-3, betas (0.95, 0.95), "
@@ -15,13 +15,11 @@ CITATIONS: dict[str, str] = {
 SOAP_MAX_PRECONDITION_DIM = 10_000  # pytorch_optimizer.SOAP default: larger dims get no preconditioner
 
 
-def defaults(size_class: str) -> dict[str, Any]:
+def defaults(size_class: str) -> CitedDefaults:
     """The SOAP README's values (one setting for all sizes); clipping and warmup as AdamW's."""
     base = adamw_base(size_class)
-    d = {k: v for k, v in base.items() if k not in ("betas", "eps", "learning_rate", "weight_decay")}
-    d.update(learning_rate=3e-3, weight_decay=0.01, betas=(0.95, 0.95), precondition_frequency=10,
-             _extra_cite="soap", _derived=("learning_rate", "weight_decay", "betas", "precondition_frequency"))
-    return d
+    return base.derive("soap", drop=("eps",), learning_rate=3e-3, weight_decay=0.01, betas=(0.95, 0.95),
+                       precondition_frequency=10)
 
 
 def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:

@@ -97,7 +97,7 @@ class SophiaG(SophiaH):
         if self.param_groups[0].get("gnb_updates", 0) == 0 and steps_done >= self.gnb_update_period:
             raise RuntimeError(
                 f"SophiaG has taken {steps_done} steps without a Hessian estimate: add "
-                "hf_optbench.optim.sophia.SophiaGHessianCallback (hf_optbench.optim.registry.optimizer_callbacks) to the "
+                "hf_optbench.optim.sophia_impl.SophiaGHessianCallback (hf_optbench.optim.registry.optimizer_callbacks) to the "
                 "Trainer's callbacks, or call update_hessian() every update_period steps."
             )
         if hessian is None and steps_done == 0:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import torch
 
 # keys of optimizer_defaults() that are training arguments, not constructor arguments
-TRAINING_KEYS = ("learning_rate", "weight_decay", "max_grad_norm", "warmup_steps", "warmup_tokens")
+TRAINING_KEYS = ("learning_rate", "weight_decay", "max_grad_norm")
 
 
 class TensorShape(Protocol):
@@ -57,6 +57,27 @@ def per_tensor(fn: Callable[[TensorShape, int], int]) -> StateBytes:
     return total
 
 
+@dataclass(frozen=True)
+class CitedDefaults:
+    """An optimizer's cited hyperparameters at one size class, each traceable to a citation (a ``CITATIONS`` key of
+    its family module): ``own_keys`` to ``own`` (the family's source), the rest to ``cite`` (the base it derives
+    from, e.g. GPT-3 for AdamW's values), and ``also`` on every key (e.g. the 8-bit paper)."""
+
+    values: dict[str, Any]
+    cite: str
+    own: str | None = None
+    own_keys: tuple[str, ...] = ()
+    also: str | None = None
+
+    def derive(self, own: str, *, drop: tuple[str, ...] = (), base_values: dict[str, Any] | None = None,
+               **own_values: Any) -> CitedDefaults:
+        """A family's defaults on this base: ``drop`` keys removed, ``base_values`` (renamed base values) still
+        cited to the base, ``own_values`` set and cited to ``own``."""
+        values = {k: v for k, v in self.values.items() if k not in drop}
+        values.update(base_values or {}, **own_values)
+        return CitedDefaults(values, self.cite, own, tuple(own_values), self.also)
+
+
 # Builder signature: (model, param groups, lr, constructor kwargs, *, spec, weight_decay, embedding_state_32bit)
 # -> (optimizer, implementation string for summary.json). Keyword arguments a builder does not use go to **_.
 Builder = Callable[..., "tuple[torch.optim.Optimizer, str]"]
@@ -67,8 +88,8 @@ class OptimizerSpec:
     """One registry entry, declared by its family module.
 
     ``kwargs`` lists the extra constructor arguments accepted (checked without importing the library; tests check
-    each against the library's signature). ``defaults(size_class)`` gives the cited values (see
-    ``registry.optimizer_defaults`` for the ``_cite``/``_extra_cite``/``_also_cite``/``_derived`` keys).
+    each against the library's signature). ``defaults(size_class)`` gives the cited values
+    (:class:`CitedDefaults`).
     ``builder`` constructs it (torch imported inside). ``layout`` is its state for the memory planner.
     ``callbacks`` (a factory, called per Trainer) returns the TrainerCallbacks it needs. ``aliases`` are other
     names that resolve to it. ``zero_incompatible`` says why it cannot run on DeepSpeed ZeRO's flat 1-D
@@ -82,7 +103,7 @@ class OptimizerSpec:
     name: str
     implementation: str
     builder: Builder
-    defaults: Callable[[str], dict[str, Any]]
+    defaults: Callable[[str], CitedDefaults]
     kwargs: tuple[str, ...]
     description: str
     layout: StateLayout
@@ -96,6 +117,7 @@ class OptimizerSpec:
     zero_incompatible: str = ""
     describe: Callable[[Any, str, bool], str] | None = None
     tune_weight_decay: bool = False
+    manual_step: Callable[..., None] | None = None
 
 
 def round3(x: float) -> float:

@@ -4,8 +4,9 @@ A checkpoint trained by this benchmark is a measurement, not a text generator: t
 benchmark figures (memory, speed, losses) and the setup needed to reproduce them. Its YAML metadata follows the
 Hub's model-card spec (huggingface/hub-docs ``modelcard.md``, written here through huggingface_hub's
 ``ModelCardData``/``EvalResult``): ``license``, ``language``, ``datasets``, ``library_name``, ``tags``, and a
-``model-index`` whose metrics are the benchmark summary (final eval loss and perplexity, tokens, parameters,
-optimizer-state and peak memory), each tagged with the optimizer and size. The data is described as it was used:
+``model-index`` whose metrics are evaluation results only (final eval loss and perplexity), each tagged with the
+optimizer and size; the training facts (tokens, parameters, optimizer-state and peak memory) are in the
+``hf_optbench`` metadata block and the benchmark table. The data is described as it was used:
 only a run that streamed a Hub dataset names it under ``datasets`` (``allenai/c4`` for mC4 Thai); synthetic,
 bundled or local data is described, never attributed to a Hub dataset.
 """
@@ -57,8 +58,11 @@ def _fmt_bytes(v: Any) -> str:
 
 
 def _fmt_seconds(v: Any) -> str:
+    """Three significant digits under 10 s (a 12 ms step is "0.0123 s", not "0.0 s"), else tenths or minutes."""
     if not _finite(v):
         return "n/a"
+    if v < 10:
+        return f"{v:.3g} s"
     return f"{v:.1f} s" if v < 120 else f"{v / 60:.1f} min"
 
 
@@ -78,13 +82,9 @@ class DataCard:
 
 def read_run_config(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The run's resolved ``config.yaml`` (written at its start), or {} when missing or unreadable."""
-    import yaml
+    from hf_optbench.yaml_file import read_yaml_or_empty
 
-    try:
-        data = yaml.safe_load((Path(run_dir) / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_yaml_or_empty(Path(run_dir) / CONFIG_FILE)
 
 
 def _language_code(value: Any) -> str | None:
@@ -155,15 +155,35 @@ def benchmark_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def _weight_decay_cell(summary: dict[str, Any]) -> str:
+    """The weight decay that ran, per param group when the groups differ ("0.1 on 10 tensors, 0 on 18")."""
+    groups = [g for g in summary.get("param_groups") or [] if isinstance(g, dict)]
+    decays = {g.get("weight_decay") for g in groups}
+    if len(decays) < 2:
+        return _fmt_float(summary.get("weight_decay"))
+    return ", ".join(f"{_fmt_float(g.get('weight_decay'))} on {_fmt_int(g.get('tensors'))} tensors" for g in groups)
+
+
+def _hyperparameters_cell(summary: dict[str, Any]) -> str:
+    """The optimizer's other values as it ran them (summary.json ``hyperparameters``), e.g. "betas [0.9, 0.99],
+    eps 1e-08, max_grad_norm 1"; rate and decay have rows of their own."""
+    hp = _dict_at(summary, "hyperparameters")
+    cells = [f"{k} {json.dumps(v.get('value'))}" for k, v in hp.items()
+             if isinstance(v, dict) and k not in ("learning_rate", "weight_decay")]
+    return ", ".join(cells) or "n/a"
+
+
 def setup_rows(summary: dict[str, Any], data: DataCard | None = None) -> list[tuple[str, str]]:
-    """(label, value) rows of the card's training-setup table: what a reader needs to reproduce the run."""
+    """(label, value) rows of the card's training-setup table: what a reader needs to reproduce the run, the
+    optimizer's values as it ran them."""
     s = summary
     env = _dict_at(s, "env")
     packages = _dict_at(env, "packages")
     git = _dict_at(s, "git")
     return [
         ("learning rate", _fmt_float(s.get("learning_rate"))),
-        ("weight decay", _fmt_float(s.get("weight_decay"))),
+        ("weight decay", _weight_decay_cell(s)),
+        ("optimizer hyperparameters", _hyperparameters_cell(s)),
         ("schedule", f"{s.get('schedule', 'n/a')} {json.dumps(s.get('schedule_kwargs', {}), sort_keys=True)}"),
         ("micro batch x accumulation x processes",
          f"{s.get('micro_batch_size', 'n/a')} x {s.get('gradient_accumulation_steps', 'n/a')} x "
@@ -178,28 +198,17 @@ def setup_rows(summary: dict[str, Any], data: DataCard | None = None) -> list[tu
     ]
 
 
-# model-index metrics: (summary.json key, metric type, metric name). Types follow the Hub's lower-case ids.
+# model-index metrics: (summary.json key, metric type, metric name). Types follow the Hub's lower-case ids. Only
+# evaluation results: tokens, parameters and bytes are facts of the training, in the `hf_optbench` metadata block
+# and the benchmark table.
 MODEL_INDEX_METRICS = (
     ("final_eval_loss", "loss", "final eval loss (nats/token)"),
-    ("tokens_seen", "tokens", "training tokens"),
-    ("num_params", "parameters", "parameters"),
-    ("optimizer_state_bytes_total", "optimizer_state_bytes", "optimizer state, all ranks (bytes)"),
-    ("peak_memory_bytes", "peak_memory_bytes", "peak memory (bytes)"),
 )
 
 
-def _metric_value(summary: dict[str, Any], key: str) -> float | int | None:
-    value = summary.get(key)
-    if key == "optimizer_state_bytes_total" and value is None:
-        value = summary.get("optimizer_state_bytes")
-    if not _finite(value):
-        return None
-    return float(value) if key == "final_eval_loss" else int(value)
-
-
 def _eval_results(summary: dict[str, Any], data: DataCard) -> list[Any] | None:
-    """model-index entries: the benchmark summary as metrics of one result (task, dataset, split), each tagged
-    with the optimizer and size (``args``); None when the run measured none of them."""
+    """model-index entries: the evaluation results (final eval loss and perplexity) of one result (task, dataset,
+    split), each tagged with the optimizer and size (``args``); None when the run measured none of them."""
     from huggingface_hub import EvalResult
 
     optimizer, size = str(summary.get("optimizer", "unknown")), str(summary.get("model_size", "unknown"))
@@ -209,12 +218,10 @@ def _eval_results(summary: dict[str, Any], data: DataCard) -> list[Any] | None:
     tagged = {"optimizer": optimizer, "model_size": size}
     results = []
     for key, metric_type, metric_name in MODEL_INDEX_METRICS:
-        value = _metric_value(summary, key)
-        if value is None:
+        value = summary.get(key)
+        if not _finite(value):
             continue
-        if key == "peak_memory_bytes":
-            metric_name = f"peak memory, {summary.get('peak_memory_kind', 'n/a')} (bytes)"
-        results.append(EvalResult(metric_type=metric_type, metric_name=metric_name, metric_value=value,
+        results.append(EvalResult(metric_type=metric_type, metric_name=metric_name, metric_value=float(value),
                                   metric_args=tagged, **common))
         if key == "final_eval_loss" and value < 50:  # exp() of a diverged loss is not a number worth showing
             results.append(EvalResult(metric_type="perplexity", metric_name="final eval perplexity",
@@ -226,10 +233,18 @@ def _table(rows: list[tuple[str, str]]) -> str:
     return "\n".join(f"| {label} | {value} |" for label, value in rows)
 
 
-def _card_body(name: str, summary: dict[str, Any], data: DataCard, note: str) -> str:
-    size, optimizer = summary.get("model_size", "unknown"), summary.get("optimizer", "unknown")
+def reproduce_command(summary: dict[str, Any], config: dict[str, Any]) -> str:
+    """The command that reruns the run: its own config.yaml (every resolved value, CLI overrides included) into a
+    new output_dir; the recipe only for a run directory without one."""
+    out = config.get("output_dir")
+    if out:
+        return f"hf-optbench run {Path(out) / CONFIG_FILE} --output_dir {out}_rerun"
     recipe = summary.get("recipe")
-    reproduce = f"hf-optbench run {recipe}" if recipe else "hf-optbench run RECIPE.yaml"
+    return f"hf-optbench run {recipe}" if recipe else "hf-optbench run RECIPE.yaml"
+
+
+def _card_body(name: str, summary: dict[str, Any], data: DataCard, note: str, reproduce: str) -> str:
+    size, optimizer = summary.get("model_size", "unknown"), summary.get("optimizer", "unknown")
     return f"""
 # {name}
 
@@ -255,6 +270,8 @@ pretraining. This checkpoint is a benchmark artefact: its purpose is the measure
 {reproduce}
 ```
 
+The run directory's `config.yaml` holds every resolved value (recipe, command-line overrides, cited defaults).
+
 {note}
 """
 
@@ -269,7 +286,8 @@ def build_model_card(run_dir: str | os.PathLike[str], repo_id: str | None = None
 
     from_file = summary is None
     s = scrub_secrets(read_summary(Path(run_dir), required=True) if from_file else summary)
-    data = describe_data(s, read_run_config(run_dir))
+    config = read_run_config(run_dir)
+    data = describe_data(s, config)
     optimizer = str(s.get("optimizer", "unknown"))
     size = str(s.get("model_size", "unknown"))
     name = repo_id.split("/")[-1] if repo_id else f"gpt2-{size}-{optimizer}-hf-optbench"
@@ -286,7 +304,8 @@ def build_model_card(run_dir: str | os.PathLike[str], repo_id: str | None = None
     )
     note = ("Figures come from this run's `summary.json`; the per-step curves are in its `metrics.jsonl`."
             if from_file else f"Training in progress: figures at step {s.get('steps', '?')}, from `metrics.jsonl`.")
-    return ModelCard(f"---\n{card_data.to_yaml()}\n---\n{_card_body(name, s, data, note)}")
+    body = _card_body(name, s, data, note, reproduce_command(s, config))
+    return ModelCard(f"---\n{card_data.to_yaml()}\n---\n{body}")
 
 
 def write_model_card(run_dir: str | os.PathLike[str], repo_id: str | None = None) -> Path:

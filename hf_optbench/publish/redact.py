@@ -74,6 +74,30 @@ def secret_option_values(argv: list[str]) -> list[str]:
     return [v for v in values if v]
 
 
+def argv_secret_values(argv: list[Any]) -> list[str]:
+    """The secret values in a command line: of each ``NAME=value`` whose NAME looks secret (``env MY_SECRET=abc
+    python ...``, ``--api-key=X``) and of each option with a secret name followed by its value (``--token X``)."""
+    tokens = [str(t) for t in argv]
+    values = [t.partition("=")[2] for t in tokens if "=" in t and is_secret_name(t.partition("=")[0])]
+    return [v for v in values + secret_option_values(tokens) if v]
+
+
+def redact_argv(argv: list[Any]) -> list[str]:
+    """``argv`` as hf_optbench may write or log it (a sweep's state rows, manifest, copy of its file, each run's
+    stdout.log, the dry run): every value :func:`argv_secret_values` finds, and every HF-token-shaped string,
+    replaced by ``<redacted>``; the names stay, to say that they were set. The one rule for every writer."""
+    tokens = [str(t) for t in argv]
+    out = []
+    for i, tok in enumerate(tokens):
+        name, eq, value = tok.partition("=")
+        if eq and value and is_secret_name(name):
+            tok = f"{name}={REDACTED}"
+        elif i > 0 and tokens[i - 1].startswith("-") and "=" not in tokens[i - 1] and is_secret_name(tokens[i - 1]):
+            tok = REDACTED
+        out.append(HF_TOKEN_RE.sub(REDACTED, tok))
+    return out
+
+
 def redact_text(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
     """``text`` with each of ``secrets`` (literal values) and every HF-token-shaped substring replaced by
     ``<redacted>``."""
@@ -99,16 +123,22 @@ def file_contains_token(path: Path, token: str | None, chunk: int = 8 << 20) -> 
     return False
 
 
+# How much of a file the pickle check parses: a pickle's opcodes, not its payload, are what it recognises.
+PICKLE_SCAN_BYTES = 1 << 20
+# pickletools' messages when the scanned bytes end inside a valid opcode (a larger pickle than the scan).
+_TRUNCATED = ("but only", "exhausted before seeing STOP", "no newline found")
+
+
 def looks_pickled(path: Path) -> bool:
-    """Whether the file's *content* is a pickle, whatever its name: pickle protocol 2-5 (``torch.save``'s legacy
-    format too) opens with the PROTO opcode ``0x80`` and the protocol number; ``torch.save``'s zip format holds a
-    ``*.pkl`` member. Not for ``.safetensors`` files, whose 8-byte header length may start with those bytes (they
-    are checked by parsing them instead). Protocols 0-1 (text opcodes) are not recognised."""
+    """Whether the file's *content* is a pickle, whatever its name, protocols 0-5: its first bytes parse as a
+    pickle opcode stream (``pickletools.genops``) up to STOP, or up to the end of the scanned bytes of a larger
+    file (protocol 0-1 are ASCII opcodes, 2-5 open with PROTO ``0x80`` n); ``torch.save``'s zip format holds a
+    ``*.pkl`` member. Not for ``.safetensors`` files (checked by parsing them instead). Text, JSON, Markdown and
+    safetensors fail at their first byte: '{', '#', '-' and a header length's zero bytes are no opcodes."""
     with path.open("rb") as f:
-        head = f.read(4)
-    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
-        return True
-    if head == b"PK\x03\x04":
+        head = f.read(PICKLE_SCAN_BYTES)
+        longer = bool(f.read(1))
+    if head[:4] == b"PK\x03\x04":
         import zipfile
 
         try:
@@ -116,6 +146,21 @@ def looks_pickled(path: Path) -> bool:
                 return any(name.endswith(".pkl") for name in archive.namelist())
         except zipfile.BadZipFile:
             return False
+    return _is_pickle_stream(head, longer)
+
+
+def _is_pickle_stream(data: bytes, longer: bool) -> bool:
+    import io
+    import pickletools
+
+    ops = 0
+    try:
+        for opcode, _arg, _pos in pickletools.genops(io.BytesIO(data)):
+            ops += 1
+            if opcode.name == "STOP":
+                return True
+    except Exception as exc:  # noqa: BLE001 - pickletools raises ValueError, and others on odd arguments
+        return longer and ops >= 2 and any(t in str(exc) for t in _TRUNCATED)
     return False
 
 

@@ -24,7 +24,8 @@ an ``Optimizer`` or a ``model -> Optimizer`` callable; ``on_step(step, lr, loss,
 
 Why written here: the range test lives in PyTorch Lightning and fastai (neither a dependency) and the
 torch-lr-finder package (not installed); with Trainer it is 40 lines of loop, and one loop can also drive the
-optimizers that need care (schedule-free train mode, Sophia-G's Hessian estimate).
+optimizers that need care (schedule-free train mode; an optimizer's work between steps, e.g. Sophia-G's Hessian
+estimate, from its registry row's ``manual_step``).
 """
 
 from __future__ import annotations
@@ -261,7 +262,9 @@ def _ramp(model: torch.nn.Module, opt: torch.optim.Optimizer, source: Iterator, 
     ratios = [g["lr"] / ref for g in opt.param_groups]
     if callable(getattr(opt, "train", None)):
         opt.train()  # schedule-free optimizers step only in train mode
-    sophia = type(opt).__name__ == "SophiaG"
+    from hf_optbench.optim.registry import manual_step_hook
+
+    after_step = manual_step_hook(opt)  # an optimizer's own work between steps (Sophia-G's Hessian estimate)
     factor = (max_lr / min_lr) ** (1.0 / (num_steps - 1))
     lrs: list[float] = []
     losses: list[float] = []
@@ -277,12 +280,9 @@ def _ramp(model: torch.nn.Module, opt: torch.optim.Optimizer, source: Iterator, 
         if max_grad_norm:
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         opt.step()
-        if sophia and (step + 1) % opt.gnb_update_period == 0:
-            from hf_optbench.optim.sophia_impl import gnb_hessian_update
-
-            ids = inputs["input_ids"]
-            gnb_hessian_update(model, opt, ids, tokens_per_step=ids.numel() * accumulation_steps,
-                               attention_mask=inputs.get("attention_mask"), autocast_dtype=autocast_dtype)
+        if after_step is not None:
+            after_step(model, opt, inputs, step=step, accumulation_steps=accumulation_steps,
+                       autocast_dtype=autocast_dtype)
         avg = smooth * avg + (1 - smooth) * total
         smoothed = avg / (1 - smooth ** (step + 1))
         lrs.append(lr)

@@ -11,6 +11,7 @@ these checks need; parse_args still validates everything afterwards.
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,22 @@ _TRUE = ("yes", "true", "t", "y", "1")  # HfArgumentParser's string_to_bool
 FP16_DEVICES = ("xpu", "cuda", "npu", "xla", "mlu", "musa", "hpu", "sdaa", "mps")
 
 
+def _light_parser() -> argparse.ArgumentParser:
+    """argparse for :data:`PREFLIGHT_KEYS` only, with HfArgumentParser's spellings (``--key value``, ``--key=value``,
+    ``--key-with-hyphens``, a bare ``--flag`` for true); every other token is left for parse_args."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    for key in PREFLIGHT_KEYS:
+        names = [f"--{key}"] + ([f"--{key.replace('_', '-')}"] if "_" in key else [])
+        parser.add_argument(*names, dest=key, nargs="?", const="true", default=None)
+    return parser
+
+
 def light_settings(argv: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """({key: value}, {key: where it was set}) for :data:`PREFLIGHT_KEYS`, from ``[RECIPE] [--key value ...]``.
 
-    A value is the recipe's (YAML types) unless the command line sets the key (a string, last one wins; a bare
-    ``--flag`` is "true"). A leading token that is not a recipe is left for parse_args to refuse.
+    As in parse_args, the recipe's values (YAML types, read by the shared loader) are the defaults and the command
+    line (strings, last one wins) is parsed on top. A leading token that is not a recipe is left for parse_args to
+    refuse.
     """
     recipe_path = argv[0] if argv and argv[0].endswith((".yaml", ".yml", ".json")) else None
     tokens = argv[1:] if recipe_path else list(argv)
@@ -41,19 +53,12 @@ def light_settings(argv: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
         for key in PREFLIGHT_KEYS:
             if recipe.get(key) is not None:
                 values[key], where[key] = recipe[key], f"recipe '{recipe_path}'"
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        i += 1
-        if not tok.startswith("--") or len(tok) == 2:
-            continue
-        key, eq, value = tok[2:].partition("=")
-        key = key.replace("-", "_")
-        if not eq:
-            has_value = i < len(tokens) and not tokens[i].startswith("--")
-            value = tokens[i] if has_value else "true"
-            i += int(has_value)
-        if key in PREFLIGHT_KEYS:
+    try:
+        namespace, _ = _light_parser().parse_known_args(tokens)
+    except argparse.ArgumentError:  # a malformed command line: parse_args says what is wrong
+        return values, where
+    for key, value in vars(namespace).items():
+        if value is not None:
             values[key], where[key] = value, "the command line"
     return values, where
 

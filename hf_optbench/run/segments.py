@@ -6,7 +6,10 @@ current ``train()`` call, so a resumed run's summary would report the last segme
 checkpoint and at the end of training, so a segment cut short by a kill is on disk up to its last complete
 checkpoint: exactly the work its successor resumes from. Time after that checkpoint is lost with the kill, as the
 steps are. ``summary.json`` then records ``train_segments`` ([{start_step, end_step, runtime_s}]) and
-``train_runtime_s``, their sum.
+``train_runtime_s``, their sum. One-time start-up inside ``train()`` before the first step can run (DeepSpeed's
+engine and its op builds, ~80 s the first time a CPU ZeRO op compiles; loading a checkpoint to resume) is timed
+on its own: each segment's ``startup_s``, summed as ``startup_s`` in the summary, never part of
+``train_runtime_s``.
 """
 
 from __future__ import annotations
@@ -32,19 +35,21 @@ class SegmentRecorder(TrainerCallback):
         self.resume = resume
         self.earlier: list[dict[str, Any]] = []
         self.current: dict[str, Any] | None = None
-        self._started: float | None = None
+        self._called: float | None = None  # when train() was entered
+        self._started: float | None = None  # when training could start (on_train_begin)
 
     def start_clock(self) -> None:
-        """Start timing now (call it just before ``trainer.train()``, so set-up inside train() counts, as in
-        Trainer's own train_runtime); otherwise the clock starts at ``on_train_begin``."""
-        self._started = time.perf_counter()
+        """Call just before ``trainer.train()``: the time from here to ``on_train_begin`` is the segment's
+        ``startup_s`` (without this call it is not measured, and is 0)."""
+        self._called = time.perf_counter()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._started is None:
-            self.start_clock()
+        self._started = time.perf_counter()
+        startup = round(self._started - self._called, 6) if self._called is not None else 0.0
         resumed = self.resume or state.global_step > 0
         self.earlier = read_segments(self.path.parent) if resumed else []
-        self.current = {"start_step": state.global_step, "end_step": state.global_step, "runtime_s": 0.0}
+        self.current = {"start_step": state.global_step, "end_step": state.global_step, "runtime_s": 0.0,
+                        "startup_s": startup}
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.close(state, write=bool(state.is_world_process_zero))
@@ -66,7 +71,11 @@ class SegmentRecorder(TrainerCallback):
         return [*self.earlier, *([dict(self.current)] if self.current is not None else [])]
 
     def summary(self) -> dict[str, Any]:
-        """The summary.json keys: ``train_segments`` and ``train_runtime_s`` (their sum; None before training)."""
+        """The summary.json keys: ``train_segments``, ``train_runtime_s`` and ``startup_s`` (sums over the
+        segments; None before training)."""
         segments = self.segments()
-        total = sum(float(s.get("runtime_s") or 0.0) for s in segments) if segments else None
-        return {"train_segments": segments, "train_runtime_s": total}
+        if not segments:
+            return {"train_segments": segments, "train_runtime_s": None, "startup_s": None}
+        return {"train_segments": segments,
+                "train_runtime_s": sum(float(s.get("runtime_s") or 0.0) for s in segments),
+                "startup_s": round(sum(float(s.get("startup_s") or 0.0) for s in segments), 6)}

@@ -45,19 +45,21 @@ def sharing() -> dict[str, Any]:
                         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}}
 
 
-def build_summary(cfg: Any, prepared: Any, optimizer: Any, scheduler: Any, *, schedule: str,
+def build_summary(cfg: Any, prepared: Any, record: dict[str, Any], *, schedule: str,
                   hparams: dict[str, Any], tokens_per_step: int, git: dict[str, Any]) -> dict[str, Any]:
-    """The settings half of summary.json; ``status`` starts as "failed" until training says otherwise."""
+    """The settings half of summary.json; ``status`` starts as "failed" until training says otherwise. The
+    optimizer's values are the record of what ran (``hf_optbench.run.what_ran.what_ran``): ``hyperparameters``
+    ({key: {"value", "source"}}: betas, eps, momentum... as the optimizer holds them) and ``param_groups`` (each
+    group's values: no decay on biases and norms, Muon's matrices beside its AdamW groups)."""
     from hf_optbench.models import count_parameters
-    from hf_optbench.optim.registry import describe_optimizer
-    from hf_optbench.optim.schedules import describe_scheduler
 
     args = cfg.training
+    ran = {k: v["value"] for k, v in record["hyperparameters"].items()}
     model = prepared.model
     non_embedding = count_parameters(model, exclude_embeddings=True)
     return {
         "optimizer": cfg.optim.optimizer,
-        "optimizer_impl": describe_optimizer(optimizer),  # re-read after training: what actually stepped
+        "optimizer_impl": record["optimizer_impl"],  # re-read after training: what actually stepped
         "model_size": cfg.model.model_size,
         "num_params": count_parameters(model),
         "num_params_non_embedding": non_embedding,
@@ -69,12 +71,14 @@ def build_summary(cfg: Any, prepared: Any, optimizer: Any, scheduler: Any, *, sc
         "world_size": args.world_size,
         "tokens_per_step": tokens_per_step,
         "seed": args.seed,
-        "learning_rate": args.learning_rate,
-        "weight_decay": args.weight_decay,
+        "learning_rate": ran.get("learning_rate", args.learning_rate),
+        "weight_decay": ran.get("weight_decay", args.weight_decay),
         "max_grad_norm": args.max_grad_norm,
+        "hyperparameters": record["hyperparameters"],
+        "param_groups": record["param_groups"],
         "hyperparameter_sources": {k: v["source"] for k, v in hparams.items()},
         "schedule": schedule,
-        "schedule_resolved": describe_scheduler(scheduler),
+        "schedule_resolved": record["schedule"],
         "schedule_kwargs": {"warmup_steps": args.warmup_steps, "min_lr_ratio": cfg.optim.min_lr_ratio,
                             **cfg.optim.schedule_kwargs_dict()},
         "embedding_state_32bit": cfg.optim.embedding_state_32bit,

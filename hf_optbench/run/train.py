@@ -13,7 +13,8 @@ with :func:`hf_optbench.measure.recorder.attach_callbacks`, ahead of the report_
 transformers is imported (no other run owns output_dir, the hardware fits the precision) in
 :mod:`hf_optbench.run.preflight` with the directory lock in :mod:`hf_optbench.run.lock`, the training time over a
 killed-and-resumed run's processes in :mod:`hf_optbench.run.segments`, the output_dir set-up
-(resume, overwrite, config.yaml) in :mod:`hf_optbench.run.output`, summary.json in :mod:`hf_optbench.run.summary`,
+(resume, overwrite, config.yaml, the final model) in :mod:`hf_optbench.run.output`, the record of what ran (every file
+and tracker's optimizer values) in :mod:`hf_optbench.run.what_ran`, summary.json in :mod:`hf_optbench.run.summary`,
 code and environment provenance in :mod:`hf_optbench.run.provenance`, the model card in :mod:`hf_optbench.publish.card` and
 the upload in :mod:`hf_optbench.publish.hub`. Missing hyperparameters are filled by
 :func:`hf_optbench.config.hparams.resolve_hyperparameters`.
@@ -39,11 +40,12 @@ from hf_optbench.run.output import (
     prepare_output_dir,
     print_result,
     resolve_resume,
+    save_final_model,
 )
 from hf_optbench.run.preflight import own_output_dir, preflight
 from hf_optbench.run.provenance import git_state
 from hf_optbench.run.summary import build_summary, finish_summary, record_failure
-from hf_optbench.rundir import FINISHED_STATUSES, write_json_atomic
+from hf_optbench.rundir import FINISHED_STATUSES, SUMMARY_FILE, write_json_atomic
 
 
 @dataclass
@@ -108,8 +110,9 @@ def _check_eval_split(cfg: RunConfig, prepared: Prepared) -> None:
             raise OptBenchError(
                 f"the {name} split holds {n} blocks of {cfg.data.block_size} tokens, fewer than one eval batch "
                 f"(per_device_eval_batch_size {args.per_device_eval_batch_size} x {args.world_size} processes): "
-                f"evaluation would see nothing. Lower per_device_eval_batch_size, enlarge {grow}, or use more data."
-            )
+                f"evaluation would see nothing. Lower per_device_eval_batch_size"
+                f"{f' (--per_device_eval_batch_size {n // args.world_size} fits)' if n >= args.world_size else ''}, "
+                f"enlarge {grow}, or use more data.")
 
 
 def tuning_dataset(prepared: Prepared) -> Any:
@@ -173,16 +176,18 @@ def _build_callbacks(cfg: RunConfig, out: Path, model: Any, optimizer: Any, toke
 
     fpt = flops_per_token(model.config, seq_len=cfg.data.block_size)
     callbacks = default_callbacks(cfg.bench, str(out), tokens_per_step=tokens_per_step, flops_per_token=fpt,
-                                  resume=bool(resume))
+                                  resume=bool(resume), write_summary=False)  # summary.json: _train_and_record
     callbacks += optimizer_callbacks(optimizer)  # schedule-free train/eval switch, Sophia's Hessian estimate
     recorder = next(c for c in callbacks if hasattr(c, "summary"))
-    callbacks.append(ConsoleProgress(cfg.training.max_steps))
+    callbacks.append(ConsoleProgress(cfg.training.max_steps, tokens_per_step))
     return callbacks, recorder
 
 
-def _build_trainer(cfg: RunConfig, prepared: Prepared, optimizer: Any, scheduler: Any, callbacks: list[Any]) -> Any:
+def _build_trainer(cfg: RunConfig, prepared: Prepared, optimizer: Any, scheduler: Any, callbacks: list[Any],
+                   record: dict[str, Any]) -> Any:
     """A stock Trainer: our optimizer through ``optimizer_cls_and_kwargs`` and our schedule through
-    TrainingArguments (both survive DeepSpeed's re-init, :mod:`hf_optbench.run.trainer`), eval accuracy
+    TrainingArguments (both survive DeepSpeed's re-init, :mod:`hf_optbench.run.trainer`), its TrainingArguments'
+    optimizer fields set to what ran (``record``, :mod:`hf_optbench.run.what_ran`), eval accuracy
     (:mod:`hf_optbench.run.eval_metrics`), our callbacks before the report_to integrations (``attach_callbacks``: they
     then receive the optbench/ figures) and the ``hf_optbench`` tracker config after them
     (:mod:`hf_optbench.run.tracking`); transformers' per-step printers removed."""
@@ -193,12 +198,15 @@ def _build_trainer(cfg: RunConfig, prepared: Prepared, optimizer: Any, scheduler
     from hf_optbench.run.eval_metrics import eval_metric_kwargs
     from hf_optbench.run.tracking import attach_tracker_config, tracker_config
     from hf_optbench.run.trainer import stock_trainer_kwargs
+    from hf_optbench.run.what_ran import apply_to_training_args
 
     given = stock_trainer_kwargs(cfg.training, optimizer, scheduler)  # also sets args.optim / lr_scheduler_type
     has_eval = prepared.eval_dataset is not None and len(prepared.eval_dataset) > 0
+    args = trainer_arguments(cfg.training)  # push_to_hub off: only hf_optbench.publish.hub uploads (the staged set)
+    apply_to_training_args(args, record)  # adam_beta2, weight_decay, ...: what ran, for trackers and checkpoints
     trainer = Trainer(
         model=prepared.model,
-        args=trainer_arguments(cfg.training),  # push_to_hub off: only hf_optbench.publish.hub uploads (the staged set)
+        args=args,
         train_dataset=prepared.train_dataset,
         eval_dataset=prepared.eval_dataset,
         data_collator=prepared.data_collator,
@@ -216,8 +224,7 @@ def _build_trainer(cfg: RunConfig, prepared: Prepared, optimizer: Any, scheduler
     attach_callbacks(trainer, callbacks)  # recorder, optimizer callbacks, console progress, ... in this order
     extra = {"model_size": cfg.model.model_size, "seed": cfg.training.seed,
              "tokens_per_step": tokens_per_optimizer_step(cfg), "block_size": cfg.data.block_size}
-    attach_tracker_config(trainer, tracker_config(optimizer, scheduler, hparams=resolve_hyperparameters(cfg),
-                                                  extra=extra))
+    attach_tracker_config(trainer, tracker_config(record, extra=extra))
     return trainer
 
 
@@ -276,19 +283,20 @@ def _train_and_record(trainer: Any, prepared: Prepared, recorder: Any, optimizer
             write_json_atomic(summary_path, summary)
 
 
-def _publish(cfg: RunConfig, out: Path) -> None:
-    """Main process only: the model card (README.md) and, with push_to_hub, the upload."""
-    args = cfg.training
+def _publish(cfg: RunConfig, out: Path, target: Any = None) -> None:
+    """Main process only: the model card (README.md) and, with push_to_hub, the upload to ``target`` (the
+    ``check_push_possible`` answer the run got before any work; asked here only by a caller without it)."""
+    if target is None and cfg.training.push_to_hub:
+        target = check_push_possible(cfg.training, out)
     if cfg.run.write_model_card:
         from hf_optbench.publish.card import write_model_card
 
         write_model_card(out)
-    if args.push_to_hub:
+    if target is not None:
         # Our own upload of the staged set (safetensors weights, config, tokenizer, card, metrics, summary; never
         # training_args.bin, which pickles the arguments) rather than trainer.push_to_hub(), which uploads output_dir.
-        from hf_optbench.publish.hub import check_push_possible, push_run
+        from hf_optbench.publish.hub import push_run
 
-        target = check_push_possible(args, out)
         push_run(out, target.repo_id, private=target.private, revision=target.revision, owner_from_token=True)
 
 
@@ -303,8 +311,10 @@ def _teardown_distributed() -> None:
 
 def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     """Run one benchmark run and return its summary (also written to ``output_dir/summary.json``). The main
-    process owns output_dir for the whole run (``lock``, or one taken here before any data or model work)."""
+    process owns output_dir for the whole run: ``lock`` (what :func:`main` took), else one taken here before any
+    data or model work. Each step runs once and hands its result on."""
     from hf_optbench.run.segments import SegmentRecorder
+    from hf_optbench.run.what_ran import value_sources, what_ran
 
     args = cfg.training
     out = Path(args.output_dir)
@@ -312,32 +322,32 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     finished = finished_run_summary(cfg, out)
     if finished is not None:
         return finished
-    check_push_possible(args, out)  # push_to_hub offline / without a token / pickling hub_strategy: exit 2 now
-    owner = own_output_dir(cfg, lock)
+    hub_target = check_push_possible(args, out)  # offline / no token / pickling hub_strategy: exit 2 now
+    owner = lock if lock is not None else own_output_dir(cfg)
     try:
         git = _check_git(cfg)
-        hparams = resolve_hyperparameters(cfg)
+        hparams = resolve_hyperparameters(cfg)  # fills learning_rate / weight_decay / max_grad_norm in cfg
         resume = resolve_resume(cfg, out)
-
         prepared = prepare(cfg)
         _check_eval_split(cfg, prepared)
         optimizer, scheduler, schedule = build_optimization(cfg, prepared.model)
+        record = what_ran(optimizer, scheduler, hparams=hparams, sources=value_sources(cfg))
         tokens_per_step = tokens_per_optimizer_step(cfg)
         callbacks, recorder = _build_callbacks(cfg, out, prepared.model, optimizer, tokens_per_step, resume)
         callbacks += hub_callbacks(args, out)  # hub_strategy every_save: hf_optbench's own checkpoint uploads
         segments = SegmentRecorder(out, resume=bool(resume))
         callbacks.append(segments)
         if is_main:
-            prepare_output_dir(cfg, out, hparams, resume)
-        trainer = _build_trainer(cfg, prepared, optimizer, scheduler, callbacks)
-
-        summary = build_summary(cfg, prepared, optimizer, scheduler, schedule=schedule, hparams=hparams,
+            prepare_output_dir(cfg, out, record, resume)
+        trainer = _build_trainer(cfg, prepared, optimizer, scheduler, callbacks, record)
+        summary = build_summary(cfg, prepared, record, schedule=schedule, hparams=hparams,
                                 tokens_per_step=tokens_per_step, git=git)
         _train_and_record(trainer, prepared, recorder, optimizer, resume=resume, summary=summary,
-                          tokens_per_step=tokens_per_step, summary_path=out / "summary.json" if is_main else None,
+                          tokens_per_step=tokens_per_step, summary_path=out / SUMMARY_FILE if is_main else None,
                           segments=segments)
+        save_final_model(cfg, trainer, out, summary["status"])  # from_pretrained(output_dir) loads it
         if is_main:
-            _publish(cfg, out)
+            _publish(cfg, out, hub_target)
     finally:
         if owner is not None and owner is not lock:
             owner.release()
@@ -348,6 +358,7 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point for ``python -m hf_optbench.run`` and ``accelerate launch -m hf_optbench.run``."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    argv = argv[1:] if argv[:1] == ["--config"] else argv  # `--config RUN_DIR/config.yaml`: a recipe like any other
     if argv and argv[0] in ("-h", "--help", "--help-all"):
         from hf_optbench.config.help import print_run_help
 

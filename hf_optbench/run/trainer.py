@@ -52,10 +52,40 @@ class OptimizerFactory:
                     "re-wraps them): pass the optimizer by name, trainer_optimizer('lion', ...), so that it is "
                     "built over the Trainer's model."
                 )
-            return optimizer
+            return _with_train_begin_hook(optimizer, None)
         from hf_optbench.optim.registry import build_optimizer
 
-        return build_optimizer(optimizer, model, **build_kwargs)
+        built = build_optimizer(optimizer, model, **build_kwargs)
+        return _with_train_begin_hook(built, _build_sources(built, model, build_kwargs))
+
+
+def _build_sources(optimizer: Any, model: Any, build_kwargs: dict[str, Any]) -> dict[str, str]:
+    """Where each value of an optimizer built by name came from: "user" for what ``build_kwargs`` set, else the
+    registry's citation for the size class (the one ``build_optimizer`` took)."""
+    from hf_optbench.optim.registry import OPTIMIZERS, optimizer_defaults, size_class_for_params
+
+    name = getattr(optimizer, "hf_optbench_name", None)
+    sources: dict[str, str] = {}
+    if name in OPTIMIZERS:
+        size = build_kwargs.get("model_size") or size_class_for_params(
+            sum(p.numel() for p in model.parameters() if p.requires_grad))
+        sources.update(optimizer_defaults(name, size)["sources"])
+    given = {"lr": "learning_rate"}
+    sources.update({given.get(k, k): "user" for k, v in build_kwargs.items() if v is not None and k != "model_size"})
+    return sources
+
+
+def _with_train_begin_hook(optimizer: Any, sources: dict[str, str] | None) -> Any:
+    """Give ``optimizer`` the hook the recorder calls at train begin (``hf_optbench_train_begin``): it records what
+    ran in the TrainingArguments and the trackers (:func:`hf_optbench.run.tracking.record_at_train_begin`). Why
+    through the optimizer: the Trainer hands the factory no reference to itself, and the recorder (a lower layer)
+    cannot import the run layer; the optimizer reaches both."""
+    from functools import partial
+
+    from hf_optbench.run.tracking import record_at_train_begin
+
+    optimizer.hf_optbench_train_begin = partial(record_at_train_begin, sources=sources)
+    return optimizer
 
 
 def trainer_optimizer(optimizer: Any, **build_kwargs: Any) -> tuple[type, dict[str, Any]]:

@@ -28,7 +28,10 @@ from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import (
     FINISHED_STATUSES,
     MANIFEST_FILE,
+    METRICS_FILE,
     STATE_FILE,
+    STDOUT_FILE,
+    SUMMARY_FILE,
     finished_status,
     parse_run_id,
     read_metrics,
@@ -59,8 +62,8 @@ DERIVED_COLUMNS = ("target", "target_loss", "steps_to_target", "tokens_to_target
 def _run_dirs(sweep_dir: Path) -> list[Path]:
     root = sweep_dir / "runs" if (sweep_dir / "runs").is_dir() else sweep_dir
     return sorted(p for p in root.iterdir() if p.is_dir() and ".incomplete-" not in p.name
-                  and ((p / "summary.json").is_file() or (p / "metrics.jsonl").is_file()
-                       or (p / "stdout.log").is_file()))
+                  and ((p / SUMMARY_FILE).is_file() or (p / METRICS_FILE).is_file()
+                       or (p / STDOUT_FILE).is_file()))
 
 
 def load_runs(sweep_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -187,6 +190,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     """Everything the report shows, computed once. ``tuning_dir``: a tuning sweep whose runs give the tuning
     curves (the sweep's own runs at lr multipliers other than 1 always do)."""
     from hf_optbench.measure.verdict import verdict
+    from hf_optbench.study.comparability import check_comparable
     from hf_optbench.study.planned import planner_state, predicted_ratios
     from hf_optbench.study.speedups import derive_speedups
 
@@ -198,6 +202,9 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     extra = load_runs(tuning_dir) if tuning_dir is not None else []
     an.tuning = [r for r in everything + extra if r.get("lr_multiplier") is not None]
     an.ladder = [r for r in everything if is_ladder(r)]
+    # before anything is derived: runs that differ in more than what is compared are refused, never pooled
+    check_comparable([r for r in an.records if r["status"] in FINISHED_STATUSES],
+                     [r for r in an.ladder if r["status"] in FINISHED_STATUSES])
     skipped = len(everything) - len(an.records) - len(an.ladder)
     if an.ladder:
         an.notes.append(f"{len(an.ladder)} run(s) of {baseline} at other data budgets form its ladder: they give the "

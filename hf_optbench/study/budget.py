@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
@@ -112,12 +111,11 @@ def world_size(launcher: dict[str, Any]) -> int:
     read), else 1. The one reader of that value: the sweep's slots use it too (study.sweep_state.plan_slots)."""
     if launcher.get("type") != "accelerate" or not launcher.get("accelerate_config"):
         return 1
-    import yaml
+    from hf_optbench.yaml_file import read_yaml_or_empty
 
     try:
-        cfg = yaml.safe_load(Path(launcher["accelerate_config"]).read_text(encoding="utf-8")) or {}
-        return max(1, int(cfg.get("num_processes") or 1))
-    except (OSError, AttributeError, TypeError, ValueError, yaml.YAMLError):
+        return max(1, int(read_yaml_or_empty(launcher["accelerate_config"]).get("num_processes") or 1))
+    except (TypeError, ValueError):
         return 1
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -28,7 +27,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_optbench.rundir import FINISHED_STATUSES, append_state, read_summary
+from hf_optbench.publish.redact import redact_argv
+from hf_optbench.rundir import (
+    FINISHED_STATUSES,
+    METRICS_FILE,
+    STDOUT_FILE,
+    SUMMARY_FILE,
+    append_state,
+    read_summary,
+)
+from hf_optbench.study.processes import RUN_DIR_ENV, execute, kill_tree, marked_processes, tail
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, mapping
 from hf_optbench.study.sweep_state import (
     Flight,
@@ -36,58 +44,14 @@ from hf_optbench.study.sweep_state import (
     Slot,
     SweepStopping,
     attempt_number,
+    check_run_dir_free,
     classify_outcome,
     end_row,
     plan_slots,
+    started_here,
+    sweep_identity,
 )
 from hf_optbench.study.worker_client import WarmWorker, WorkerUnavailable, unavailable_reason
-
-RUN_DIR_ENV = "HF_OPTBENCH_SWEEP_RUN_DIR"  # marks a run's processes, so a restart finds its orphans
-
-
-# ---------------------------------------------------------------------------------------------- processes
-def kill_tree(pid: int, create_time: float | None = None, grace_s: float = 10.0) -> bool:
-    """Terminate a run's process tree (SIGTERM, then SIGKILL). With ``create_time``, only if ``pid`` is still
-    the process we started (pids are reused). Returns True when something was killed."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        if create_time is not None and abs(proc.create_time() - create_time) > 1.0:
-            return False
-        procs = [proc] + proc.children(recursive=True)
-    except psutil.NoSuchProcess:
-        return False
-    for p in procs:
-        try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=grace_s)
-    return True
-
-
-def _marked_processes() -> dict[str, list[int]]:
-    """{run directory: pids} of this user's processes that carry the environment marker (one process-table scan)."""
-    import psutil
-
-    found: dict[str, list[int]] = {}
-    for proc in psutil.process_iter(["pid", "uids"]):
-        try:
-            if proc.info["uids"] and proc.info["uids"].real != os.getuid():
-                continue
-            marker = proc.environ().get(RUN_DIR_ENV) if proc.pid != os.getpid() else None
-            if marker:
-                found.setdefault(marker, []).append(proc.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
 
 
 def build_command(spec: SweepSpec, run: RunSpec, run_dir: Path, resume: bool) -> list[str]:
@@ -113,71 +77,8 @@ def run_env(spec: SweepSpec, run_dir: Path) -> dict[str, str]:
     return env
 
 
-def _reap(proc: subprocess.Popen, timeout: float) -> tuple[int, float | None] | None:
-    """Wait up to ``timeout`` for ``proc`` to end and reap it with ``wait4``: (exit code as subprocess reports it,
-    its user + system CPU seconds), or None while it runs. Why not RUSAGE_CHILDREN: with several runs in flight
-    (``launcher.jobs``) that is the sum over all of them. A child reaped elsewhere (kill_tree) has no CPU figure."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        except ChildProcessError:
-            proc.returncode = -9 if proc.returncode is None else proc.returncode
-            return proc.returncode, None
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return proc.returncode, usage.ru_utime + usage.ru_stime
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
-
-
-def execute(cmd: list[str], log_path: str, env_extra: dict[str, str], cwd: str,
-            timeout_s: float | None = None, on_start: Callable[[Any], None] | None = None,
-            on_poll: Callable[[], None] | None = None, poll_s: float = 1.0,
-            on_exit: Callable[[float | None], None] | None = None) -> int:
-    """Run one command with stdout+stderr appended to ``log_path``; the run gets its own session so that its
-    whole tree can be stopped (and so that a terminal's Ctrl-C reaches it only through the sweep). ``on_exit``
-    receives the process's own CPU seconds. The child inherits the calling thread's CPU affinity (a slot's cores).
-    Also the function a SLURM job runs on its node (it must be a picklable top-level function)."""
-    with open(log_path, "ab") as log:
-        log.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env_extra}, cwd=cwd,
-                                start_new_session=True)
-        started = time.monotonic()
-        try:
-            if on_start:
-                on_start(proc)
-            while (ended := _reap(proc, poll_s)) is None:
-                if timeout_s and time.monotonic() - started > timeout_s:
-                    kill_tree(proc.pid, grace_s=5)
-                    log.write(f"\n===== sweep: timed out after {timeout_s:g} s, killed\n".encode())
-                    _reap(proc, 30.0)
-                    return -9
-                if on_poll:
-                    on_poll()
-            if on_exit:
-                on_exit(ended[1])
-            return ended[0]
-        except BaseException:
-            kill_tree(proc.pid, grace_s=10)  # interrupted sweep: leave no run behind
-            raise
-
-
-def tail(path: Path, nbytes: int = 8000) -> str:
-    """The last ``nbytes`` of a log as text ("" when it does not exist)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - nbytes))
-            return fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
 def _last_step(run_dir: Path) -> int | None:
-    for line in reversed(tail(run_dir / "metrics.jsonl", 4000).splitlines()):
+    for line in reversed(tail(run_dir / METRICS_FILE, 4000).splitlines()):
         try:
             return int(json.loads(line)["step"])
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
@@ -190,12 +91,15 @@ def stop_earlier(spec: SweepSpec, runs: Sequence[RunSpec], rows: list[dict[str, 
     """Stop what an earlier, killed sweep left running for ``runs``: the pid of a run's last start row without an
     end (checked against its start time: pids are reused), and every process carrying a run's directory marker.
     A parallel sweep calls it for all its runs before starting any: a kill leaves every run that was in flight."""
-    marked = _marked_processes()
+    marked, me = marked_processes(), sweep_identity(spec.output_dir)
     for run in runs:
         for row in reversed(rows):  # the last start of this run, if it has no end
             if row.get("run_id") == run.run_id and row.get("event") in ("start", "end"):
                 if row["event"] == "start" and row.get("pid") and row.get("host") == socket.gethostname():
-                    if kill_tree(int(row["pid"]), row.get("pid_create_time")):
+                    if started_here(row, me) is False:  # a copied (or moved) directory: another sweep's process
+                        progress.say(f"{run.run_id}: process {row['pid']} was started by the sweep in "
+                                     f"'{row['sweep_dir']}', not this one: left alone")
+                    elif kill_tree(int(row["pid"]), row.get("pid_create_time")):
                         progress.say(f"stopped a process of an earlier sweep still running {run.run_id}")
                 break
         for pid in marked.get(str(spec.run_dir(run)), []):
@@ -210,13 +114,14 @@ def prepare_run_dir(spec: SweepSpec, run: RunSpec, state: Path, rows: list[dict[
     stop_earlier(spec, [run], rows, progress)
     if not run_dir.exists():
         return False
+    check_run_dir_free(run_dir, run.run_id)  # a live process of someone else's: never moved, never written into
     status = (read_summary(run_dir) or {}).get("status")
     if any(run_dir.glob("checkpoint-*")) and status not in FINISHED_STATUSES:
         if status is not None:  # a failed attempt's summary must not mark the resumed run as finished
             n = 1
             while (old := run_dir / f"summary.{status}-{n}.json").exists():
                 n += 1
-            (run_dir / "summary.json").rename(old)
+            (run_dir / SUMMARY_FILE).rename(old)
         return True
     n = 1
     while (aside := run_dir.with_name(f"{run.run_id}.incomplete-{n}")).exists():
@@ -309,6 +214,8 @@ def run_local(spec: SweepSpec, todo: list[RunSpec], state: Path, rows: list[dict
     slots = plan_slots(spec.launcher, len(todo))
     progress.jobs = len(slots)
     stop_earlier(spec, todo, rows, progress)
+    for run in todo:  # before any run starts: a directory another live process holds stops the sweep here
+        check_run_dir_free(spec.run_dir(run), run.run_id)
     queue, flight = deque(todo), Flight(kill_tree)
     if len(slots) == 1:
         _slot_loop(spec, slots[0], queue, state, rows, progress, flight, after_each)
@@ -351,8 +258,8 @@ def run_one_local(spec: SweepSpec, run: RunSpec, pending: Sequence[RunSpec], sta
         import psutil
 
         row = {"event": "start", "run_id": run.run_id, "attempt": attempt, "pid": proc.pid,
-               "pid_create_time": psutil.Process(proc.pid).create_time(), "host": socket.gethostname(),
-               "command": cmd, "resume": resume, "time": time.time(), **slot.record()}
+               "pid_create_time": psutil.Process(proc.pid).create_time(), "command": redact_argv(cmd), "resume": resume,
+               "host": socket.gethostname(), "time": time.time(), **slot.record(), **sweep_identity(spec.output_dir)}
         append_state(state, row)
         rows.append(row)
         if flight is not None:
@@ -367,14 +274,14 @@ def run_one_local(spec: SweepSpec, run: RunSpec, pending: Sequence[RunSpec], sta
             progress.say(f"  {run.run_id}: step {step if step is not None else '?'}{of}, {now - t0:.0f} s")
 
     env = {**run_env(spec, run_dir), **run.env, **slot.env()}
-    rc, via = _launch(worker, cmd, str(run_dir / "stdout.log"), env, timeout_s, on_start, on_poll, progress,
+    rc, via = _launch(worker, cmd, str(run_dir / STDOUT_FILE), env, timeout_s, on_start, on_poll, progress,
                       on_exit=lambda cpu_s: cpu.__setitem__(0, cpu_s))
     if flight is not None:
         flight.ended(run.run_id)
         if flight.stopping and (read_summary(run_dir) or {}).get("status") not in FINISHED_STATUSES:
             progress.say(f"{run.run_id}: stopped with the sweep (a restart runs it again)")
             return
-    status, error = classify_outcome(run_dir, rc, tail(run_dir / "stdout.log"))
+    status, error = classify_outcome(run_dir, rc, tail(run_dir / STDOUT_FILE))
     if timeout_s and rc == -9 and status == "failed":
         error = f"timed out after {timeout_s} s (launcher.timeout_s). " + (error or "")
     row = end_row(run, attempt, status, error, rc, time.monotonic() - t0, run_dir)
@@ -387,4 +294,4 @@ def run_one_local(spec: SweepSpec, run: RunSpec, pending: Sequence[RunSpec], sta
     loss = row.get("final_eval_loss")
     progress.ended(run, status, time.monotonic() - t0,
                    f", final eval loss {loss:.4f}" if isinstance(loss, (int, float)) else
-                   (f": {error.splitlines()[0][:160]}" if error else ""))
+                   (f": {error.splitlines()[0][:400]}" if error else ""))

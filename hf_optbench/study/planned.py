@@ -8,19 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
+from hf_optbench.rundir import CONFIG_FILE
 
 
 def run_config(rec: Mapping[str, Any]) -> dict[str, Any]:
     """The run's resolved config.yaml ({} when missing or unreadable)."""
-    path = Path(rec["run_dir"]) / "config.yaml"
-    if not path.is_file():
-        return {}
-    import yaml
+    from hf_optbench.yaml_file import read_yaml_or_empty
 
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError:
-        return {}
+    return read_yaml_or_empty(Path(rec["run_dir"]) / CONFIG_FILE)
 
 
 def _planner_inputs(rec: Mapping[str, Any]) -> dict[str, Any] | None:

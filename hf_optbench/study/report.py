@@ -137,8 +137,13 @@ def _verdict(doc: Doc, an: Analysis) -> None:
 
 def _bracketing(doc: Doc, an: Analysis) -> None:
     """Under the verdict table: whether every tuned optimum was bracketed (the loss rises on both sides of it)."""
+    from hf_optbench.study.tuning import lost_tuning_points
     from hf_optbench.study.tuning_curves import bracketed_optima
 
+    lost = lost_tuning_points(an.sweep_dir) if an.sweep_dir else []
+    if lost:
+        doc.p(f"**Warning: tuning points lost to failed runs: {'; '.join(lost)}.** Each counted as a rise of the "
+              "loss, so these tuned values were chosen without them (missing_points in tuned_hparams.yaml).")
     found = {k: v for k, v in bracketed_optima(an.sweep_dir).items() if k[0] in an.optimizers} if an.sweep_dir else {}
     if not found:
         return

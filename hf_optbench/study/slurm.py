@@ -1,14 +1,15 @@
 """The SLURM executor of a sweep (``launcher.executor: slurm``): one submitit job per run, submitted as a job
 array, then waited for; each outcome is recorded in the state file as the local executor records it.
 
-submitit (https://github.com/facebookincubator/submitit) pickles :func:`hf_optbench.study.launch.execute` and
+submitit (https://github.com/facebookincubator/submitit) pickles :func:`hf_optbench.study.processes.execute` and
 runs it on the node, so a run starts there exactly as it starts locally. ``slurm: {cluster: local}`` selects
 submitit's local stand-in, to try a sweep file on a machine without SLURM. Only submitit's public API is used
 (``AutoExecutor``, ``executor.cluster``/``folder``, ``SlurmJob``/``LocalJob`` to re-attach by job id).
 
 Secrets: submitit writes each job's arguments to a pickle in the sweep directory, so the value of a launcher.env
-variable whose name looks secret is not passed as an argument: it is put in this process's environment while the
-jobs are submitted, which sbatch (``--export=ALL``, its default) and submitit's local stand-in hand to each job.
+variable whose name looks secret (and of a secret ``NAME=value`` after a launcher.command's leading ``env``) is not
+passed as an argument: it is put in this process's environment while the jobs are submitted, which sbatch
+(``--export=ALL``, its default) and submitit's local stand-in hand to each job.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
-from hf_optbench.publish.redact import is_secret_name
-from hf_optbench.rundir import FINISHED_STATUSES, append_state
-from hf_optbench.study.launch import build_command, execute, prepare_run_dir, run_env, tail
+from hf_optbench.publish.redact import is_secret_name, redact_argv
+from hf_optbench.rundir import FINISHED_STATUSES, STDOUT_FILE, append_state
+from hf_optbench.study.launch import build_command, prepare_run_dir, run_env
+from hf_optbench.study.processes import execute, tail
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec
 from hf_optbench.study.sweep_state import Progress, attempt_number, classify_outcome, end_row
 
@@ -68,6 +70,23 @@ def job_env(spec: SweepSpec, run: RunSpec) -> tuple[dict[str, str], dict[str, st
     return {k: v for k, v in env.items() if k not in secret}, secret
 
 
+def hide_env_secrets(cmd: list[str], hidden: dict[str, str]) -> list[str]:
+    """``cmd`` without the secret ``NAME=value`` assignments of a leading ``env`` (``launcher.command: [env,
+    MY_SECRET=abc, python, ...]``), which go into ``hidden`` to be exported while the jobs are submitted: the
+    command is pickled into the sweep directory, the environment is not."""
+    if not cmd or os.path.basename(cmd[0]) != "env":
+        return cmd
+    out, i = [cmd[0]], 1
+    while i < len(cmd) and "=" in cmd[i] and not cmd[i].startswith("-"):
+        name, _, value = cmd[i].partition("=")
+        if is_secret_name(name):
+            hidden[name] = value
+        else:
+            out.append(cmd[i])
+        i += 1
+    return out + cmd[i:]
+
+
 @contextmanager
 def exported(env: dict[str, str]) -> Iterator[None]:
     """``env`` in this process's environment for the block (jobs submitted inside inherit it), then restored."""
@@ -89,6 +108,7 @@ def _submit(spec: SweepSpec, executor: Any, todo: list[RunSpec], state: Path, ro
     reattach = job_class(executor)
     jobs: list[Job] = []
     fresh: list[tuple[RunSpec, list[str], int]] = []
+    hidden: dict[str, str] = {}  # secret NAME=value pairs of an `env` command prefix, exported instead (module doc)
     for run in todo:
         last = next((r for r in reversed(rows) if r.get("run_id") == run.run_id
                      and r.get("event") in ("submitted", "end", "start")), None)
@@ -101,18 +121,19 @@ def _submit(spec: SweepSpec, executor: Any, todo: list[RunSpec], state: Path, ro
         resume = prepare_run_dir(spec, run, state, rows, progress)
         run_dir = spec.run_dir(run)
         run_dir.mkdir(parents=True, exist_ok=True)
-        fresh.append((run, build_command(spec, run, run_dir, resume), attempt_number(rows, run.run_id)))
+        cmd = hide_env_secrets(build_command(spec, run, run_dir, resume), hidden)
+        fresh.append((run, cmd, attempt_number(rows, run.run_id)))
     if not fresh:
         return jobs
     envs = {run.run_id: job_env(spec, run) for run, _, _ in fresh}
-    secret = {k: v for _, s in envs.values() for k, v in s.items()}  # launcher.env: the same for every run
+    secret = {k: v for _, s in envs.values() for k, v in s.items()} | hidden  # the same for every run
     with exported(secret), executor.batch():
-        submitted = [(run, executor.submit(execute, cmd, str(spec.run_dir(run) / "stdout.log"),
+        submitted = [(run, executor.submit(execute, cmd, str(spec.run_dir(run) / STDOUT_FILE),
                                            envs[run.run_id][0], os.getcwd(), spec.launcher.get("timeout_s")),
                       attempt, cmd) for run, cmd, attempt in fresh]
     for run, job, attempt, cmd in submitted:
         row = {"event": "submitted", "run_id": run.run_id, "attempt": attempt, "job_id": job.job_id,
-               "command": cmd, "time": time.time()}
+               "command": redact_argv(cmd), "time": time.time()}
         append_state(state, row)
         rows.append(row)
         jobs.append((run, job, attempt, time.monotonic()))
@@ -131,7 +152,7 @@ def _record_end(spec: SweepSpec, job_entry: Job, state: Path, rows: list[dict[st
         extra = ""
     except Exception as exc:  # job failed in the scheduler (timeout, pre-emption, node failure)
         rc, extra = None, f"submitit: {type(exc).__name__}: {str(exc)[-1500:]}"
-    status, error = classify_outcome(run_dir, rc, tail(run_dir / "stdout.log") + extra)
+    status, error = classify_outcome(run_dir, rc, tail(run_dir / STDOUT_FILE) + extra)
     if extra and status not in FINISHED_STATUSES:
         error = f"{error}\n{extra}"
     row = end_row(run, attempt, status, error, rc, time.monotonic() - t0, run_dir)

@@ -67,17 +67,27 @@ without redoing or duplicating finished runs. The run's own ``summary.json`` dec
 (completed/diverged; failed/oom are final too unless ``--retry-failed``); ``sweep_state.jsonl`` records every
 attempt, one JSON line per event written with a single O_APPEND write. An unfinished run directory is resumed
 from its last ``checkpoint-*`` (``--resume_from_checkpoint true``) or moved aside to ``<run_id>.incomplete-<n>``;
-nothing is ever deleted.
+nothing is ever deleted. A restart stops only processes its own sweep started (start rows carry the sweep's id and
+directory: a sweep run on a copy of a live sweep's directory leaves the original's runs alone), and a run directory
+whose run.lock another live process holds is never moved or written into: the sweep stops, naming the holder.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import uuid
 from dataclasses import asdict
 from typing import Any
 
-from hf_optbench.publish.redact import REDACTED, public_env, scrub_secrets, secret_values
+from hf_optbench.publish.redact import (
+    REDACTED,
+    argv_secret_values,
+    public_env,
+    redact_argv,
+    scrub_secrets,
+    secret_values,
+)
 from hf_optbench.rundir import (
     MANIFEST_FILE,
     STATE_FILE,
@@ -95,13 +105,15 @@ from hf_optbench.study.sweep_spec import (
     resolve_grid,
     validate_runs,
 )
-from hf_optbench.study.sweep_state import Progress, attempt_number, sweep_lock
+from hf_optbench.study.sweep_state import Progress, attempt_number, sweep_identity, sweep_lock
 
 
 def _redacted_copy(spec: SweepSpec, secrets: list[str]) -> str:
     """The sweep file's text with every secret value replaced (comments kept); when that does not read back as
     YAML free of them (a value written quoted or escaped), the parsed file re-dumped with the values replaced."""
     import yaml
+
+    from hf_optbench.yaml_file import dump_yaml
 
     original = spec.path.read_text(encoding="utf-8")
     text = original
@@ -110,19 +122,23 @@ def _redacted_copy(spec: SweepSpec, secrets: list[str]) -> str:
     try:
         raw = yaml.safe_load(text) or {}
         env = (raw.get("launcher") or {}).get("env") or {}
-        clean = not any(str(v) in secrets for v in env.values())
+        command = [str(c) for c in (raw.get("launcher") or {}).get("command") or []]
+        clean = not any(str(v) in secrets for v in env.values()) and redact_argv(command) == command
     except (yaml.YAMLError, AttributeError):
         clean = False
     if not clean:
         raw = yaml.safe_load(original) or {}
-        launcher = {**raw["launcher"], "env": public_env(dict(raw["launcher"]["env"]))}
-        text = "# secrets removed by hf-optbench\n" + yaml.safe_dump({**raw, "launcher": launcher}, sort_keys=False)
+        launcher = {**raw["launcher"], "env": public_env(dict(raw["launcher"].get("env") or {}))}
+        if isinstance(launcher.get("command"), list):
+            launcher["command"] = redact_argv(launcher["command"])
+        text = "# secrets removed by hf-optbench\n" + dump_yaml({**raw, "launcher": launcher}, sort_keys=False)
     return str(scrub_secrets(text))
 
 
 def _manifest(spec: SweepSpec) -> dict[str, Any]:
     """The manifest of one phase: secret-named env values replaced by a marker, token-shaped strings removed."""
-    launcher = {k: v for k, v in spec.launcher.items() if k != "env"}
+    launcher = {k: redact_argv(v) if k == "command" and isinstance(v, list) else v
+                for k, v in spec.launcher.items() if k != "env"}
     runs = []
     for r in spec.runs:
         d = asdict(r)
@@ -143,9 +159,13 @@ def _write_manifest(spec: SweepSpec, sweep_copy: bool = True) -> None:
     """The matrix point and arguments of every run (the report and `tune` read it) and a copy of the sweep file;
     no secret value in either."""
     spec.runs_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(spec.output_dir / MANIFEST_FILE, _manifest(spec))
+    manifest = _manifest(spec)
+    # the sweep's identity, kept across restarts: start rows carry it, so only this sweep's processes are stopped
+    manifest["sweep_id"] = sweep_identity(spec.output_dir)["sweep_id"] or uuid.uuid4().hex
+    write_json_atomic(spec.output_dir / MANIFEST_FILE, manifest)
     if sweep_copy:
-        secrets = secret_values(dict(spec.launcher.get("env") or {}))
+        secrets = secret_values(dict(spec.launcher.get("env") or {})) \
+            + argv_secret_values(list(spec.launcher.get("command") or []))
         write_text_atomic(spec.output_dir / "sweep.yaml", _redacted_copy(spec, secrets))
 
 
@@ -181,7 +201,7 @@ def _dry_run(spec: SweepSpec, out_stream: Any) -> dict[str, int]:
         rows = read_state(phase.output_dir / STATE_FILE)
         for run in phase.runs:
             status = finished_status(phase.run_dir(run), rows, run.run_id) or "pending"
-            cmd = " ".join(build_command(phase, run, phase.run_dir(run), False))
+            cmd = " ".join(redact_argv(build_command(phase, run, phase.run_dir(run), False)))
             print(f"{run.run_id:<40} {status:<10} {cmd}", file=out_stream)
         counts = _add(counts, _counts(phase, rows))
     return counts

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import glob
+import json
 import os
 import re
 import socket
@@ -24,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
+from hf_optbench.run.lock import check_not_busy
 from hf_optbench.run.summary import CONCURRENT_RUNS_ENV, CPUS_ENV, SLOT_ENV
-from hf_optbench.rundir import FINISHED_STATUSES, read_summary
+from hf_optbench.rundir import FINISHED_STATUSES, MANIFEST_FILE, RUN_LOCK_FILE, read_summary
 from hf_optbench.study.budget import world_size
 from hf_optbench.study.sweep_spec import RunSpec
 from hf_optbench.study.worker_client import gpu_visible
@@ -57,6 +59,44 @@ def sweep_lock(output_dir: Path) -> Iterator[None]:
         fh.close()
 
 
+# ------------------------------------------------------------------------------ what belongs to this sweep
+def sweep_identity(output_dir: Path) -> dict[str, Any]:
+    """Who a start row belongs to: the sweep id in the directory's manifest (``sweep.py`` keeps it across restarts)
+    and the directory's resolved path. A copy of a sweep directory carries the id but not the path; a restart of the
+    same sweep carries both. Start rows record it, so a restart stops only the processes this directory started."""
+    try:
+        sid = json.loads((output_dir / MANIFEST_FILE).read_text(encoding="utf-8")).get("sweep_id")
+    except (OSError, ValueError, AttributeError):
+        sid = None
+    return {"sweep_id": sid, "sweep_dir": str(output_dir.resolve())}
+
+
+def started_here(row: dict[str, Any], identity: dict[str, Any]) -> bool | None:
+    """Whether a start row was written by this sweep directory's own sweep; None for a row from before sweeps
+    recorded their identity (its pid is then trusted as before, with its start time)."""
+    if "sweep_dir" not in row:
+        return None
+    return row.get("sweep_dir") == identity["sweep_dir"] and row.get("sweep_id") == identity["sweep_id"]
+
+
+def check_run_dir_free(run_dir: Path, run_id: str) -> None:
+    """Refuse to move aside or write into a run directory whose run.lock a live process holds. Called once this
+    sweep has stopped its own earlier processes: a holder left is someone else's run (a copied sweep's original, a
+    run started by hand), and moving its directory would split its results between two places."""
+    try:
+        check_not_busy(run_dir)
+    except OptBenchError:
+        try:
+            holder = (run_dir / RUN_LOCK_FILE).read_text(encoding="utf-8").strip() or "pid not written yet"
+        except OSError:
+            holder = "pid unknown"
+        raise OptBenchError(
+            f"run {run_id}: its directory '{run_dir}' is held by a live process this sweep did not start "
+            f"({holder}); the sweep neither moves nor writes into it. Wait for that process to end (or stop it) and "
+            "start the sweep again, or give the sweep another output_dir."
+        ) from None
+
+
 def classify_outcome(run_dir: Path, returncode: int | None, log_tail: str) -> tuple[str, str | None]:
     """(status, error) of an ended process: summary.json if it says completed/diverged, else failed or oom."""
     summary = read_summary(run_dir) or {}
@@ -65,12 +105,21 @@ def classify_outcome(run_dir: Path, returncode: int | None, log_tail: str) -> tu
         return str(status), None
     oom = status == "oom" or bool(OOM_PATTERN.search(log_tail)) or bool(OOM_PATTERN.search(str(summary.get("error"))))
     error = summary.get("error")
+    refused = _refusal(log_tail) if returncode == 2 and not error else None
+    if refused:  # the run refused its arguments before any work (a changed config on resume, a bad value)
+        error = f"refused by the run (exit code 2): {refused}"
     if not error:
         tail = "\n".join(log_tail.strip().splitlines()[-15:])
         how = f"killed by signal {-returncode}" if returncode is not None and returncode < 0 else \
             f"exit code {returncode}"
         error = f"{how}; no summary.json. Last output:\n{tail}"
     return ("oom" if oom else "failed"), str(error)
+
+
+def _refusal(log_tail: str) -> str | None:
+    """The run's one-line ``error: ...`` (the CLI's form of an OptBenchError), the last one in its log, or None."""
+    lines = [line.strip() for line in log_tail.splitlines() if line.strip().startswith("error: ")]
+    return lines[-1][len("error: "):] if lines else None
 
 
 def attempt_number(rows: Sequence[dict[str, Any]], run_id: str) -> int:
@@ -202,7 +251,7 @@ class Flight:
     again (an end row would make its "failed" final)."""
 
     def __init__(self, kill_tree: Callable[..., Any]) -> None:
-        self.kill_tree = kill_tree  # launch.kill_tree: (pid, create_time) -> stops that process's tree
+        self.kill_tree = kill_tree  # processes.kill_tree: (pid, create_time) -> stops that process's tree
         self.lock = threading.Lock()
         self.refresh_lock = threading.Lock()  # summary.csv is rewritten by one slot at a time
         self.pids: dict[str, tuple[int, float | None]] = {}

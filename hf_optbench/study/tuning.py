@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
-from hf_optbench.rundir import write_text_atomic
+from hf_optbench.rundir import TUNED_FILE, write_text_atomic
 from hf_optbench.study.sweep_spec import TUNING_METRIC, SweepSpec
 from hf_optbench.study.tune_spec import TuneSpec
 from hf_optbench.study.tuning_grid import (
@@ -61,8 +61,34 @@ from hf_optbench.study.tuning_grid import (
     wd_multiplier_of,
     weight_decay_at,
 )
+from hf_optbench.yaml_file import dump_yaml, load_yaml_mapping, read_yaml_or_empty
 
 Records = dict[float, list[Mapping[str, Any]]]
+# A tuning run that ended so (after the sweep's one retry) says nothing about its rate, yet its point counts as a
+# rise of the loss: the tuned file lists it under ``missing_points`` and the report repeats it.
+LOST_STATUSES = ("failed", "oom")
+
+
+def _missing_points(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The tuned file's ``missing_points``: each lost run with its grid point and how it ended."""
+    return [{"run_id": r.get("run_id"), "lr_multiplier": float(r["lr_multiplier"]) if r.get("lr_multiplier")
+             not in (None, "") else None, "wd_multiplier": wd_multiplier_of(r), "status": r.get("status")}
+            for r in runs]
+
+
+def _missing_warning(pair: str, runs: Sequence[Mapping[str, Any]]) -> str:
+    ids = ", ".join(f"{r.get('run_id')} ({r.get('status')})" for r in runs)
+    return (f"{pair}: {len(runs)} tuning run(s) failed or ran out of memory (a sweep retries each once): {ids}. "
+            "Each counts as a rise of the loss, so the choice was made without those points (missing_points in the "
+            "tuned file); fix the failure and rerun the sweep with --retry-failed to fill them")
+
+
+def lost_tuning_points(sweep_dir: str | os.PathLike[str]) -> list[str]:
+    """'optimizer/size: run_id (status), ...' for every tuned-file entry with ``missing_points``, for the report."""
+    data = read_yaml_or_empty(Path(sweep_dir) / TUNED_FILE)
+    return [f"{o}/{s}: " + ", ".join(f"{p.get('run_id')} ({p.get('status')})" for p in e["missing_points"])
+            for o, sizes in (data or {}).items() if isinstance(sizes, dict)
+            for s, e in sizes.items() if isinstance(e, dict) and e.get("missing_points")]
 
 
 def _group(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], Records]:
@@ -120,6 +146,10 @@ def select_best(records: Sequence[Mapping[str, Any]], metric: str = TUNING_METRI
                   "tuning_loss": _rounded(scores[m])} for m in sorted(by_mult)]
         best.setdefault(opt, {})[size] = {"learning_rate": lr, "multiplier": choice, "bracketed": bracketed,
                                           "tuning_loss": round(scores[choice], 6), "metric": metric, "curve": curve}
+        lost = [r for m in sorted(by_mult) for r in by_mult[m] if r.get("status") in LOST_STATUSES]
+        if lost:
+            best[opt][size]["missing_points"] = _missing_points(lost)
+            warnings.append(_missing_warning(f"{opt}/{size}", lost))
     return best, warnings
 
 
@@ -129,14 +159,10 @@ def write_tuned(best: Mapping[str, Mapping[str, Mapping[str, Any]]], path: str |
     """Write the tuned-values YAML; each entry gets ``source`` and ``provenance`` (tuning dir, grid, seeds).
     ``merge``: keep the other optimizers/sizes of an existing file (``hf-optbench tune``); a sweep's own file is
     written whole."""
-    import yaml
-
     out = Path(path)
     data: dict[str, Any] = {}
     if merge and out.is_file():
-        data = yaml.safe_load(out.read_text(encoding="utf-8")) or {}
-        if not isinstance(data, dict):
-            raise OptBenchError(f"'{out}' exists and is not a tuned-values mapping: choose another --output.")
+        data = load_yaml_mapping(out, "the existing tuned-values file", "Choose another --output.", empty_ok=True)
     for opt, sizes in best.items():
         for size, entry in sizes.items():
             data.setdefault(opt, {})[size] = {**copy.deepcopy(dict(entry)), **copy.deepcopy(dict(provenance or {})),
@@ -146,7 +172,7 @@ def write_tuned(best: Mapping[str, Mapping[str, Mapping[str, Any]]], path: str |
               f"# failed seed loses. {source}", "# Use: --tuned_hparams_file " + str(out)]
     header += [f"# warning: {w}" for w in warnings]
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out, "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=True))
+    write_text_atomic(out, "\n".join(header) + "\n" + dump_yaml(data))
     return out
 
 
@@ -204,6 +230,10 @@ def _entry(plan: TuningPlan, pair: PairPlan) -> tuple[dict[str, Any] | None, lis
         return None, [f"{o}/{s}: {pair.lr.note}; nothing written"]
     entry = {**_lr_entry(plan, pair), "metric": plan.metric, "bracketed": pair.bracketed}
     warnings = [] if pair.lr.bracketed else [f"{o}/{s}: {pair.lr.note}; the comparison uses it (bracketed: false)"]
+    lost = [r for lr, wd in pair.points() for r in plan.at(o, s, lr, wd) if r.get("status") in LOST_STATUSES]
+    if lost:
+        entry["missing_points"] = _missing_points(lost)
+        warnings.append(_missing_warning(f"{o}/{s}", lost))
     if pair.wd_note:
         entry["wd_not_tuned"] = pair.wd_note.split(": ", 1)[1]
         warnings.append(pair.wd_note)
@@ -221,9 +251,8 @@ def _entry(plan: TuningPlan, pair: PairPlan) -> tuple[dict[str, Any] | None, lis
 def _check_unchanged(spec: SweepSpec, best: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
     """A selection that differs from the file the comparison runs already used is an error (those runs would no
     longer match the file)."""
-    import yaml
-
-    old = yaml.safe_load(spec.tuned_file.read_text(encoding="utf-8")) if spec.tuned_file.is_file() else None
+    old = (load_yaml_mapping(spec.tuned_file, "tuned_hparams_file", "Move it aside to tune again.", empty_ok=True)
+           if spec.tuned_file.is_file() else None)
     changed = [f"{o}/{s} {key}" for o, sizes in best.items() for s, e in sizes.items()
                for key in ("learning_rate", "weight_decay")
                if isinstance(old, dict) and (old.get(o) or {}).get(s, {}).get(key) not in (None, e.get(key))]

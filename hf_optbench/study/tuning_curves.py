@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.rundir import TUNED_FILE
+
 HPARAM_KEYS = (("learning_rate", "lr"), ("weight_decay", "wd"), ("max_grad_norm", "clip"))
 PLAIN_SOURCES = ("user", "transformers default", "registry default")
 
@@ -127,14 +129,13 @@ def bracketed_optima(sweep_dir: str | os.PathLike[str]) -> dict[tuple[str, str],
     the tuning phase; an older file without it: its learning-rate curve's best inside the grid), else from its
     tuning runs (``<sweep_dir>/tuning``, or the directory itself for a tuning grid run by hand). For the verdict
     table: a comparison never starts from an unbracketed optimum without the report saying so."""
-    import yaml
-
     from hf_optbench.study.analysis import load_runs
+    from hf_optbench.yaml_file import read_yaml_or_empty
 
     d = Path(sweep_dir)
-    tuned = d / "tuned_hparams.yaml"
+    tuned = d / TUNED_FILE
     if tuned.is_file():
-        data = yaml.safe_load(tuned.read_text(encoding="utf-8")) or {}
+        data = read_yaml_or_empty(tuned)
         return {(str(o), str(s)): bool(e["bracketed"]) if "bracketed" in e else
                 _interior({float(c["multiplier"]): c.get("tuning_loss") for c in e.get("curve") or []})
                 for o, sizes in data.items() if isinstance(sizes, dict)

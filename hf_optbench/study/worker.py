@@ -45,7 +45,8 @@ _TRANSFORMERS_NAMES = ("Trainer", "TrainingArguments", "TrainerCallback", "GPT2C
 # imported by a run later on: deepspeed through transformers/accelerate (~0.3 s), evaluate by the eval accuracy
 # metric at the first evaluation (2-10 s); skipped when not installed
 _OPTIONAL = ("deepspeed", "safetensors.torch", "evaluate")
-_SKIP_PREFIXES = ("hf_optbench.study", "hf_optbench.cli", "hf_optbench.__main__")
+# (``__main__`` modules run a command when imported: ``hf_optbench.run.__main__`` would start a run in the worker)
+_SKIP_PREFIXES = ("hf_optbench.study", "hf_optbench.cli", "hf_optbench.__main__", "hf_optbench.run.__main__")
 
 
 # -------------------------------------------------------------------------------------------------- channel

@@ -1,5 +1,5 @@
 """The sweep's side of the warm worker (:mod:`hf_optbench.study.worker`): when it may be used, starting it, and
-running one run through it with the same contract as :func:`hf_optbench.study.launch.execute` (log appended, the
+running one run through it with the same contract as :func:`hf_optbench.study.processes.execute` (log appended, the
 pid handed to ``on_start`` before the run begins, ``on_poll`` while it runs, a timeout, the child's tree stopped
 when the sweep is interrupted, the exit code returned).
 
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hf_optbench.publish.redact import redact_argv
 from hf_optbench.study.worker import Channel
 
 WARM_WORKER_ENV = "HF_OPTBENCH_WARM_WORKER"  # "0"/"false"/"no"/"off": every run in a plain subprocess instead
@@ -127,12 +128,12 @@ class WarmWorker:
                 timeout_s: float | None = None, on_start: Callable[[Any], None] | None = None,
                 on_poll: Callable[[], None] | None = None, poll_s: float = 1.0) -> int:
         """Run ``cmd`` (a ``python -m``/``python SCRIPT`` command) in a fresh child of the worker; see
-        :func:`hf_optbench.study.launch.execute`. Raises WorkerUnavailable before anything started."""
+        :func:`hf_optbench.study.processes.execute`. Raises WorkerUnavailable before anything started."""
         target = fork_target(cmd)
         if target is None or not self.alive:
             raise WorkerUnavailable("the warm worker is gone" if target else f"not a python command: {cmd[:3]}")
         with open(log_path, "ab") as log:
-            log.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)} [warm worker "
+            log.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(redact_argv(cmd))} [warm worker "
                       f"{self.proc.pid}]\n".encode())
         try:
             self._send({"kind": target[0], "target": target[1], "argv": target[2], "log": log_path,

@@ -116,6 +116,21 @@ CASES = [
     c("block-size-1", [*RUN, "--block_size", "1"], "block_size"),
     c("spike-history", [*RUN, "--spike_min_history", "100"], "spike_min_history"),
     c("target-loss-0", [*RUN, "--target_losses", "0"], "target_losses"),
+    # -- run: values that failed after the data and the model were built, or were ignored silently -----------
+    c("init-from-without-model", [*RUN, "--init_from", "{T}/finished"], "init_from"),
+    c("seed-negative", [*RUN, "--seed=-1"], "seed"),
+    c("seed-beyond-2-32", [*RUN, "--seed", "100000000000000000000"], "seed"),
+    c("report-to-unknown", [*RUN, "--report_to", "nonexistent"], "report_to"),
+    c("dataloader-workers-negative", [*RUN, "--dataloader_num_workers=-1"], "dataloader_num_workers"),
+    c("betas-wrong-length", [*RUN, "--optimizer_kwargs", '{"betas": [0.9]}'], "betas"),
+    c("tuned-lr-not-a-number", [*RUN, "--tuned_hparams_file", "{T}/tuned_fast.yaml"], "learning_rate"),
+    c("tuned-file-binary", [*RUN, "--tuned_hparams_file", "{T}/tuned_binary.yaml"], "UTF-8"),
+    c("tuned-unknown-optimizer", [*RUN, "--tuned_hparams_file", "{T}/tuned_adamq.yaml"], "Did you mean 'adamw'"),
+    c("tuned-unknown-size", [*RUN, "--tuned_hparams_file", "{T}/tuned_tinyy.yaml"], "Did you mean 'tiny'"),
+    # -- run: list values on the command line (a comma list reached the Trainer as one unknown name) ----------
+    c("report-to-comma-list-unknown", [*RUN, "--report_to", "tensorboard,bogus"], "unknown integration 'bogus'"),
+    c("report-to-none-and-another", [*RUN, "--report_to", "none", "tensorboard"], "cannot be combined"),
+    c("one-value-key-given-two", [*RUN, "--max_steps", "5", "6"], "unexpected value(s) on the command line: 6"),
     # -- validate -----------------------------------------------------------------------------------------
     c("validate-unknown-key", ["validate", "{T}/typo.yaml"], "modle_size"),
     c("validate-full-bad-size", ["validate", "{Q}", "--full", "--model_size", "huge"], "model_size"),
@@ -132,6 +147,14 @@ CASES = [
     c("sweep-max-runs-negative", ["sweep", "{T}/sweep.yaml", "--max-runs=-1"], "--max-runs"),
     c("sweep-timeout-not-a-number", ["sweep", "{T}/sweep_timeout.yaml", "--dry-run"], "timeout_s"),
     c("sweep-max-runs-not-int", ["sweep", "{T}/sweep.yaml", "--max-runs", "x"], "--max-runs"),
+    # -- sweep: matrix values that ran wrong or failed only at launch -----------------------------------------
+    c("sweep-seed-empty", ["sweep", "{T}/sweep_seed_empty.yaml", "--dry-run"], "'seed' is empty"),
+    c("sweep-seed-negative", ["sweep", "{T}/sweep_seed_negative.yaml", "--dry-run"], "matrix seed"),
+    c("sweep-optimizer-alias-twice", ["sweep", "{T}/sweep_alias_twice.yaml", "--dry-run"], "'AdamW'"),
+    c("sweep-dotted-not-importable", ["sweep", "{T}/sweep_dotted_typo.yaml", "--dry-run"], "torch.optim.AdamWW"),
+    c("sweep-dotted-without-lr", ["sweep", "{T}/sweep_dotted_no_lr.yaml", "--dry-run"], "learning_rate"),
+    c("run-dotted-not-importable", [*RUN, "--optimizer", "torch.optim.AdamWW", "--learning_rate", "1e-3"],
+      "torch.optim.AdamWW"),
     # -- report -------------------------------------------------------------------------------------------
     c("report-missing-dir", ["report", "{T}/missing"], "missing"),
     c("report-corrupt-manifest", ["report", "{T}/sweep_badmanifest"], "sweep_manifest.json"),
@@ -140,6 +163,9 @@ CASES = [
     c("report-output-under-a-file", ["report", "{T}/emptysweep", "--output", "{T}/afile/rep"], "--output"),
     c("report-bad-target", ["report", "{T}/emptysweep", "--target-loss", "low"], "--target-loss"),
     c("report-unknown-flag", ["report", "{T}/emptysweep", "--bogus"], "--bogus"),
+    # -- report/tune: a run the sweep recorded as finished whose summary.json is gone (was a TypeError) ----------
+    c("report-finished-run-without-summary", ["report", "{T}/sweep_nosummary"], "adamw__tiny__s0"),
+    c("tune-finished-run-without-summary", ["tune", "{T}/sweep_nosummary"], "adamw__tiny__s0"),
     # -- tune ---------------------------------------------------------------------------------------------
     c("tune-missing-dir", ["tune", "{T}/missing"], "missing"),
     c("tune-corrupt-manifest", ["tune", "{T}/sweep_badmanifest"], "sweep_manifest.json"),
@@ -231,6 +257,23 @@ def workspace(tmp_path: Path, monkeypatch) -> Path:
     (tmp_path / "emptysweep").mkdir()
     _bad_sweep_dir(tmp_path / "sweep_badmanifest", manifest="{not json")
     _bad_sweep_dir(tmp_path / "sweep_badsummary", summary="{not json")
+    # tuned-values files that are not (their rows: "values that failed after the data and the model were built")
+    (tmp_path / "tuned_fast.yaml").write_text("lion:\n  tiny:\n    learning_rate: fast\n")
+    (tmp_path / "tuned_binary.yaml").write_bytes(b"\x80\x04\x95\x00\xff\xfe")
+    (tmp_path / "tuned_adamq.yaml").write_text("adamq:\n  tiny:\n    learning_rate: 0.001\n")
+    (tmp_path / "tuned_tinyy.yaml").write_text("adamw:\n  tinyy:\n    learning_rate: 0.001\n")
+    # sweeps whose matrix values ran wrong or failed only at launch (their rows: "sweep: matrix values ...")
+    _sweep(tmp_path / "sweep_seed_empty.yaml", tmp_path / "sw", matrix={"seed": []})
+    _sweep(tmp_path / "sweep_seed_negative.yaml", tmp_path / "sw", matrix={"seed": [-1]})
+    _sweep(tmp_path / "sweep_alias_twice.yaml", tmp_path / "sw", matrix={"optimizer": ["adamw", "AdamW"]})
+    _sweep(tmp_path / "sweep_dotted_typo.yaml", tmp_path / "sw", matrix={"optimizer": ["torch.optim.AdamWW"]},
+           overrides={"learning_rate": 1e-3})
+    _sweep(tmp_path / "sweep_dotted_no_lr.yaml", tmp_path / "sw", matrix={"optimizer": ["torch.optim.AdamW"]})
+    # a sweep whose state records a run as completed that left no summary.json (rows: "report/tune: a run ...")
+    (tmp_path / "sweep_nosummary" / "runs" / "adamw__tiny__s0").mkdir(parents=True)
+    (tmp_path / "sweep_nosummary" / "runs" / "adamw__tiny__s0" / "metrics.jsonl").write_text("")
+    (tmp_path / "sweep_nosummary" / "sweep_state.jsonl").write_text(json.dumps(
+        {"event": "end", "run_id": "adamw__tiny__s0", "attempt": 1, "status": "completed", "time": 2.0}) + "\n")
     _sweep(tmp_path / "sweep.yaml", tmp_path / "sw")
     _sweep(tmp_path / "sweep_typo.yaml", tmp_path / "sw", matrx={"seed": [0]})
     _sweep(tmp_path / "sweep_adamq.yaml", tmp_path / "sw", matrix={"optimizer": ["adamq"]})

@@ -138,3 +138,75 @@ def test_unfinished_run_with_checkpoints_needs_a_decision(tmp_path: Path) -> Non
     with pytest.raises(OptBenchError, match="resume_from_checkpoint"):
         parse_args([_recipe(tmp_path)])
     parse_args([_recipe(tmp_path), "--resume_from_checkpoint", "true"])
+
+
+# -- recipes as parser defaults: list and mapping values --------------------------------------------------------
+
+
+def test_recipe_lists_and_mappings_keep_their_types(tmp_path: Path) -> None:
+    path = _recipe(tmp_path, report_to=["tensorboard", "wandb"], optimizer_kwargs={"betas": [0.9, 0.95]},
+                   target_losses=[5.0, 4.5], run_name="r1")
+    cfg = parse_args([path])
+    assert cfg.training.report_to == ["tensorboard", "wandb"]  # was: exit 2, "not used by HfArgumentParser: ['wandb']"
+    assert cfg.optim.kwargs() == {"betas": [0.9, 0.95]}
+    assert cfg.bench.target_losses == [5.0, 4.5]
+    assert {"report_to", "optimizer_kwargs", "target_losses"} <= cfg.explicit
+
+
+@pytest.mark.parametrize("cli", [["--report_to", "tensorboard", "wandb"], ["--report_to", "tensorboard,wandb"],
+                                 ["--report_to=tensorboard,wandb"], ["--report-to", "tensorboard", "wandb"]])
+def test_cli_report_to_takes_a_list(cli: list[str], tmp_path: Path) -> None:
+    assert parse_args([_recipe(tmp_path), *cli]).training.report_to == ["tensorboard", "wandb"]
+
+
+def test_cli_beats_recipe_lists_and_mappings(tmp_path: Path) -> None:
+    path = _recipe(tmp_path, report_to=["tensorboard", "wandb"], optimizer_kwargs={"betas": [0.9, 0.95]},
+                   target_losses=[5.0, 4.5])
+    cfg = parse_args([path, "--report_to", "none", "--optimizer_kwargs", '{"betas": [0.8, 0.9]}',
+                      "--target_losses", "3"])
+    assert cfg.training.report_to == []
+    assert cfg.optim.kwargs() == {"betas": [0.8, 0.9]}
+    assert cfg.bench.target_losses == [3.0]
+    assert parse_args([_recipe(tmp_path, report_to="tensorboard")]).training.report_to == ["tensorboard"]
+
+
+@pytest.mark.parametrize("recipe, cli, needle", [
+    ({"max_steps": [1, 2]}, [], "max_steps in recipe"),  # a list for a one-value key
+    ({"run_name": {"a": 1}}, [], "run_name in recipe"),  # a mapping for a one-value key (was: a JSON-string name)
+    ({"target_losses": [4.0, "low"]}, [], "target_losses in recipe"),  # each element type-checked
+    ({"report_to": ["tensorboard", "bogus"]}, [], "unknown integration 'bogus'"),
+    ({"report_to": ["none", "tensorboard"]}, [], "cannot be combined"),
+    ({}, ["--report_to", "tensorboard,bogus"], "unknown integration 'bogus'"),  # was: a Trainer traceback, exit 1
+    ({}, ["--max_steps", "1", "2"], "unexpected value(s) on the command line: 2"),
+    ({"eval_strategy": "sometimes"}, [], "eval_strategy in recipe"),  # choices checked for a recipe value too
+])
+def test_malformed_list_exits_2_before_anything_is_written(recipe: dict, cli: list[str], needle: str,
+                                                           tmp_path: Path, monkeypatch, capsys) -> None:
+    from hf_optbench import cli as cli_mod
+
+    monkeypatch.chdir(tmp_path)
+    path = _recipe(tmp_path, **recipe)
+    before = sorted(tmp_path.rglob("*"))
+    rc = cli_mod.main(["run", path, *cli])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert needle in err, err
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.slow
+def test_a_run_reports_to_two_trackers_from_a_recipe(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("wandb")
+    pytest.importorskip("tensorboard")
+    from hf_optbench.run import train as run_mod
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    quick = yaml.safe_load(Path(RECIPES[0]).parent.joinpath("quickstart_cpu.yaml").read_text())
+    quick.update(report_to=["tensorboard", "wandb"], max_steps=2, eval_steps=2, block_size=32, save_strategy="no",
+                 write_model_card=False, output_dir=str(tmp_path / "run"))
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(quick))
+    assert run_mod.main([str(tmp_path / "r.yaml")]) == 0
+    assert list((tmp_path / "run").glob("runs/**/events.out.tfevents.*"))  # TensorBoard wrote
+    assert list(tmp_path.glob("wandb/offline-run-*"))  # and W&B (offline)

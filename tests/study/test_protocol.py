@@ -255,6 +255,39 @@ def test_secret_values_are_never_written_or_printed(tmp_path: Path, executor: st
     assert seen["hf_token_sha256"] == hashlib.sha256(SECRET.encode()).hexdigest()  # the run still got it
 
 
+CMD_SECRET = "cmd-secret-value-7f3a"  # not token-shaped: only the NAME=value rule withholds it
+
+
+@pytest.mark.parametrize("executor", ["local", "slurm"])
+def test_secret_values_in_the_launcher_command_are_never_written_or_printed(
+        tmp_path: Path, executor: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``command: [env, MY_SECRET=..., HF_TOKEN=..., python, ...]``: the run still gets the values, but the copy of
+    the sweep file, the manifest, the state rows, each run's stdout.log, submitit's pickles and the dry run show
+    only the names."""
+    launcher = {"executor": "slurm", "slurm": {"cluster": "local", "timeout_min": 5}} if executor == "slurm" else {}
+    if executor == "slurm":
+        pytest.importorskip("submitit")
+    path = _write(tmp_path, sizes=("tiny",), seeds=(1,), launcher={**launcher, "command": [
+        "env", f"MY_SECRET={CMD_SECRET}", f"HF_TOKEN={SECRET}", "PLAIN_SETTING=visible-value", "{python}",
+        str(tmp_path / "fake_run.py")]})
+    log = io.StringIO()
+    assert run_sweep(path, stream=log) == {"completed": 2}
+    assert run_sweep(path, dry_run=True, stream=log) == {"completed": 2}
+    out = tmp_path / "out"
+    blob = _all_bytes(out)
+    for value in (CMD_SECRET, SECRET):
+        assert value.encode() not in blob
+        assert value not in log.getvalue() + "".join(capsys.readouterr())
+    assert b"visible-value" in blob and b"MY_SECRET=<redacted>" in blob  # the names stay, other values too
+    manifest = json.loads((out / "sweep_manifest.json").read_text())
+    assert "MY_SECRET=<redacted>" in manifest["launcher"]["command"]
+    assert "MY_SECRET" in (out / "sweep.yaml").read_text()
+    if executor == "local":  # a SLURM job's command leaves the secret assignments out (exported instead)
+        assert "MY_SECRET=<redacted>" in (out / "runs" / "adamw__tiny__s1" / "stdout.log").read_text()
+    seen = _seen(out)["adamw__tiny__s1"]
+    assert seen["hf_token_sha256"] == hashlib.sha256(SECRET.encode()).hexdigest()  # the run still got it
+
+
 @pytest.mark.slow
 def test_secret_values_stay_out_of_a_real_python_sweep(tmp_path: Path) -> None:
     """The demo's path (launcher type python, the warm worker when it is available): a real 2-step tiny run, and

@@ -149,7 +149,9 @@ def test_the_verdict_table_says_when_a_tuned_optimum_is_not_bracketed(tmp_path: 
 
     root = build_fixture_sweep(tmp_path / "s", optimizers=("adamw", "lion"), sizes=("tiny", "mini"))
     entry = {"learning_rate": 1e-3, "multiplier": 1.0, "bracketed": True}
-    tuned = {"adamw": {"tiny": entry, "mini": entry}, "lion": {"tiny": {**entry, "bracketed": False}, "mini": entry}}
+    # copies, not one shared dict: PyYAML would write a shared object as an alias, which the loader refuses
+    tuned = {"adamw": {"tiny": {**entry}, "mini": {**entry}},
+             "lion": {"tiny": {**entry, "bracketed": False}, "mini": {**entry}}}
     (root / "tuned_hparams.yaml").write_text(yaml.safe_dump(tuned))
     text = build_report(root)["report.md"].read_text()
     assert "Warning: 1 tuned optimum(s) not bracketed: lion/tiny" in text

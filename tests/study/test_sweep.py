@@ -25,7 +25,7 @@ import yaml
 from hf_optbench.cli.sweep import main as cli_main
 from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import append_state, read_state, run_id_for
-from hf_optbench.study.launch import RUN_DIR_ENV
+from hf_optbench.study.processes import RUN_DIR_ENV
 from hf_optbench.study.sweep import run_sweep
 from hf_optbench.study.sweep_spec import load_sweep
 from hf_optbench.study.sweep_state import classify_outcome, sweep_lock

@@ -26,7 +26,7 @@ import yaml
 
 from hf_optbench.rundir import read_state
 from hf_optbench.study import launch, worker_client
-from hf_optbench.study.launch import kill_tree
+from hf_optbench.study.processes import kill_tree
 from hf_optbench.study.sweep import run_sweep
 from hf_optbench.study.worker import fork_hazard
 from hf_optbench.study.worker_client import WarmWorker, fork_target, unavailable_reason

@@ -1,0 +1,134 @@
+"""Which runs a report may compare: every setting but the compared ones (optimizer, model size, seed, and the
+learning rate and weight decay each optimizer x size is tuned to) must match, or the report refuses.
+
+Why: the report groups runs by optimizer x size and pools seeds, and pairs runs by seed across optimizers. A
+directory holding runs of several sweeps (or runs started by hand) would otherwise be pooled silently: 3-step and
+100-step runs averaged as "seeds", a 600-step run paired with a 20-step one, one GPU against two, beta2 0.5 with
+0.99. What must match, and over which runs:
+
+* every compared run: processes (world size), precision, ZeRO stage, block size, data source and tokenizer;
+* the runs of one model size: tokens per optimizer step, and the step budget (max_steps; the baseline's ladder
+  runs, ``__dx`` in their id, are at other budgets by design and are left out of that one check);
+* across sizes: the same max_steps, or the same budget in tokens per parameter (within one step's rounding);
+* the runs of one optimizer x size (the seeds the report pools, and the ladder's runs): every hyperparameter, tuned
+  ones included, the schedule and its arguments, and the optimizer's constructor values.
+
+A setting a run does not record (an older run directory) is not compared for that run. Values come from
+summary.json and, where the run wrote one, its ``run_identity.json`` (:mod:`hf_optbench.run.identity`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hf_optbench.errors import OptBenchError
+from hf_optbench.run.identity import read_identity
+
+# (name shown, how to read it from a record's summary and identity)
+_Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
+EVERY_RUN: tuple[tuple[str, _Getter], ...] = (
+    ("world_size", lambda s, i: s.get("world_size", i.get("world_size"))),
+    ("precision", lambda s, i: s.get("precision")),
+    ("zero_stage", lambda s, i: i.get("zero_stage")),
+    ("block_size", lambda s, i: s.get("block_size", i.get("block_size"))),
+    ("data source", lambda s, i: (s.get("data") or {}).get("source")),
+    ("tokenizer", lambda s, i: (s.get("data") or {}).get("tokenizer", i.get("tokenizer_name"))),
+    ("dataset", lambda s, i: [i.get(k) for k in ("data_source", "dataset_name", "dataset_config", "data_files")]
+     if i else None),
+)
+PER_SIZE: tuple[tuple[str, _Getter], ...] = (
+    ("tokens_per_step", lambda s, i: s.get("tokens_per_step")),
+)
+BUDGET: tuple[tuple[str, _Getter], ...] = (("max_steps", lambda s, i: s.get("max_steps", i.get("max_steps"))),)
+# Param-group entries an optimizer or schedule updates as it runs (schedule-free's step count and weight sum):
+# state, not settings.
+_OPTIMIZER_STATE = {"initial_lr", "k", "weight_sum", "lr_max", "step", "train_mode"}
+# Keys of the identity that are not a hyperparameter of the pooled runs (the seed varies, the rest is above).
+_NOT_POOLED = {"seed", "data_seed", "max_steps", "world_size", "zero_stage", "block_size", "n_positions", "model_size",
+               "optimizer"}
+
+
+def _pooled(summary: Mapping[str, Any], ident: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings every seed of one optimizer x size must share: hyperparameters, schedule, constructor values
+    and, from the identity, everything else that changes the result."""
+    out: dict[str, Any] = {k: summary.get(k) for k in ("learning_rate", "weight_decay", "max_grad_norm", "schedule",
+                                                        "schedule_kwargs", "embedding_state_32bit")}
+    for name, entry in (summary.get("hyperparameters") or {}).items():
+        if name not in _OPTIMIZER_STATE:
+            out[name] = entry.get("value") if isinstance(entry, Mapping) else entry
+    out.update({k: v for k, v in ident.items() if k not in _NOT_POOLED})
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def _refuse(scope: str, key: str, by_value: Mapping[str, list[str]]) -> OptBenchError:
+    """One line: the key, each value with the runs that have it, and the way out."""
+    parts = []
+    for value, ids in by_value.items():
+        shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        parts.append(f"{value}: {shown}")
+    return OptBenchError(
+        f"{scope}runs differ in {key} ({'; '.join(parts)}): the report would pool or pair runs that are not "
+        "comparable. Report one sweep's directory, or move the runs that do not belong to it elsewhere."
+    )
+
+
+def _check_key(scope: str, key: str, values: Sequence[tuple[str, Any]]) -> None:
+    by_value: dict[str, list[str]] = {}
+    for rid, value in values:
+        if value is not None:
+            by_value.setdefault(_show(value), []).append(rid)
+    if len(by_value) > 1:
+        raise _refuse(scope, key, by_value)
+
+
+def _budget_across_sizes(budget_runs: Sequence[Mapping[str, Any]]) -> None:
+    """Across sizes: one max_steps for all, or one budget in tokens per parameter (each size's within one step)."""
+    by_size: dict[str, tuple[int, float | None, str]] = {}
+    for r in budget_runs:
+        steps, tpp = (r["_summary"] or {}).get("max_steps"), (r["_summary"] or {}).get("tokens_per_param")
+        if r.get("model_size") and steps:
+            by_size.setdefault(r["model_size"], (int(steps), tpp, r["run_id"]))
+    if len({steps for steps, _, _ in by_size.values()}) <= 1:
+        return
+    spans = [(tpp * (1 - 1 / steps), tpp * (1 + 1 / steps)) for steps, tpp, _ in by_size.values() if tpp]
+    if len(spans) == len(by_size) and max(lo for lo, _ in spans) <= min(hi for _, hi in spans):
+        return
+    raise _refuse("", "budget across model sizes: neither max_steps nor tokens_per_param agree",
+                  {f"{size} {steps} steps, {tpp if tpp is None else round(tpp, 4)} tokens/param": [rid]
+                   for size, (steps, tpp, rid) in by_size.items()})
+
+
+def check_comparable(compared: Sequence[Mapping[str, Any]], ladder: Sequence[Mapping[str, Any]]) -> None:
+    """Raise OptBenchError naming the first setting the finished runs the report compares (``compared``) and the
+    baseline's ladder runs (``ladder``) do not share, with the runs of each value."""
+    runs = [r for r in [*compared, *ladder] if r.get("_summary")]
+    idents = {r["run_id"]: read_identity(Path(r["run_dir"])) or {} for r in runs}
+
+    def values(subset: Sequence[Mapping[str, Any]], get: _Getter) -> list[tuple[str, Any]]:
+        return [(r["run_id"], get(r["_summary"], idents[r["run_id"]])) for r in subset]
+
+    for key, get in EVERY_RUN:
+        _check_key("", key, values(runs, get))
+    ladder_ids = {r["run_id"] for r in ladder}
+    sizes = sorted({str(r.get("model_size")) for r in runs})
+    for size in sizes:
+        of_size = [r for r in runs if str(r.get("model_size")) == size]
+        for key, get in PER_SIZE:
+            _check_key(f"{size} ", key, values(of_size, get))
+        for key, get in BUDGET:
+            _check_key(f"{size} ", key, values([r for r in of_size if r["run_id"] not in ladder_ids], get))
+    _budget_across_sizes([r for r in runs if r["run_id"] not in ladder_ids])
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in runs:  # the ladder too: it differs from the comparison in max_steps only, left out of the pool's keys
+        groups.setdefault((str(r.get("optimizer")), str(r.get("model_size"))), []).append(r)
+    for (opt, size), members in sorted(groups.items()):
+        pooled = {r["run_id"]: _pooled(r["_summary"], idents[r["run_id"]]) for r in members}
+        for key in sorted({k for p in pooled.values() for k in p}):
+            _check_key(f"{opt}/{size} ", key, [(rid, p.get(key)) for rid, p in pooled.items()])

@@ -1,0 +1,179 @@
+"""A resumed run is the run its label says: a resume with settings that change the result (learning rate,
+optimizer, seed, model size) is refused with exit 2 before any data or model work, naming each changed key, and
+leaves the run directory as it was; the same settings, or a change that does not touch the result (output_dir,
+logging and saving cadence), resume as before, and so does a run directory from before identities existed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hf_optbench.run import train as run_mod
+from hf_optbench.run.identity import identity_changes
+from hf_optbench.rundir import IDENTITY_FILE
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
+ARGS = ["--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2", "--eval_steps", "4",
+        "--block_size", "64", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "2",
+        "--seed", "0", "--use_cpu", "true", "--write_model_card", "false"]
+
+pytestmark = pytest.mark.slow
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+
+
+def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "hf_optbench.run", QUICK, "--output_dir", str(out), *ARGS, *extra]
+    return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory) -> Path:
+    """A run that stopped after checkpoint-2 (a later checkpoint removed, its summary marked failed)."""
+    out = tmp_path_factory.mktemp("identity") / "run"
+    proc = _run(out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for ckpt in out.glob("checkpoint-*"):
+        if ckpt.name != "checkpoint-2":
+            shutil.rmtree(ckpt)
+    summary = json.loads((out / "summary.json").read_text())
+    summary["status"] = "failed"
+    (out / "summary.json").write_text(json.dumps(summary))
+    return out
+
+
+@pytest.fixture
+def run_dir(stopped_run: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(stopped_run, copy)
+    return copy
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+
+
+def _tripwire(*_args, **_kwargs):
+    raise AssertionError("data/model work started")
+
+
+def _resume_argv(out: Path, *extra: str) -> list[str]:
+    return [QUICK, "--output_dir", str(out), *ARGS, "--resume_from_checkpoint", "true", *extra]
+
+
+@pytest.mark.parametrize("change, keys", [
+    (("--learning_rate", "1e-2"), ["learning_rate"]),
+    (("--optimizer", "lion"), ["optimizer"]),
+    (("--seed", "5"), ["seed"]),
+    (("--model_size", "mini"), ["model_size"]),
+], ids=["learning_rate", "optimizer", "seed", "model_size"])
+def test_changed_resume_is_refused_before_any_work(change, keys, run_dir: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(run_mod, "prepare", _tripwire)
+    before = _snapshot(run_dir)
+    rc = run_mod.main(_resume_argv(run_dir, *change))
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: cannot resume"), err
+    for key in keys:
+        assert f" {key} " in lines[0] and "->" in lines[0], lines[0]
+    assert f"-> {change[1]}" in lines[0] or change[0] == "--learning_rate", lines[0]
+    assert "--output_dir" in lines[0] and "--overwrite_output_dir" in lines[0], lines[0]
+    assert _snapshot(run_dir) == before  # config.yaml, summary.json, checkpoints: nothing moved or rewritten
+
+
+def test_unaffected_keys_do_not_block(run_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """Another output_dir (the run moved) and another logging/saving/eval cadence: the resume goes on to the data;
+    the same move with another learning rate does not."""
+    moved = tmp_path / "moved"
+    shutil.move(run_dir, moved)
+    monkeypatch.setattr(run_mod, "prepare", _tripwire)
+    cadence = ("--logging_steps", "2", "--save_steps", "3", "--eval_steps", "2", "--metrics_flush_every", "5")
+    assert run_mod.main(_resume_argv(moved, *cadence, "--learning_rate", "1e-2")) == 2
+    with pytest.raises(AssertionError, match="data/model work started"):
+        run_mod.main(_resume_argv(moved, *cadence))
+
+
+def test_run_dir_without_identity_resumes_as_before(run_dir: Path, monkeypatch) -> None:
+    """A run directory from before identities (no run_identity.json) cannot be checked: it resumes as it did."""
+    monkeypatch.setattr(run_mod, "prepare", _tripwire)
+    assert run_mod.main(_resume_argv(run_dir, "--learning_rate", "1e-2")) == 2  # with its identity: refused
+    (run_dir / IDENTITY_FILE).unlink()
+    with pytest.raises(AssertionError, match="data/model work started"):
+        run_mod.main(_resume_argv(run_dir, "--learning_rate", "1e-2"))
+
+
+def test_same_config_resumes_and_finishes(run_dir: Path) -> None:
+    before = json.loads((run_dir / IDENTITY_FILE).read_text())
+    proc = _run(run_dir, "--resume_from_checkpoint", "true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] == 4
+    assert json.loads((run_dir / IDENTITY_FILE).read_text()) == before
+
+
+def test_identity_changes_ignores_keys_only_one_side_knows() -> None:
+    old = {"learning_rate": 1e-3, "seed": 0, "gone": 1}
+    new = {"learning_rate": 1e-2, "seed": 0, "added": 2}
+    assert identity_changes(old, new) == {"learning_rate": (1e-3, 1e-2)}
+
+
+# A stand-in for hf_optbench.run in a sweep: the real argument parsing and resume checks, no data or model work.
+CHECKS_ONLY_RUN = '''
+import sys
+from hf_optbench.run import train
+def tripwire(*_a, **_k):
+    raise SystemExit("data/model work started")
+train.prepare = tripwire
+sys.exit(train.main(sys.argv[1:]))
+'''
+
+
+def _sweep_file(tmp_path: Path, learning_rate: float) -> Path:
+    import yaml
+
+    stand_in = tmp_path / "checks_only_run.py"
+    stand_in.write_text(CHECKS_ONLY_RUN)
+    sweep = {"base": QUICK, "output_dir": str(tmp_path / "out"),
+             "overrides": {"max_steps": 4, "block_size": 64, "learning_rate": learning_rate},
+             "matrix": {"optimizer": ["adamw"], "model_size": ["tiny"], "seed": [0]},
+             "launcher": {"type": "command", "command": ["{python}", str(stand_in)], "validate": False}}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    return path
+
+
+def test_a_sweep_restarted_with_a_changed_file_reports_the_refusal(tmp_path: Path) -> None:
+    """A killed sweep's run (a checkpoint, its identity recorded) is resumed by the restarted sweep; the sweep file
+    now gives another learning rate, so the run refuses, and the sweep says why in its progress line."""
+    import io
+
+    from hf_optbench.config.hparams import resolve_hyperparameters
+    from hf_optbench.config.parse import parse_args
+    from hf_optbench.run.identity import record_identity
+    from hf_optbench.study.sweep import run_sweep
+    from hf_optbench.study.sweep_spec import load_sweep
+
+    first = load_sweep(_sweep_file(tmp_path, 1e-3))
+    run = first.runs[0]
+    run_dir = first.run_dir(run)
+    cfg = parse_args([*run.args, "--output_dir", str(run_dir)])
+    resolve_hyperparameters(cfg)
+    record_identity(cfg, run_dir)
+    (run_dir / "checkpoint-2").mkdir()
+    (run_dir / "checkpoint-2" / "trainer_state.json").write_text("{}")
+
+    log = io.StringIO()
+    assert run_sweep(_sweep_file(tmp_path, 1e-2), stream=log) == {"failed": 1}
+    text = log.getvalue()
+    assert "(resuming from its last checkpoint)" in text
+    assert "refused by the run (exit code 2): cannot resume" in text and "learning_rate 0.001 -> 0.01" in text, text

@@ -1,0 +1,95 @@
+"""The report compares only comparable runs: a directory whose runs differ in anything but optimizer, size, seed and
+the tuned learning rate / weight decay (steps, world size, a constructor value, ...) is refused with exit 2 and one
+line naming the setting and the runs, before anything is written; a clean sweep, and the baseline's ladder runs at
+other budgets, still report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hf_optbench import cli
+from hf_optbench.errors import OptBenchError
+from hf_optbench.rundir import IDENTITY_FILE
+from hf_optbench.study.analysis import analyse
+
+from fixtures.sweep_fixture import build_fixture_sweep
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    return build_fixture_sweep(tmp_path / "s", optimizers=("adamw", "lion"), sizes=("tiny",), seeds=(0, 1, 2),
+                               steps=30)
+
+
+def _edit(run_dir: Path, **changes) -> None:
+    path = run_dir / "summary.json"
+    summary = json.loads(path.read_text())
+    summary.update(changes)
+    path.write_text(json.dumps(summary))
+
+
+def test_runs_with_other_max_steps_are_refused_naming_the_key_and_runs(sweep: Path, capsys) -> None:
+    _edit(sweep / "runs" / "adamw__tiny__s2", max_steps=600)
+    before = sorted(p.relative_to(sweep) for p in sweep.rglob("*"))
+    assert cli.main(["report", str(sweep)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: tiny runs differ in max_steps"), err
+    assert "600: adamw__tiny__s2" in lines[0] and "30: adamw__tiny__s0" in lines[0]
+    assert "Report one sweep's directory" in lines[0]
+    assert sorted(p.relative_to(sweep) for p in sweep.rglob("*")) == before  # no report written
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"world_size": 2}, "world_size"),
+    ({"precision": "bf16"}, "precision"),
+    ({"tokens_per_step": 512}, "tokens_per_step"),
+    ({"hyperparameters": {"betas": {"value": [0.9, 0.5], "source": "user"}}}, "betas"),
+    ({"learning_rate": 5e-3}, "learning_rate"),
+], ids=["world_size", "precision", "tokens_per_step", "beta2", "learning_rate-within-a-group"])
+def test_one_run_that_differs_is_refused(sweep: Path, change: dict, key: str) -> None:
+    if key == "betas":  # the others record theirs: beta2 0.99
+        for run_dir in (sweep / "runs").glob("adamw__*"):
+            _edit(run_dir, hyperparameters={"betas": {"value": [0.9, 0.99], "source": "cited"}})
+    _edit(sweep / "runs" / "adamw__tiny__s1", **change)
+    with pytest.raises(OptBenchError, match=rf"runs differ in {key} \(.*adamw__tiny__s1"):
+        analyse(sweep)
+
+
+def test_zero_stage_from_the_run_identity_is_compared(sweep: Path) -> None:
+    for run_dir in (sweep / "runs").iterdir():
+        stage = 2 if run_dir.name == "lion__tiny__s0" else 0
+        (run_dir / IDENTITY_FILE).write_text(json.dumps({"schema": 1, "identity": {"zero_stage": stage}}))
+    with pytest.raises(OptBenchError, match=r"runs differ in zero_stage \(0: .*; 2: lion__tiny__s0\)"):
+        analyse(sweep)
+
+
+def test_a_clean_sweep_and_its_ladder_still_report(sweep: Path) -> None:
+    """The tuned learning rate differs between optimizers, and the baseline's ladder runs (``__dx``) run other
+    step counts: neither is a reason to refuse; a ladder run that differs in anything else is."""
+    runs = sweep / "runs"
+    for multiple, steps in (("0.5", 15), ("2", 60)):
+        ladder = runs / f"adamw__tiny__s0__dx{multiple}"
+        shutil.copytree(runs / "adamw__tiny__s0", ladder)
+        _edit(ladder, max_steps=steps)
+    an = analyse(sweep)
+    assert len(an.ladder) == 2 and len(an.records) == 6
+    _edit(runs / "adamw__tiny__s0__dx2", world_size=2)  # a ladder run differs in its budget only
+    with pytest.raises(OptBenchError, match=r"runs differ in world_size \(1: .*; 2: adamw__tiny__s0__dx2\)"):
+        analyse(sweep)
+
+
+def test_sizes_at_one_budget_in_tokens_per_parameter_are_comparable(tmp_path: Path) -> None:
+    """Across sizes: other max_steps are fine when the budget in tokens per parameter is the same (within one
+    step's rounding), and refused when it is not."""
+    root = build_fixture_sweep(tmp_path / "s", optimizers=("adamw",), sizes=("tiny", "mini"), seeds=(0,), steps=30)
+    _edit(root / "runs" / "adamw__tiny__s0", max_steps=30, tokens_per_param=0.15)
+    _edit(root / "runs" / "adamw__mini__s0", max_steps=232, tokens_per_param=0.1502)
+    analyse(root)
+    _edit(root / "runs" / "adamw__mini__s0", max_steps=600, tokens_per_param=0.39)
+    with pytest.raises(OptBenchError, match="budget across model sizes"):
+        analyse(root)
