@@ -49,7 +49,7 @@ SUMMARY = {
 
 
 def _fake_run(tmp_path: Path, summary: dict | None = None, steps: tuple[int, ...] = (2, 10)) -> Path:
-    """A run directory as run.py leaves it: summary.json and checkpoints with safetensors weights next to the
+    """A run directory as a run (hf_optbench.run) leaves it: summary.json and checkpoints with safetensors weights next to the
     pickled Trainer files that must never be uploaded."""
     import torch
     from safetensors.torch import save_file

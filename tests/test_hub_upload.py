@@ -25,7 +25,8 @@ FAKE_TOKEN = "hf_" + "Zq7" * 12  # token-shaped, never valid
 REPO = "me/tiny-adamw"
 MODEL_FILES = ["README.md", "config.json", "generation_config.json", "metrics.jsonl", "model.safetensors",
                "tokenizer.json", "tokenizer_config.json"]
-END_FILES = sorted(MODEL_FILES + ["summary.json"])
+END_FILES = sorted(MODEL_FILES + ["summary.json"])  # a Trainer run of the Python API
+RUN_END_FILES = sorted(END_FILES + ["config.yaml"])  # a run of hf_optbench.run: config.yaml reruns it (the card says so)
 
 
 # ------------------------------------------------------------------------------------ the recording Hub
@@ -300,5 +301,5 @@ def test_run_push_every_save_uploads_only_the_staged_set(tmp_path: Path, online_
     assert steps == ["hf_optbench: checkpoint at step 2", "hf_optbench: checkpoint at step 4",
                      "hf_optbench: adamw tiny, 4 steps"]
     assert all(not any(f.endswith((".bin", ".pt", ".pth", ".pkl")) for f in u["files"]) for u in online_hub.uploads)
-    assert online_hub.uploads[-1]["files"] == END_FILES
+    assert online_hub.uploads[-1]["files"] == RUN_END_FILES
     assert {r for r, _ in online_hub.repos} == {REPO}

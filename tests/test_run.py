@@ -72,7 +72,7 @@ def test_run_ends_by_saying_where_it_wrote_and_what_to_run_next(finished_run: Pa
     assert lines[-2].startswith(f"wrote {finished_run} (") and "summary.json" in lines[-2] \
         and "metrics.jsonl" in lines[-2]
     assert lines[-1].startswith("next: ") and f"cat {finished_run / 'summary.json'}" in lines[-1]
-    assert f"hf-optbench report {finished_run.parent}" in lines[-1]
+    assert f"hf-optbench run {finished_run / 'config.yaml'} --output_dir {finished_run}_rerun" in lines[-1]
 
 
 def test_finished_run_is_not_overwritten(finished_run: Path, capsys) -> None:

@@ -164,7 +164,7 @@ def _parse(rest: list[str]) -> Any:
     from hf_optbench.config.parse import parse_args
 
     # parse_args refuses an output_dir holding a finished run unless --overwrite_output_dir true; that flag only
-    # matters to run.py's clean-up (run_output.prepare_output_dir), which find-lr never calls.
+    # matters to a run's clean-up (run.output.prepare_output_dir), which find-lr never calls.
     return parse_args([*rest, "--overwrite_output_dir", "true"])
 
 

@@ -178,7 +178,7 @@ def plan_memory(model_size: str, optimizer: str, *, precision: str = "bf16", zer
                 vocab_size: int = DEFAULT_VOCAB, n_positions: int | None = None,
                 attn_implementation: str = "sdpa", gradient_checkpointing: bool = False,
                 embedding_state_32bit: bool = True, pad_vocab_to_multiple_of: int = 64) -> MemoryPlan:
-    """Per-GPU memory of one training configuration. ``n_positions`` defaults to ``block_size`` (as run.py);
+    """Per-GPU memory of one training configuration. ``n_positions`` defaults to ``block_size`` (as a run does);
     ``vocab_size`` is rounded up to ``pad_vocab_to_multiple_of`` like models.build_model."""
     from hf_optbench.models import padded_vocab_size, resolve_size
 

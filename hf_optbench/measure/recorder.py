@@ -23,7 +23,7 @@ figures::
 the ``optbench/`` keys; the recorder warns once at train begin when ``report_to`` is set and it was not placed
 before them. transformers has no callback-priority API, hence the explicit call.)
 
-Contract with ``run.py``: ``default_callbacks(bench_args, output_dir, *, tokens_per_step, flops_per_token=None,
+Contract with ``hf_optbench.run.train``: ``default_callbacks(bench_args, output_dir, *, tokens_per_step, flops_per_token=None,
 resume=False, write_summary=True)`` returns ``[OptBenchRecorder]``. The recorder owns
 ``output_dir/metrics.jsonl`` (rows as in docs/ARCHITECTURE.md, through ``runlog.RunLog``: written by the world
 process zero only, buffered, flushed on eval/save/stop/end; ``summary()`` also flushes, so a caller's ``finally``

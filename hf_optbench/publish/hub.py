@@ -34,7 +34,7 @@ from typing import Any
 from hf_optbench.errors import OptBenchError
 from hf_optbench.publish.card import build_model_card, progress_summary
 from hf_optbench.publish.redact import PICKLE_SUFFIXES, redact_text, scrub_secrets, upload_file_problems
-from hf_optbench.rundir import METRICS_FILE, SUMMARY_FILE, read_summary, write_json_atomic
+from hf_optbench.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, read_summary, write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,8 @@ def _new_stage_dir(dest: Path) -> None:
 
 def _assemble(run_dir: Path, dest: Path, source: Path, *, with_summary: bool) -> None:
     """Link the model files of ``source`` into a fresh ``dest``; copy ``metrics.jsonl`` (a snapshot: the run may
-    still append to it); with ``with_summary``, write the scrubbed ``summary.json``. Fast: nothing is read."""
+    still append to it); with ``with_summary``, write the scrubbed ``summary.json`` and ``config.yaml`` (the card's
+    Reproduce line reruns it). Fast: nothing else is read."""
     _new_stage_dir(dest)
     for src in _files_to_upload(source, run_dir):
         if not src.is_file():
@@ -150,6 +151,9 @@ def _assemble(run_dir: Path, dest: Path, source: Path, *, with_summary: bool) ->
         shutil.copyfile(run_dir / METRICS_FILE, dest / METRICS_FILE)
     if with_summary:
         write_json_atomic(dest / SUMMARY_FILE, scrub_secrets(read_summary(run_dir, required=True)))
+        if (run_dir / CONFIG_FILE).is_file():
+            (dest / CONFIG_FILE).write_text(redact_text((run_dir / CONFIG_FILE).read_text(encoding="utf-8")),
+                                            encoding="utf-8")
 
 
 def _finish_stage(dest: Path, card: Any, token: str | None) -> Path:
@@ -168,8 +172,8 @@ def stage_upload_folder(run_dir: str | os.PathLike[str], dest: str | os.PathLike
     """Assemble exactly what an upload of this finished run sends, and check it.
 
     The folder (default ``run_dir/hub_upload``) holds the final safetensors weights (and shard index), config.json,
-    generation_config.json if any, the tokenizer files, ``metrics.jsonl``, ``summary.json`` (secrets removed) and
-    README.md (the benchmark model card). Raises OptBenchError listing the problems :func:`check_upload_folder`
+    generation_config.json if any, the tokenizer files, ``metrics.jsonl``, ``summary.json`` and ``config.yaml``
+    (secrets removed) and README.md (the benchmark model card). Raises OptBenchError listing the problems :func:`check_upload_folder`
     finds (e.g. a token string)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

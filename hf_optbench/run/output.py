@@ -175,14 +175,19 @@ def print_result(summary: dict[str, Any], out: Path) -> None:
             "optimizer_state_bytes", "train_runtime_s")
     print(json.dumps({k: summary.get(k) for k in keys}))
     names = [n for n in (SUMMARY_FILE, METRICS_FILE, CONFIG_FILE, "README.md") if (out / n).is_file()]
-    if (out / "model.safetensors").is_file() or (out / "model.safetensors.index.json").is_file():
+    model = (out / "model.safetensors").is_file() or (out / "model.safetensors.index.json").is_file()
+    if model:
         names.append("the final model")
     n_ckpt = sum(1 for p in out.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name))
     if n_ckpt:
         names.append(f"{n_ckpt} checkpoint{'s' if n_ckpt > 1 else ''}")
     print(f"wrote {out} ({', '.join(names)})")
-    print(f"next: cat {out / SUMMARY_FILE}   or   hf-optbench report {out.parent}  (tables and plots of every run "
-          f"in {out.parent})", flush=True)
+    # a report compares the runs of one sweep (it refuses a directory of unrelated runs), so a single run's next
+    # steps are its own: read it, rerun it, load its model
+    hints = [f"cat {out / SUMMARY_FILE}", f"hf-optbench run {out / CONFIG_FILE} --output_dir {out}_rerun  (rerun it)"]
+    if model:
+        hints.append(f'GPT2LMHeadModel.from_pretrained("{out}")')
+    print("next: " + "   or   ".join(hints), flush=True)
 
 
 def finished_run_summary(cfg: RunConfig, out: Path) -> dict[str, Any] | None:

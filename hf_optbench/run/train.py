@@ -9,15 +9,10 @@ The optimizer and schedule are built here and handed to a stock ``transformers.T
 which survive DeepSpeed's re-initialisation; there is no Trainer subclass. Our measurement callbacks are attached
 with :func:`hf_optbench.measure.recorder.attach_callbacks`, ahead of the report_to integrations.
 
-:func:`train` is a sequence of named steps, one job each. Elsewhere in the run layer: what is checked before
-transformers is imported (no other run owns output_dir, the hardware fits the precision) in
-:mod:`hf_optbench.run.preflight` with the directory lock in :mod:`hf_optbench.run.lock`, the training time over a
-killed-and-resumed run's processes in :mod:`hf_optbench.run.segments`, the output_dir set-up
-(resume, overwrite, config.yaml, the final model) in :mod:`hf_optbench.run.output`, the record of what ran (every file
-and tracker's optimizer values) in :mod:`hf_optbench.run.what_ran`, summary.json in :mod:`hf_optbench.run.summary`,
-code and environment provenance in :mod:`hf_optbench.run.provenance`, the model card in :mod:`hf_optbench.publish.card` and
-the upload in :mod:`hf_optbench.publish.hub`. Missing hyperparameters are filled by
-:func:`hf_optbench.config.hparams.resolve_hyperparameters`.
+:func:`train` is a sequence of named steps, each called once, its result passed on. The other modules of the run
+layer (:mod:`hf_optbench.run`) hold the checks before transformers is imported, the directory lock, the identity a
+resume must match, the record of what ran, the output directory, summary.json, training time over resumed processes,
+provenance and progress; :mod:`hf_optbench.publish` holds the card and the upload.
 """
 
 from __future__ import annotations
@@ -189,10 +184,10 @@ def _build_trainer(cfg: RunConfig, prepared: Prepared, optimizer: Any, scheduler
     TrainingArguments (both survive DeepSpeed's re-init, :mod:`hf_optbench.run.trainer`), its TrainingArguments'
     optimizer fields set to what ran (``record``, :mod:`hf_optbench.run.what_ran`), eval accuracy
     (:mod:`hf_optbench.run.eval_metrics`), our callbacks before the report_to integrations (``attach_callbacks``: they
-    then receive the optbench/ figures) and the ``hf_optbench`` tracker config after them
-    (:mod:`hf_optbench.run.tracking`); transformers' per-step printers removed."""
+    then receive the optbench/ figures), the ``hf_optbench`` tracker config after them; no per-step printers."""
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from transformers.utils.logging import disable_progress_bar
 
     from hf_optbench.measure.recorder import attach_callbacks
     from hf_optbench.run.eval_metrics import eval_metric_kwargs
@@ -221,6 +216,8 @@ def _build_trainer(cfg: RunConfig, prepared: Prepared, optimizer: Any, scheduler
         )
     trainer.remove_callback(PrinterCallback)  # replaced by ConsoleProgress
     trainer.remove_callback(ProgressCallback)
+    if cfg.training.disable_tqdm:
+        disable_progress_bar()  # also save_pretrained's "Writing model shards" bar at each checkpoint
     attach_callbacks(trainer, callbacks)  # recorder, optimizer callbacks, console progress, ... in this order
     extra = {"model_size": cfg.model.model_size, "seed": cfg.training.seed,
              "tokens_per_step": tokens_per_optimizer_step(cfg), "block_size": cfg.data.block_size}

@@ -1,6 +1,6 @@
 """measure/recorder.py (and config/bench_args.py): the recorder inside plain transformers.Trainer runs on a tiny GPT-2.
 
-Every Trainer here is built by the test, not by hf_optbench's run.py: the callbacks must work in anyone's Trainer.
+Every Trainer here is built by the test, not by hf_optbench.run: the callbacks must work in anyone's Trainer.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 disk, and every run grouped for W&B.
 
 The runs are a stand-in for ``hf_optbench.run`` (``launcher.type: command``) that takes the same arguments, reads
-the tuned-values file as run.py does, and writes a summary.json whose ``final_tuning_loss`` is lowest at a known
+the tuned-values file as hf_optbench.run does, and writes a summary.json whose ``final_tuning_loss`` is lowest at a known
 learning rate per optimizer and size, so the selection has a known answer. Validation is on: every run's arguments
 go through hf_optbench.config.parse.parse_args, as in a real sweep.
 """

@@ -92,7 +92,7 @@ def _spec(tmp_path: Path, tune: dict, optimizers: tuple[str, ...] = ("adamw",), 
 
 
 def _finish(spec: SweepSpec, run: RunSpec, loss: float | None) -> None:
-    """A finished tuning run as run.py leaves it: summary.json with the run's point and its tuning loss."""
+    """A finished tuning run as a run leaves it: summary.json with the run's point and its tuning loss."""
     assert spec.tuning is not None
     d = spec.tuning.run_dir(run)
     d.mkdir(parents=True)
