@@ -233,7 +233,7 @@ def _tiny_trainer_run(out: Path, args) -> None:
     model = build_model("tiny", len(tok), n_positions=32)
     ids = torch.randint(0, len(tok), (16, 32)).tolist()
     train = datasets.Dataset.from_dict({"input_ids": ids, "labels": ids})
-    callbacks = default_callbacks(BenchArguments(), str(out), tokens_per_step=64) + hub.hub_callbacks(args, out)
+    callbacks = default_callbacks(BenchArguments(), str(out), tokens_per_step=64) + hub.hub_callbacks(hub.check_push_possible(args, out), out)
     trainer = Trainer(model=model, args=hub.trainer_arguments(args), train_dataset=train, processing_class=tok,
                       data_collator=default_data_collator, callbacks=callbacks)
     trainer.train()

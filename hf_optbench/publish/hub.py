@@ -375,10 +375,10 @@ class CheckpointUploads:
         return uploaded
 
 
-def hub_callbacks(args: Any, output_dir: str | os.PathLike[str]) -> list[Any]:
+def hub_callbacks(target: HubTarget | None, output_dir: str | os.PathLike[str]) -> list[Any]:
     """The TrainerCallbacks of ``push_to_hub`` with hub_strategy every_save (a checkpoint upload at each save,
-    joined at train end); [] otherwise. The upload at the end of the run is :func:`push_run` (after summary.json)."""
-    target = check_push_possible(args, output_dir)
+    joined at train end); [] otherwise. ``target``: :func:`check_push_possible`'s answer, asked once per run. The
+    upload at the end of the run is :func:`push_run` (after summary.json)."""
     if target is None or not target.every_save:
         return []
     from transformers import TrainerCallback

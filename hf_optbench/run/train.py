@@ -331,7 +331,7 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
         record = what_ran(optimizer, scheduler, hparams=hparams, sources=value_sources(cfg))
         tokens_per_step = tokens_per_optimizer_step(cfg)
         callbacks, recorder = _build_callbacks(cfg, out, prepared.model, optimizer, tokens_per_step, resume)
-        callbacks += hub_callbacks(args, out)  # hub_strategy every_save: hf_optbench's own checkpoint uploads
+        callbacks += hub_callbacks(hub_target, out)  # hub_strategy every_save: hf_optbench's own checkpoint uploads
         segments = SegmentRecorder(out, resume=bool(resume))
         callbacks.append(segments)
         if is_main:

@@ -196,8 +196,9 @@ def test_save_final_model_false_keeps_the_run_directory_without_weights(tmp_path
 @pytest.mark.slow
 def test_each_step_of_a_run_happens_once(tmp_path: Path, monkeypatch) -> None:
     """One writer of summary.json (the run, not also the recorder), one resolution of the hyperparameters, one
-    lock of output_dir."""
+    lock of output_dir, one check of the Hub upload."""
     from hf_optbench.measure import recorder as recorder_mod
+    from hf_optbench.publish import hub
 
     calls: list[str] = []
 
@@ -209,9 +210,11 @@ def test_each_step_of_a_run_happens_once(tmp_path: Path, monkeypatch) -> None:
 
     for module, name in ((run_mod, "write_json_atomic"), (recorder_mod, "write_json_atomic")):
         monkeypatch.setattr(module, name, counted("write", getattr(module, name)))
-    for name in ("resolve_hyperparameters", "own_output_dir"):
-        monkeypatch.setattr(run_mod, name, counted(name, getattr(run_mod, name)))
+    for module, name in ((run_mod, "resolve_hyperparameters"), (run_mod, "own_output_dir"),
+                         (run_mod, "check_push_possible"), (hub, "check_push_possible")):
+        monkeypatch.setattr(module, name, counted(name, getattr(module, name)))
     with contextlib.redirect_stdout(io.StringIO()):
         assert run_mod.main([QUICK, "--output_dir", str(tmp_path / "run"), *SMALL, "--max_steps", "1"]) == 0
     assert calls.count("write summary.json") == 1
     assert calls.count("resolve_hyperparameters") == 1 and calls.count("own_output_dir") == 1
+    assert calls.count("check_push_possible") == 1
