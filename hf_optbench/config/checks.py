@@ -206,7 +206,7 @@ INIT_FROM_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytor
                      "pytorch_model.bin.index.json")
 
 
-def check_run_inputs(cfg: Any) -> None:
+def check_run_inputs(cfg: Any) -> None:  # a RunConfig (config.parse imports this module)
     """The values that failed only after the data and the model were built (or silently did nothing): the seeds,
     dataloader workers, a registry optimizer's betas length, a dotted-path optimizer that does not import, a local
     init_from directory without a model, and a tuned-values file that is not one (unreadable, unknown optimizer or

@@ -14,9 +14,13 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.config.bench_args import BenchArguments
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 
 def finite(x: Any) -> float | None:
@@ -111,7 +115,7 @@ class RunContext:
 
             torch.cuda.synchronize(self.device)
 
-    def tokens(self, state: Any) -> int | None:
+    def tokens(self, state: TrainerState) -> int | None:
         """Tokens seen over all ranks at ``state.global_step``; None when neither source is available."""
         if self.tokens_per_step is not None:
             return int(state.global_step * self.tokens_per_step)
@@ -133,7 +137,7 @@ class Probe:
     Hooks returning rows give whole metrics.jsonl rows (with ``kind``); the recorder writes them.
     """
 
-    def on_train_begin(self, ctx: RunContext, args: Any, model: Any) -> None:
+    def on_train_begin(self, ctx: RunContext, args: TrainingArguments, model: torch.nn.Module) -> None:
         """Start this train() call: reset the series (a resume then replays them)."""
 
     def replay(self, rows: Sequence[dict[str, Any]]) -> None:
@@ -142,13 +146,14 @@ class Probe:
     def on_step_begin(self, ctx: RunContext) -> None:
         pass
 
-    def on_optimizer_step(self, ctx: RunContext, state: Any, optimizer: Any, model: Any) -> list[dict[str, Any]]:
+    def on_optimizer_step(self, ctx: RunContext, state: TrainerState, optimizer: Any,
+                          model: torch.nn.Module) -> list[dict[str, Any]]:
         return []
 
-    def on_step_end(self, ctx: RunContext, state: Any) -> None:
+    def on_step_end(self, ctx: RunContext, state: TrainerState) -> None:
         pass
 
-    def on_train_row(self, ctx: RunContext, rec: Record, control: Any) -> None:
+    def on_train_row(self, ctx: RunContext, rec: Record, control: TrainerControl) -> None:
         """Add this probe's fields to a train row (``rec.row``) and its figures to ``rec.logs``."""
 
     def on_eval_row(self, ctx: RunContext, rec: Record) -> None:
@@ -162,7 +167,8 @@ class Probe:
         """Totals forwarded with the Trainer's final log of a train() call (finite numbers only reach it)."""
         return {}
 
-    def on_train_end(self, ctx: RunContext, state: Any, optimizer: Any, model: Any) -> list[dict[str, Any]]:
+    def on_train_end(self, ctx: RunContext, state: TrainerState, optimizer: Any,
+                     model: torch.nn.Module) -> list[dict[str, Any]]:
         return []
 
     def summary(self, ctx: RunContext) -> dict[str, Any]:

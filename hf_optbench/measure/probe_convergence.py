@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.config.bench_args import BenchArguments
 from hf_optbench.measure.metrics import TargetTracker, trapezoid_auc
 from hf_optbench.measure.probe_base import Probe, Record, RunContext, finite
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import TrainerControl, TrainingArguments
 
 
 def perplexity(loss: Any) -> float | None:
@@ -44,7 +48,7 @@ class ConvergenceProbe(Probe):
         self._auc_y: list[float] = []
         self._eval_accuracy: float | None = None
 
-    def on_train_begin(self, ctx: RunContext, args: Any, model: Any) -> None:
+    def on_train_begin(self, ctx: RunContext, args: TrainingArguments, model: torch.nn.Module) -> None:
         self._reset()
 
     def replay(self, rows: Sequence[dict[str, Any]]) -> None:
@@ -66,7 +70,7 @@ class ConvergenceProbe(Probe):
             self._eval_accuracy = row["eval_accuracy"]
         self._eval_targets.update(finite(row.get("eval_loss")), row["step"], row.get("tokens"), row.get("elapsed_s"))
 
-    def on_train_row(self, ctx: RunContext, rec: Record, control: Any) -> None:
+    def on_train_row(self, ctx: RunContext, rec: Record, control: TrainerControl) -> None:
         self._observe_train(rec.row)
 
     def on_eval_row(self, ctx: RunContext, rec: Record) -> None:

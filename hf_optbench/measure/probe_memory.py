@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.measure.probe_base import Probe, RunContext
 from hf_optbench.measure.state_bytes import (
@@ -29,6 +29,10 @@ from hf_optbench.measure.state_bytes import (
     optimizer_state_bytes,
     params_storage_bytes,
 )
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import TrainerState, TrainingArguments
 
 PEAK_KEYS = ("peak_memory_bytes", "peak_memory_kind", "cuda_max_reserved_bytes", "peak_memory_since",
              "peak_memory_bytes_per_rank")
@@ -109,7 +113,7 @@ class MemoryProbe(Probe):
         self._measured_this_call = False
         self._pending: dict[str, Any] = {}
 
-    def on_train_begin(self, ctx: RunContext, args: Any, model: Any) -> None:
+    def on_train_begin(self, ctx: RunContext, args: TrainingArguments, model: torch.nn.Module) -> None:
         self._first, self._end, self._pending = {}, {}, {}
         self._measured_this_call = False
         self.peak_since = reset_peak_memory(ctx.device)
@@ -119,7 +123,8 @@ class MemoryProbe(Probe):
             if row.get("kind") == "memory":
                 self._first = {k: v for k, v in row.items() if k not in ("kind", "when")}
 
-    def on_optimizer_step(self, ctx: RunContext, state: Any, optimizer: Any, model: Any) -> list[dict[str, Any]]:
+    def on_optimizer_step(self, ctx: RunContext, state: TrainerState, optimizer: Any,
+                          model: torch.nn.Module) -> list[dict[str, Any]]:
         if not ctx.bench.measure_memory or self._measured_this_call or optimizer is None:
             return []
         self._measured_this_call = True
@@ -139,13 +144,15 @@ class MemoryProbe(Probe):
         peak = read_peak_memory(ctx.device)["peak_memory_bytes"] if ctx.in_train else None
         return {"peak_memory_bytes": peak}
 
-    def on_train_end(self, ctx: RunContext, state: Any, optimizer: Any, model: Any) -> list[dict[str, Any]]:
+    def on_train_end(self, ctx: RunContext, state: TrainerState, optimizer: Any,
+                     model: torch.nn.Module) -> list[dict[str, Any]]:
         if not ctx.bench.measure_memory or optimizer is None:
             return []
         self._end = self.measure(ctx, optimizer, model, state.global_step, "train_end")
         return [{"kind": "memory", **self._end}]
 
-    def measure(self, ctx: RunContext, optimizer: Any, model: Any, step: int, when: str) -> dict[str, Any]:
+    def measure(self, ctx: RunContext, optimizer: Any, model: torch.nn.Module, step: int,
+                when: str) -> dict[str, Any]:
         """One memory row (without ``kind``); every rank must call it (all-gather)."""
         grads, end = when == "first_step", when == "train_end"
         params = list(model.parameters()) if model is not None else []

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.config.bench_args import BenchArguments
 from hf_optbench.measure.metrics import SpikeDetector
 from hf_optbench.measure.probe_base import Probe, Record, RunContext, finite
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import TrainerControl, TrainingArguments
 
 
 def nonfinite(x: Any) -> bool:
@@ -43,7 +47,7 @@ class StabilityProbe(Probe):
         self._loss = SpikeDetector(b.spike_window, b.spike_threshold, b.spike_min_history)
         self._grad = SpikeDetector(b.spike_window, b.spike_threshold, b.spike_min_history)
 
-    def on_train_begin(self, ctx: RunContext, args: Any, model: Any) -> None:
+    def on_train_begin(self, ctx: RunContext, args: TrainingArguments, model: torch.nn.Module) -> None:
         self._reset()
         if args.logging_strategy != "steps" or args.logging_steps != 1:
             ctx.warn_once(
@@ -65,7 +69,7 @@ class StabilityProbe(Probe):
                 self._loss.update(finite(row.get("loss")), row["step"])
                 self._grad.update(finite(row.get("grad_norm")), row["step"])
 
-    def on_train_row(self, ctx: RunContext, rec: Record, control: Any) -> None:
+    def on_train_row(self, ctx: RunContext, rec: Record, control: TrainerControl) -> None:
         step = rec.row["step"]
         loss_spike = self._loss.update(rec.row["loss"], step) is not None
         grad_spike = self._grad.update(rec.row["grad_norm"], step) is not None

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.measure.flops import device_peak_flops, flops_per_token, model_flops_utilization
 from hf_optbench.measure.metrics import median_and_p90
 from hf_optbench.measure.probe_base import Probe, Record, RunContext
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 
 def precision_of(args: Any) -> str:
@@ -49,7 +53,7 @@ class TimingProbe(Probe):
         self._excluded_at_begin = 0.0
         self._last: tuple[int, float | None] = (-1, None)  # (global step, its step time)
 
-    def on_train_begin(self, ctx: RunContext, args: Any, model: Any) -> None:
+    def on_train_begin(self, ctx: RunContext, args: TrainingArguments, model: torch.nn.Module) -> None:
         import torch
 
         self._step_times, self._steps_this_call, self._last = [], 0, (-1, None)
@@ -76,7 +80,7 @@ class TimingProbe(Probe):
         self._excluded_at_begin = ctx.clock.excluded
         self._t_step = time.perf_counter()
 
-    def on_step_end(self, ctx: RunContext, state: Any) -> None:
+    def on_step_end(self, ctx: RunContext, state: TrainerState) -> None:
         ctx.sync()
         duration: float | None = time.perf_counter() - self._t_step - (ctx.clock.excluded - self._excluded_at_begin)
         self._steps_this_call += 1
@@ -86,7 +90,7 @@ class TimingProbe(Probe):
             self._step_times.append(duration)
         self._last = (state.global_step, duration)
 
-    def on_train_row(self, ctx: RunContext, rec: Record, control: Any) -> None:
+    def on_train_row(self, ctx: RunContext, rec: Record, control: TrainerControl) -> None:
         step_time = self._last[1] if self._last[0] == rec.row["step"] else None
         rec.row["step_time_s"] = None if step_time is None else round(step_time, 6)
         if step_time is not None:

@@ -51,7 +51,7 @@ import time
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
@@ -63,6 +63,10 @@ from hf_optbench.measure.probe_stability import StabilityProbe
 from hf_optbench.measure.probe_timing import TimingProbe
 from hf_optbench.measure.runlog import RunLog
 from hf_optbench.rundir import METRICS_FILE, SUMMARY_FILE, read_summary, write_json_atomic
+
+if TYPE_CHECKING:
+    from torch.optim.lr_scheduler import LRScheduler
+    from transformers import Trainer, TrainerControl, TrainerState
 
 LOG_PREFIX = "optbench/"
 EVAL_PREFIX = "eval_"
@@ -92,7 +96,7 @@ def _reporter_types() -> tuple[type, ...]:
     return tuple(INTEGRATION_TO_CALLBACK.values())
 
 
-def attach_callbacks(trainer: Any, callbacks: Iterable[Any]) -> None:
+def attach_callbacks(trainer: Trainer, callbacks: Iterable[Any]) -> None:
     """Add ``callbacks`` to an existing Trainer, in their order, just before its reporting integrations.
 
     The ``report_to`` callbacks (the values of transformers' ``INTEGRATION_TO_CALLBACK``) then see what ours add
@@ -175,7 +179,7 @@ class OptBenchRecorder(TrainerCallback):
     def flops_per_token(self) -> float | None:
         return self.timing.flops_per_token
 
-    def attach(self, trainer: Any) -> Any:
+    def attach(self, trainer: Trainer) -> Any:
         """``attach_callbacks(trainer, [self])``; returns ``trainer``."""
         attach_callbacks(trainer, [self])
         return trainer
@@ -234,7 +238,7 @@ class OptBenchRecorder(TrainerCallback):
                 "optbench/ figures. Call attach_callbacks(trainer, [recorder]) again after adding callbacks.",
             )
 
-    def _record_what_ran(self, args: Any, optimizer: Any, scheduler: Any) -> None:
+    def _record_what_ran(self, args: Any, optimizer: Any, scheduler: LRScheduler | None) -> None:
         """Run the optimizer's ``hf_optbench_train_begin`` hook (set by ``hf_optbench.run.trainer``'s factory),
         here, before the report_to integrations record the TrainingArguments: it sets them to what ran."""
         from hf_optbench.optim.unwrap import innermost_optimizer
@@ -275,7 +279,7 @@ class OptBenchRecorder(TrainerCallback):
         if self.ctx.in_train:
             self.ctx.clock.set_mark()
 
-    def _train_row(self, state: Any, control: Any, logs: dict[str, Any]) -> dict[str, Any]:
+    def _train_row(self, state: TrainerState, control: TrainerControl, logs: dict[str, Any]) -> dict[str, Any]:
         """Write the train row of ``state.global_step``; returns the figures to forward."""
         step, tokens = state.global_step, self.ctx.tokens(state)
         row = {

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.optim.adamw import adamw_base
 from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, per_tensor
+
+if TYPE_CHECKING:
+    import torch
 
 CITATIONS: dict[str, str] = {
     "adafactor": "Shazeer & Stern 2018, Adafactor (decay_rate -0.8, clip_threshold 1.0, eps (1e-30, 1e-3), beta1 "
@@ -23,7 +26,8 @@ def defaults(size_class: str) -> CitedDefaults:
                        eps=(1e-30, 1e-3), learning_rate=base.values["learning_rate"])
 
 
-def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:
+def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any],
+          **_: Any) -> tuple[Any, str]:
     """transformers' Adafactor with the LR given from outside (relative_step and warmup_init off)."""
     from transformers.optimization import Adafactor
 

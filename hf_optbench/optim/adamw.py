@@ -53,7 +53,8 @@ def fused_ok(params: list[torch.nn.Parameter]) -> bool:
     return bool(params) and all(p.device.type in devices and p.is_floating_point() for p in params)
 
 
-def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:
+def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any],
+          **_: Any) -> tuple[Any, str]:
     """torch.optim.AdamW, fused where the device has the kernel, else foreach (unless ``ctor`` chooses)."""
     import torch
 

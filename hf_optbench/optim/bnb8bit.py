@@ -6,10 +6,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.optim import adamw, lion
 from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, TensorShape, trainable_params
+
+if TYPE_CHECKING:
+    import torch
 
 CITATIONS: dict[str, str] = {
     "bnb8bit": "Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization (ICLR): same hyperparameters as "
@@ -33,7 +36,8 @@ def eight_bit(base: Callable[[str], CitedDefaults]) -> Callable[[str], CitedDefa
     return defaults
 
 
-def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], *, spec: OptimizerSpec,
+def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], *,
+          spec: OptimizerSpec,
           embedding_state_32bit: bool, **_: Any) -> tuple[Any, str]:
     """The bitsandbytes class named by ``spec.implementation``; embeddings keep 32-bit state unless asked."""
     import bitsandbytes as bnb

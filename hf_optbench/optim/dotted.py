@@ -8,10 +8,13 @@ import importlib
 import inspect
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError, suggest
 from hf_optbench.optim.spec import param_groups, trainable_params
+
+if TYPE_CHECKING:
+    import torch
 
 
 def is_dotted_path(name: str) -> bool:
@@ -56,7 +59,7 @@ def _import_optimizer_class(path: str) -> Any:
     return cls
 
 
-def build_dotted(path: str, model: Any, lr: float | None, weight_decay: float | None,
+def build_dotted(path: str, model: torch.nn.Module, lr: float | None, weight_decay: float | None,
                  kwargs: dict[str, Any]) -> tuple[Any, str]:
     """Import ``path``, check ``kwargs`` against its constructor (never dropped: a typo is an OptBenchError with a
     close match), and build it over GPT-3 groups when it takes ``weight_decay``."""

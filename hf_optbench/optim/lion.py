@@ -4,7 +4,7 @@ per-tensor loop (``lion``) and the same update with torch._foreach ops (``lion_f
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.adamw import adamw_base
@@ -16,6 +16,9 @@ from hf_optbench.optim.spec import (
     round3,
     trainable_params,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 CITATIONS: dict[str, str] = {
     "lion": "Chen et al. 2023, Symbolic Discovery of Optimization Algorithms, Sec. 5 (lr 3-10x smaller and decoupled "
@@ -31,7 +34,8 @@ def defaults(size_class: str) -> CitedDefaults:
                        weight_decay=round3(base.values["weight_decay"] * 3), betas=(0.9, 0.99))
 
 
-def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:
+def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any],
+          **_: Any) -> tuple[Any, str]:
     """lion_pytorch.Lion; ``use_triton`` is checked first because lion-pytorch's triton module calls exit() when
     the triton package is missing (measured here: the process ends instead of raising)."""
     from lion_pytorch import Lion
@@ -44,7 +48,7 @@ def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, A
     return opt, "lion_pytorch.Lion(triton)" if ctor.get("use_triton") else "lion_pytorch.Lion"
 
 
-def build_foreach(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any],
+def build_foreach(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any],
                   **_: Any) -> tuple[Any, str]:
     """lion_pytorch.foreach.Lion (lion-pytorch's own foreach variant)."""
     from lion_pytorch.foreach import Lion

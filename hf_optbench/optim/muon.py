@@ -7,11 +7,14 @@ so that this module stays standard-library only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.adamw import adamw_base, adamw_tensor_bytes, fused_ok
 from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, per_tensor, trainable_params
+
+if TYPE_CHECKING:
+    import torch
 
 CITATIONS: dict[str, str] = {
     "muon": "KellerJordan/Muon README (momentum 0.95, nesterov, ns_steps 5; AdamW for embeddings/head/gains); "
@@ -29,7 +32,8 @@ def defaults(size_class: str) -> CitedDefaults:
                        weight_decay=base.values["weight_decay"])
 
 
-def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:
+def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any],
+          **_: Any) -> tuple[Any, str]:
     """MuonWithAuxAdamW: the GPT-3 groups split into Muon's (hidden matrices) and AdamW's (the rest)."""
     from hf_optbench.optim.muon_impl import MuonWithAuxAdamW, split_muon_params
 

@@ -8,10 +8,13 @@ so that this module stays standard-library only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.optim.adamw import adamw_base
 from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, per_tensor
+
+if TYPE_CHECKING:
+    import torch
 
 CITATIONS: dict[str, str] = {
     "schedule_free": "Defazio et al. 2024, The Road Less Scheduled; facebookresearch/schedule_free README "
@@ -26,7 +29,8 @@ def defaults(size_class: str) -> CitedDefaults:
     return base.derive("schedule_free", learning_rate=base.values["learning_rate"])
 
 
-def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:
+def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any],
+          **_: Any) -> tuple[Any, str]:
     """schedulefree.AdamWScheduleFree."""
     from schedulefree import AdamWScheduleFree
 

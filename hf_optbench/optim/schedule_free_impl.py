@@ -22,9 +22,12 @@ re-exports this module's public names.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
+
+if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 
 def _set_mode(optimizer: Any, mode: str) -> None:
@@ -40,20 +43,24 @@ class ScheduleFreeModeCallback(TrainerCallback):
         trainer = Trainer(..., optimizers=(sf_adamw, constant_schedule), callbacks=[..., ScheduleFreeModeCallback()])
     """
 
-    def _before_save_or_eval(self, control: Any, optimizer: Any) -> None:
+    def _before_save_or_eval(self, control: TrainerControl, optimizer: Any) -> None:
         if optimizer is not None and (control.should_save or control.should_evaluate):
             _set_mode(optimizer, "eval")
 
-    def on_step_end(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kwargs: Any) -> None:
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    optimizer: Any = None, **kwargs: Any) -> None:
         self._before_save_or_eval(control, optimizer)
 
-    def on_epoch_end(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kwargs: Any) -> None:
+    def on_epoch_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     optimizer: Any = None, **kwargs: Any) -> None:
         self._before_save_or_eval(control, optimizer)
 
-    def on_save(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kwargs: Any) -> None:
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                optimizer: Any = None, **kwargs: Any) -> None:
         if optimizer is not None:
             _set_mode(optimizer, "train")
 
-    def on_train_end(self, args: Any, state: Any, control: Any, optimizer: Any = None, **kwargs: Any) -> None:
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     optimizer: Any = None, **kwargs: Any) -> None:
         if optimizer is not None:
             _set_mode(optimizer, "eval")

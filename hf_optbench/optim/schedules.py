@@ -39,6 +39,7 @@ from hf_optbench.errors import OptBenchError, suggest
 
 if TYPE_CHECKING:
     import torch
+    from torch.optim.lr_scheduler import LRScheduler
 
 # name -> (one-line description, accepted schedule_kwargs)
 SCHEDULES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -219,6 +220,6 @@ def _hand_warmup_to_optimizer(optimizer: Any, warmup: int) -> None:
         g["warmup_steps"] = warmup
 
 
-def describe_scheduler(scheduler: Any) -> dict[str, Any]:
+def describe_scheduler(scheduler: LRScheduler | None) -> dict[str, Any]:
     """The schedule and its resolved parameters (for summary.json); {} for a scheduler not built here."""
     return dict(getattr(scheduler, "hf_optbench_schedule", {}))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.optim.adamw import adamw_base
 from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, per_tensor
+
+if TYPE_CHECKING:
+    import torch
 
 CITATIONS: dict[str, str] = {
     "sgd": "No published GPT-2 pretraining recipe for SGD. momentum 0.9 + Nesterov (Sutskever et al. 2013); lr 0.1 "
@@ -20,7 +23,8 @@ def defaults(size_class: str) -> CitedDefaults:
                        nesterov=True)
 
 
-def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:
+def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any],
+          **_: Any) -> tuple[Any, str]:
     """torch.optim.SGD with the cited momentum."""
     import torch
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.optim.adamw import adamw_base
 from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, per_tensor
+
+if TYPE_CHECKING:
+    import torch
 
 CITATIONS: dict[str, str] = {
     "soap": "Vyas et al. 2024, SOAP (arXiv:2409.11321); nikhilvyas/SOAP README (lr 3e-3, betas (0.95, 0.95), "
@@ -22,7 +25,8 @@ def defaults(size_class: str) -> CitedDefaults:
                        precondition_frequency=10)
 
 
-def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:
+def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any],
+          **_: Any) -> tuple[Any, str]:
     """pytorch_optimizer.SOAP."""
     from pytorch_optimizer import SOAP
 

@@ -8,10 +8,13 @@ so that this module stays standard-library only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.optim.adamw import adamw_base
 from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, per_tensor
+
+if TYPE_CHECKING:
+    import torch
 
 # Liuhong99/Sophia at commit a7e157229b71d58cf995d32854f1be15c265b350 (main, 2024-01-29; read from a clone of the
 # repository): the README table "Hyperparameters for GPT-2 models" and config/train_gpt2_{small,medium,large}_
@@ -40,7 +43,8 @@ def defaults(size_class: str) -> CitedDefaults:
                        update_period=10, eps=1e-15)
 
 
-def build(model: Any, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], **_: Any) -> tuple[Any, str]:
+def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any],
+          **_: Any) -> tuple[Any, str]:
     """hf_optbench's SophiaG (pytorch_optimizer.SophiaH's update, our GNB estimate)."""
     from hf_optbench.optim.sophia_impl import SophiaG
 
@@ -56,7 +60,7 @@ def hessian_callbacks() -> list[Any]:
     return [SophiaGHessianCallback()]
 
 
-def manual_step(model: Any, opt: Any, inputs: dict[str, Any], *, step: int, accumulation_steps: int,
+def manual_step(model: torch.nn.Module, opt: Any, inputs: dict[str, Any], *, step: int, accumulation_steps: int,
                 autocast_dtype: Any) -> None:
     """What a loop outside the Trainer (the learning-rate finder) runs after step ``step``: the Hessian estimate
     every ``update_period`` steps, as the Trainer callback does."""

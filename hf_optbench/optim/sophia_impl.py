@@ -23,13 +23,17 @@ re-exports this module's public names.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from pytorch_optimizer import SophiaH
 from transformers import TrainerCallback
 
 from hf_optbench.optim.unwrap import innermost_optimizer
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 # SophiaH re-estimates the Hessian itself whenever (step - 1) % update_period == 0; we drive the cadence from
 # outside, so its own period is set beyond any run's length (step 1 is handled in SophiaG.step).
@@ -195,16 +199,19 @@ class SophiaGHessianCallback(TrainerCallback):
         if isinstance(ids, torch.Tensor):
             self._inputs = {"input_ids": ids, "attention_mask": kwargs.get("attention_mask")}
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       model: torch.nn.Module = None, **kwargs: Any) -> None:
         if model is not None and self._handle is None:
             self._handle = model.register_forward_pre_hook(self._capture, with_kwargs=True)
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     **kwargs: Any) -> None:
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
 
-    def on_optimizer_step(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
+    def on_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                          model: torch.nn.Module = None, optimizer: Any = None,
                           **kwargs: Any) -> None:
         opt = innermost_optimizer(optimizer)
         if not isinstance(opt, SophiaG) or model is None:

@@ -31,7 +31,7 @@ class TensorShape(Protocol):
 
 
 # (tensors, element size of torch-held state in bytes, embedding_state_32bit) -> bytes of optimizer state
-StateBytes = Callable[[Sequence[TensorShape], int, bool], int]
+StateFormula = Callable[[Sequence[TensorShape], int, bool], int]
 
 
 @dataclass(frozen=True)
@@ -44,12 +44,12 @@ class StateLayout:
     """
 
     name: str
-    state_bytes: StateBytes
+    state_bytes: StateFormula
     per_tensor: bool = False
 
 
-def per_tensor(fn: Callable[[TensorShape, int], int]) -> StateBytes:
-    """A :data:`StateBytes` summing ``fn(tensor, element_size)`` over the tensors (most layouts)."""
+def per_tensor(fn: Callable[[TensorShape, int], int]) -> StateFormula:
+    """A :data:`StateFormula` summing ``fn(tensor, element_size)`` over the tensors (most layouts)."""
 
     def total(shapes: Sequence[TensorShape], s: int, embedding_state_32bit: bool) -> int:
         return sum(fn(p, s) for p in shapes)

@@ -13,7 +13,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.config.parse import RunConfig
 from hf_optbench.errors import OptBenchError
@@ -28,6 +28,9 @@ from hf_optbench.rundir import (
     TRAINER_STATE_FILE,
     read_summary,
 )
+
+if TYPE_CHECKING:
+    from transformers import Trainer
 
 RUN_FILES = (SUMMARY_FILE, METRICS_FILE, CONFIG_FILE, TRAINER_STATE_FILE, "README.md", SEGMENTS_FILE,
              # the final model (trainer.save_model): a stale one would be taken for the new run's weights
@@ -159,7 +162,7 @@ def prepare_output_dir(cfg: RunConfig, out: Path, record: dict[str, Any], resume
         record_identity(cfg, out)  # what the checkpoints are trained with; a resume must match it
 
 
-def save_final_model(cfg: RunConfig, trainer: Any, out: Path, status: str) -> None:
+def save_final_model(cfg: RunConfig, trainer: Trainer, out: Path, status: str) -> None:
     """The final model in the run directory, the Hugging Face way (``trainer.save_model``: config.json,
     model.safetensors, generation_config.json and the tokenizer), so that ``from_pretrained(output_dir)`` loads
     it; not for a diverged run (its weights are not finite) or with ``save_final_model false``. Every rank calls

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
 from hf_optbench.rundir import SEGMENTS_FILE, read_segments, write_json_atomic
+
+if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 
 class SegmentRecorder(TrainerCallback):
@@ -43,7 +46,8 @@ class SegmentRecorder(TrainerCallback):
         ``startup_s`` (without this call it is not measured, and is 0)."""
         self._called = time.perf_counter()
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       **kwargs: Any) -> None:
         self._started = time.perf_counter()
         startup = round(self._started - self._called, 6) if self._called is not None else 0.0
         resumed = self.resume or state.global_step > 0
@@ -51,13 +55,14 @@ class SegmentRecorder(TrainerCallback):
         self.current = {"start_step": state.global_step, "end_step": state.global_step, "runtime_s": 0.0,
                         "startup_s": startup}
 
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         self.close(state, write=bool(state.is_world_process_zero))
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     **kwargs: Any) -> None:
         self.close(state, write=bool(state.is_world_process_zero))
 
-    def close(self, state: Any, *, write: bool) -> None:
+    def close(self, state: TrainerState, *, write: bool) -> None:
         """Bring the current segment up to ``state.global_step`` and now; with ``write``, persist all segments."""
         if self.current is None or self._started is None:
             return

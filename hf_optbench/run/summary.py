@@ -10,9 +10,14 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.run.provenance import environment
+
+if TYPE_CHECKING:
+    from transformers import TrainerState
+
+    from hf_optbench.config.parse import RunConfig
 
 # Set by a local sweep on each run it starts (hf_optbench.study.sweep_state.Slot): how many runs it runs at once on
 # this machine (launcher.jobs), which slot this run took, and the cores that slot is pinned to.
@@ -45,7 +50,7 @@ def sharing() -> dict[str, Any]:
                         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}}
 
 
-def build_summary(cfg: Any, prepared: Any, record: dict[str, Any], *, schedule: str,
+def build_summary(cfg: RunConfig, prepared: Any, record: dict[str, Any], *, schedule: str,
                   hparams: dict[str, Any], tokens_per_step: int, git: dict[str, Any]) -> dict[str, Any]:
     """The settings half of summary.json; ``status`` starts as "failed" until training says otherwise. The
     optimizer's values are the record of what ran (``hf_optbench.run.what_ran.what_ran``): ``hyperparameters``
@@ -113,7 +118,7 @@ def last_log(log_history: list[dict[str, Any]], key: str) -> float | None:
     return None
 
 
-def finish_summary(summary: dict[str, Any], state: Any, recorder: Any, optimizer: Any,
+def finish_summary(summary: dict[str, Any], state: TrainerState, recorder: Any, optimizer: Any,
                    tokens_per_step: int) -> None:
     """The measured half: steps and tokens done, final losses, the recorder's figures, and the optimizer that
     actually stepped (DeepSpeed or Accelerate may have wrapped the one we built). A divergence the recorder saw

@@ -21,10 +21,14 @@ from __future__ import annotations
 import json
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 from transformers.integrations import integration_utils as iu
+
+if TYPE_CHECKING:
+    from torch.optim.lr_scheduler import LRScheduler
+    from transformers import Trainer
 
 SECTION = "hf_optbench"
 # Scalars the TensorBoard callback logs (transformers' rewrite_logs names), shown beside the hparams.
@@ -120,7 +124,7 @@ def _push_all(callbacks: list[Any], config: dict[str, Any]) -> list[tuple[str, b
     return done
 
 
-def attach_tracker_config(trainer: Any, config: dict[str, Any]) -> Any:
+def attach_tracker_config(trainer: Trainer, config: dict[str, Any]) -> Any:
     """Add a :func:`TrackerConfigCallback` for ``config`` at the end of ``trainer``'s callbacks (after the
     ``report_to`` integrations, which set up their runs in their own ``on_train_begin``); returns it."""
     callback = TrackerConfigCallback(config)
@@ -129,7 +133,7 @@ def attach_tracker_config(trainer: Any, config: dict[str, Any]) -> Any:
     return callback
 
 
-def record_at_train_begin(args: Any, handler: Any, optimizer: Any, scheduler: Any, *,
+def record_at_train_begin(args: Any, handler: Any, optimizer: Any, scheduler: LRScheduler | None, *,
                           sources: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The Python API path: a Trainer whose optimizer came from :func:`hf_optbench.run.trainer.trainer_optimizer`
     and whose recorder was placed with ``attach_callbacks``. Called by the recorder at train begin, before the

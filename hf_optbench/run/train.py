@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.config.hparams import resolve_hyperparameters
 from hf_optbench.config.parse import RunConfig, parse_args
@@ -41,6 +41,11 @@ from hf_optbench.run.preflight import own_output_dir, preflight
 from hf_optbench.run.provenance import git_state
 from hf_optbench.run.summary import build_summary, finish_summary, record_failure
 from hf_optbench.rundir import FINISHED_STATUSES, SUMMARY_FILE, write_json_atomic
+
+if TYPE_CHECKING:
+    import torch
+    from torch.optim.lr_scheduler import LRScheduler
+    from transformers import Trainer
 
 
 @dataclass
@@ -127,7 +132,7 @@ def _check_git(cfg: RunConfig) -> dict[str, Any]:
     return git
 
 
-def build_optimization(cfg: RunConfig, model: Any) -> tuple[Any, Any, str]:
+def build_optimization(cfg: RunConfig, model: torch.nn.Module) -> tuple[Any, Any, str]:
     """(optimizer, scheduler, schedule name) for the model; a schedule-free optimizer gets schedule "none" (its
     warmup is inside the optimizer)."""
     from hf_optbench.optim.registry import build_optimizer, is_schedule_free
@@ -162,7 +167,7 @@ def tokens_per_optimizer_step(cfg: RunConfig) -> int:
         * cfg.data.block_size
 
 
-def _build_callbacks(cfg: RunConfig, out: Path, model: Any, optimizer: Any, tokens_per_step: int,
+def _build_callbacks(cfg: RunConfig, out: Path, model: torch.nn.Module, optimizer: Any, tokens_per_step: int,
                      resume: Any) -> tuple[list[Any], Any]:
     """(callbacks, the recorder among them): measurements, the optimizer's own callbacks, console progress."""
     from hf_optbench.measure.flops import flops_per_token
@@ -178,8 +183,8 @@ def _build_callbacks(cfg: RunConfig, out: Path, model: Any, optimizer: Any, toke
     return callbacks, recorder
 
 
-def _build_trainer(cfg: RunConfig, prepared: Prepared, optimizer: Any, scheduler: Any, callbacks: list[Any],
-                   record: dict[str, Any]) -> Any:
+def _build_trainer(cfg: RunConfig, prepared: Prepared, optimizer: Any, scheduler: LRScheduler | None,
+                   callbacks: list[Any], record: dict[str, Any]) -> Trainer:
     """A stock Trainer: our optimizer through ``optimizer_cls_and_kwargs`` and our schedule through
     TrainingArguments (both survive DeepSpeed's re-init, :mod:`hf_optbench.run.trainer`), its TrainingArguments'
     optimizer fields set to what ran (``record``, :mod:`hf_optbench.run.what_ran`), eval accuracy
@@ -225,7 +230,7 @@ def _build_trainer(cfg: RunConfig, prepared: Prepared, optimizer: Any, scheduler
     return trainer
 
 
-def _fit(trainer: Any, prepared: Prepared, recorder: Any, resume: Any, summary: dict[str, Any]) -> None:
+def _fit(trainer: Trainer, prepared: Prepared, recorder: Any, resume: Any, summary: dict[str, Any]) -> None:
     """trainer.train(), then a final evaluation at the last step if the schedule of evals missed it, and the
     final loss on the tuning split."""
     trainer.train(resume_from_checkpoint=resume or None)
@@ -240,10 +245,8 @@ def _fit(trainer: Any, prepared: Prepared, recorder: Any, resume: Any, summary: 
     trainer.save_state()
 
 
-def _tuning_loss(trainer: Any, prepared: Prepared) -> float | None:
-    """The final model's loss on the tuning split, or None without one.
-
-    Through ``evaluation_loop`` (what ``evaluate`` runs, every rank taking part in the gather) rather than
+def _tuning_loss(trainer: Trainer, prepared: Prepared) -> float | None:
+    """The final model's loss on the tuning split, or None without one. Through ``evaluation_loop`` (what ``evaluate`` runs, every rank taking part in the gather) rather than
     ``evaluate``, which would log it and call ``on_evaluate``: the tuning loss selects learning rates and must not
     appear among the reported eval metrics (metrics.jsonl, log history, report_to). ``get_test_dataloader``
     because ``get_eval_dataloader`` hands back the cached eval loader when workers persist.
@@ -257,7 +260,7 @@ def _tuning_loss(trainer: Any, prepared: Prepared) -> float | None:
     return float(loss) if loss is not None else None
 
 
-def _train_and_record(trainer: Any, prepared: Prepared, recorder: Any, optimizer: Any, *, resume: Any,
+def _train_and_record(trainer: Trainer, prepared: Prepared, recorder: Any, optimizer: Any, *, resume: Any,
                       summary: dict[str, Any], tokens_per_step: int, summary_path: Path | None,
                       segments: Any) -> None:
     """Train, and write summary.json (to ``summary_path``, main process) whatever happens: a failure is recorded,

@@ -20,9 +20,13 @@ own extension points survive that re-initialisation:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError
+
+if TYPE_CHECKING:
+    import torch
+    from torch.optim.lr_scheduler import LRScheduler
 
 
 def _trainable_ids(params: Any) -> set[int]:
@@ -41,7 +45,7 @@ class OptimizerFactory:
     **rest)``), or an optimizer already built over this model's parameters (handed back as it is).
     """
 
-    def __call__(self, model: Any, *, optimizer: Any, **build_kwargs: Any) -> Any:
+    def __call__(self, model: torch.nn.Module, *, optimizer: Any, **build_kwargs: Any) -> Any:
         if not isinstance(optimizer, str):
             if build_kwargs:
                 raise OptBenchError(f"trainer_optimizer: a built optimizer takes no build arguments, got "
@@ -59,7 +63,7 @@ class OptimizerFactory:
         return _with_train_begin_hook(built, _build_sources(built, model, build_kwargs))
 
 
-def _build_sources(optimizer: Any, model: Any, build_kwargs: dict[str, Any]) -> dict[str, str]:
+def _build_sources(optimizer: Any, model: torch.nn.Module, build_kwargs: dict[str, Any]) -> dict[str, str]:
     """Where each value of an optimizer built by name came from: "user" for what ``build_kwargs`` set, else the
     registry's citation for the size class (the one ``build_optimizer`` took)."""
     from hf_optbench.optim.registry import OPTIMIZERS, optimizer_defaults, size_class_for_params
@@ -149,7 +153,7 @@ def optim_label(optimizer: Any) -> str:
     return f"hf_optbench:{getattr(inner, 'hf_optbench_name', None) or type(inner).__name__}"
 
 
-def stock_trainer_kwargs(args: Any, optimizer: Any, scheduler: Any) -> dict[str, Any]:
+def stock_trainer_kwargs(args: Any, optimizer: Any, scheduler: LRScheduler | None) -> dict[str, Any]:
     """``Trainer`` keyword arguments that run ``optimizer`` and ``scheduler`` (both built by hf_optbench over the
     Trainer's model) in a stock Trainer, under DeepSpeed too; sets ``args.optim`` to :func:`optim_label` and
     ``args.lr_scheduler_type``/``lr_scheduler_kwargs`` to the transformers scheduler of the same schedule, so that

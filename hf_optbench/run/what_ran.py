@@ -12,7 +12,12 @@ and the args W&B/TensorBoard/trackio record), the ``hf_optbench`` tracker sectio
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch.optim.lr_scheduler import LRScheduler
+
+    from hf_optbench.config.parse import RunConfig
 
 # Group entries that are bookkeeping, not hyperparameters: the tensors, the scheduler's base rate (read as ``lr``),
 # per-step counters and mode flags of schedule-free and Sophia.
@@ -76,7 +81,7 @@ def _source(key: str, hparams: Mapping[str, Any], sources: Mapping[str, str]) ->
     return sources.get(key) or sources.get(f"adamw_{key}") or CONSTRUCTOR_SOURCE
 
 
-def what_ran(optimizer: Any, scheduler: Any = None, *, hparams: Mapping[str, Any] | None = None,
+def what_ran(optimizer: Any, scheduler: LRScheduler | None = None, *, hparams: Mapping[str, Any] | None = None,
              sources: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The record of what ran: ``optimizer`` (registry name, else module.Class), ``optimizer_impl``,
     ``hyperparameters`` ({key: {"value", "source"}}: the optimizer's values; a key of ``hparams`` the optimizer
@@ -133,7 +138,7 @@ def apply_to_training_args(args: Any, record: Mapping[str, Any]) -> dict[str, An
     return fields
 
 
-def value_sources(cfg: Any) -> dict[str, str]:
+def value_sources(cfg: RunConfig) -> dict[str, str]:
     """Where a run's other constructor values came from (``what_ran``'s ``sources``): the registry's citation per
     key (momentum, rho, ...), "user" for what optimizer_kwargs set; ``resolve_hyperparameters``' own sources
     (learning rate, weight decay, clipping, betas, eps) win over both."""

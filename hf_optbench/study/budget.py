@@ -25,9 +25,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError
+
+if TYPE_CHECKING:
+    from hf_optbench.config.parse import RunConfig
 
 BUDGET_KEYS = {"tokens_per_param"}
 LADDER_KEYS = {"multiples", "optimizer"}
@@ -119,7 +122,7 @@ def world_size(launcher: dict[str, Any]) -> int:
         return 1
 
 
-def tokens_per_step(cfg: Any, processes: int) -> int:
+def tokens_per_step(cfg: RunConfig, processes: int) -> int:
     """Tokens one optimizer step consumes, from a parsed RunConfig."""
     t = cfg.training
     return int(t.per_device_train_batch_size) * int(t.gradient_accumulation_steps) * processes \

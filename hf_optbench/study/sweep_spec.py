@@ -12,7 +12,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError, suggest
 from hf_optbench.rundir import TUNED_FILE, run_id_for
@@ -22,6 +22,9 @@ from hf_optbench.study.sweep_values import as_list, distinct_optimizers, multipl
 from hf_optbench.study.tracking_env import tracker_env
 from hf_optbench.study.tune_spec import TUNE_KEYS, TuneSpec, parse_tune
 from hf_optbench.yaml_file import load_yaml_mapping
+
+if TYPE_CHECKING:
+    from hf_optbench.config.parse import RunConfig
 
 SWEEP_KEYS = {"base", "output_dir", "overrides", "matrix", "per_optimizer", "per_model_size", "launcher", "name",
               "description", "tune", "budget", "ladder"}
@@ -298,7 +301,7 @@ def _probe(spec: SweepSpec, run: RunSpec) -> Any:
     return parse_args(run.args + ["--output_dir", str(probe)] + hardware)
 
 
-def _check_run(spec: SweepSpec, run: RunSpec, cfg: Any) -> None:
+def _check_run(spec: SweepSpec, run: RunSpec, cfg: RunConfig) -> None:
     """What a sweep requires of a run beyond valid arguments: a tuning run evaluates a held-out tuning split, and a
     run that reads a tuned-values file finds its learning rate there (never a silent fallback to the citation)."""
     from hf_optbench.optim.registry import lookup_tuned
@@ -323,7 +326,7 @@ def _check_run(spec: SweepSpec, run: RunSpec, cfg: Any) -> None:
         resolve_hyperparameters(cfg)
 
 
-def _set_grid_lr(run: RunSpec, cfg: Any) -> None:
+def _set_grid_lr(run: RunSpec, cfg: RunConfig) -> None:
     """A grid run's learning rate: its multiplier x the rate the run would otherwise use (its cited default)."""
     from hf_optbench.config.hparams import resolve_hyperparameters
 
