@@ -54,7 +54,7 @@ SLOW = frozenset({
     "tests/measure/test_verdict_rates.py",
     "tests/study/test_protocol.py::test_a_size_the_tuning_could_not_tune_stops_before_the_comparison",
     "tests/study/test_protocol.py::test_runs_are_grouped_for_wandb",
-    "tests/study/test_speedup_report.py::test_the_report_has_the_speedup_question_column_budget_and_mde",
+    "tests/report/test_speedup_report.py::test_the_report_has_the_speedup_question_column_budget_and_mde",
     "tests/study/test_sweep.py::test_killed_sweep_resumes_without_duplicates",
     "tests/study/test_tuning_bracket.py::test_the_tiny_model_really_runs_beyond_the_edge",
     "tests/study/test_tuning_bracket.py::test_a_sweep_stopped_mid_extension_continues_exactly",

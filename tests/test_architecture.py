@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("measure", ("hf_optbench.measure",)),
     ("run", ("hf_optbench.run",)),
     ("study", ("hf_optbench.study",)),
+    ("report", ("hf_optbench.report",)),
     ("cli", ("hf_optbench.cli",)),
 ]
 # The package facade (lazy public API) and `python -m hf_optbench` may reach every layer.
@@ -161,10 +162,10 @@ def test_no_import_cycle() -> None:
 def test_the_checker_sees_cycles_and_upward_imports() -> None:
     """The two rules above must be able to fail."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert layer_of("hf_optbench.cli.report") > layer_of("hf_optbench.study.report") > layer_of("hf_optbench.run.train")
+    assert layer_of("hf_optbench.cli.report") > layer_of("hf_optbench.report.build") > layer_of("hf_optbench.run.train")
     assert layer_of("hf_optbench.run.train") > layer_of("hf_optbench.measure.metrics") > layer_of("hf_optbench.errors")
-    lazy = ast.parse("def f():\n    from hf_optbench.study import report\n").body[0].body[0]
-    assert _resolve("hf_optbench.run.train", lazy) == {"hf_optbench.study.report"}
+    lazy = ast.parse("def f():\n    from hf_optbench.report import build\n").body[0].body[0]
+    assert _resolve("hf_optbench.run.train", lazy) == {"hf_optbench.report.build"}
     relative = ast.parse("from ..errors import OptBenchError").body[0]
     assert _resolve("hf_optbench.optim.registry", relative) == {"hf_optbench.errors"}
 

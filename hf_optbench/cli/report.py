@@ -65,7 +65,8 @@ def _check_finished_runs_have_summaries(sweep_dir: Path, root: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Write the report files into --output (default SWEEP_DIR/report) and say where they are."""
     from hf_optbench.config.checks import check_writable_dir
-    from hf_optbench.study import analysis, report
+    from hf_optbench.report import analysis
+    from hf_optbench.report import build as report
 
     parser = ArgumentParser(prog="hf-optbench report", description=(report.__doc__ or "").split("\n\n")[0])
     parser.add_argument("sweep_dir", help="a sweep's output_dir (or any folder of run directories)")

@@ -43,7 +43,7 @@ def sharing() -> dict[str, Any]:
     a local sweep, which says nothing about other load) and ``pinning`` (its sweep slot, the cores it may run on as
     the kernel reports them, its CUDA_VISIBLE_DEVICES). Why: runs side by side compete for memory bandwidth and
     caches even on cores of their own, so wall-clock figures of a shared machine are not those of an idle one, and
-    the report says so (hf_optbench.study.noise)."""
+    the report says so (hf_optbench.report.noise)."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     return {"concurrent_runs": _env_int(CONCURRENT_RUNS_ENV),
             "pinning": {"slot": _env_int(SLOT_ENV), "cpus": cpus,

@@ -171,7 +171,7 @@ def _write_manifest(spec: SweepSpec, sweep_copy: bool = True) -> None:
 
 def _refresh_summary(spec: SweepSpec) -> None:
     """summary.csv of the sweep directory, rewritten after every run so that a killed sweep still has one."""
-    from hf_optbench.study.analysis import load_runs, write_summary_csv
+    from hf_optbench.study.records import load_runs, write_summary_csv
 
     write_summary_csv(load_runs(spec.output_dir), spec.output_dir / "summary.csv")
 

@@ -191,7 +191,7 @@ def _source(tuning_dir: Path, grid: Sequence[float], seeds: Sequence[int], metri
 
 def tune(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[str]) -> tuple[Path, list[str]]:
     """Select the best multipliers of a tuning sweep's runs and write them to ``output``; (path, warnings)."""
-    from hf_optbench.study.analysis import load_runs
+    from hf_optbench.study.records import load_runs
 
     d = Path(sweep_dir)
     if not d.is_dir():
@@ -267,7 +267,7 @@ def tune_phase(spec: SweepSpec) -> tuple[Path, list[str]]:
     """After a sweep's tuning phase (every extension run: :func:`~hf_optbench.study.tuning_grid.extend_tuning`
     adds none): select, check that every compared optimizer x size has a value (OptBenchError otherwise: never a
     silent fallback to the citation), and write ``spec.tuned_file``."""
-    from hf_optbench.study.analysis import load_runs
+    from hf_optbench.study.records import load_runs
 
     assert spec.tuning is not None and spec.tune is not None
     plan = plan_tuning(spec, load_runs(spec.tuning.output_dir))

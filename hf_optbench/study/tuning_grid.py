@@ -291,7 +291,7 @@ def extend_tuning(spec: SweepSpec, say: Callable[[str], None]) -> list[RunSpec]:
     """Add to ``spec.tuning.runs`` every run the plan needs that it does not hold yet (extensions beyond an edge,
     the weight-decay grid, and on a restart the points an earlier sweep added), each resolved like the initial grid
     (validated when the launcher validates); say each decision. Returns the runs added (none: the tuning is done)."""
-    from hf_optbench.study.analysis import load_runs
+    from hf_optbench.study.records import load_runs
 
     assert spec.tuning is not None
     records = load_runs(spec.tuning.output_dir) if spec.tuning.output_dir.is_dir() else []

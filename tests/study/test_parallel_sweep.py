@@ -24,10 +24,10 @@ import pytest
 import yaml
 
 from hf_optbench import cli
+from hf_optbench.report.noise import by_seed, wallclock_note
 from hf_optbench.run.summary import sharing
 from hf_optbench.rundir import read_state
 from hf_optbench.study import launch, sweep_state, worker_client
-from hf_optbench.study.noise import by_seed, wallclock_note
 from hf_optbench.study.sweep import run_sweep
 from hf_optbench.study.sweep_state import Slot, plan_slots
 

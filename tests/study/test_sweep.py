@@ -314,7 +314,7 @@ def test_real_sweep_with_accelerate_and_report(tmp_path: Path) -> None:
     assert int(rows["adamw__tiny__s0"]["optimizer_state_bytes"]) == 2 * int(rows["lion__tiny__s0"][
         "optimizer_state_bytes"]) + 4 * 28  # AdamW: two moments + a 4-byte step for each of tiny's 28 tensors
     assert "accelerate.commands.launch" in read_state(tmp_path / "real" / "sweep_state.jsonl")[0]["command"]
-    from hf_optbench.study.report import build_report
+    from hf_optbench.report.build import build_report
 
     files = build_report(tmp_path / "real")
     assert "lion" in files["report.md"].read_text()

@@ -21,12 +21,12 @@ from hf_optbench.config.hparams import resolve_hyperparameters
 from hf_optbench.config.parse import parse_args
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.registry import OPTIMIZERS, lookup_tuned, optimizer_defaults
+from hf_optbench.report.sensitivity import lr_sensitivity, sensitivity_table
+from hf_optbench.report.tuning_curves import bracketed_optima
 from hf_optbench.rundir import parse_run_id, read_state
-from hf_optbench.study.sensitivity import lr_sensitivity, sensitivity_table
 from hf_optbench.study.sweep import run_sweep
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, load_sweep, resolve_grid
 from hf_optbench.study.tuning import tune_phase
-from hf_optbench.study.tuning_curves import bracketed_optima
 from hf_optbench.study.tuning_grid import extend_tuning, replay_axis
 
 REPO = Path(__file__).resolve().parents[2]
@@ -261,7 +261,7 @@ def test_sensitivity_width_on_a_known_curve() -> None:
 
 
 def test_sensitivity_table_from_tuning_runs(tmp_path: Path) -> None:
-    from hf_optbench.study.analysis import load_runs
+    from hf_optbench.study.records import load_runs
 
     spec = _spec(tmp_path, {"lr_multipliers": [1, 2, 4], "max_extensions": 1})
     _settle(spec, _bowl(32.0))
@@ -374,7 +374,7 @@ def test_the_tiny_model_really_runs_beyond_the_edge(tmp_path: Path) -> None:
 
 
 def test_the_report_counts_a_best_weight_decay_of_zero_as_bracketed() -> None:
-    from hf_optbench.study.tuning_curves import bracketed_from_records
+    from hf_optbench.report.tuning_curves import bracketed_from_records
 
     def rec(lr: float, wd: float | None, loss: float) -> dict:
         rid = f"lion__tiny__s0__lrx{lr:g}" + ("" if wd is None else f"__wdx{wd:g}")

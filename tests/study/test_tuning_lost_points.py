@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from hf_optbench.study.report import build_report
+from hf_optbench.report.build import build_report
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, load_sweep, resolve_grid
 from hf_optbench.study.tuning import tune_phase
 from hf_optbench.study.tuning_grid import extend_tuning

@@ -2,11 +2,11 @@
 
     hf-optbench report runs/cpu_demo [--output runs/cpu_demo/report] [--target-loss 5.0 | tiny=6.1,mini=5.4]
 
-Three parts: :mod:`~hf_optbench.study.analysis` computes every number once (records, targets, derived columns,
-verdicts), :mod:`~hf_optbench.study.plots` draws the PNGs, :mod:`~hf_optbench.study.tables` declares the tables
+Three parts: :mod:`~hf_optbench.report.analysis` computes every number once (records, targets, derived columns,
+verdicts), :mod:`~hf_optbench.report.plots` draws the PNGs, :mod:`~hf_optbench.report.tables` declares the tables
 as column specs; this module lays them out in one :class:`Doc`, rendered to both Markdown and HTML.
 Means over seeds are arithmetic in the tables; the plots draw every seed. Besides report.md / report.html:
-summary.csv (one row per run) and runs.parquet (every metrics row of every run, :mod:`~hf_optbench.study.export`).
+summary.csv (one row per run) and runs.parquet (every metrics row of every run, :mod:`~hf_optbench.report.export`).
 """
 
 from __future__ import annotations
@@ -19,17 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.report import tables as T
+from hf_optbench.report import tables_targets as TT
+from hf_optbench.report.analysis import BASELINE, DERIVED_COLUMNS, Analysis, analyse
+from hf_optbench.report.plots import write_plots
 from hf_optbench.rundir import write_text_atomic
-from hf_optbench.study import tables as T
-from hf_optbench.study import tables_targets as TT
-from hf_optbench.study.analysis import (
-    BASELINE,
-    DERIVED_COLUMNS,
-    Analysis,
-    analyse,
-    write_summary_csv,
-)
-from hf_optbench.study.plots import write_plots
+from hf_optbench.study.records import write_summary_csv
 
 
 class Doc:
@@ -137,8 +132,8 @@ def _verdict(doc: Doc, an: Analysis) -> None:
 
 def _bracketing(doc: Doc, an: Analysis) -> None:
     """Under the verdict table: whether every tuned optimum was bracketed (the loss rises on both sides of it)."""
+    from hf_optbench.report.tuning_curves import bracketed_optima
     from hf_optbench.study.tuning import lost_tuning_points
-    from hf_optbench.study.tuning_curves import bracketed_optima
 
     lost = lost_tuning_points(an.sweep_dir) if an.sweep_dir else []
     if lost:
@@ -177,7 +172,7 @@ def _ratios(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
 
 
 def _speedup(doc: Doc, an: Analysis) -> None:
-    from hf_optbench.study.speedups import budget_table, ladder_table
+    from hf_optbench.report.speedups import budget_table, ladder_table
 
     header, rows, warnings = budget_table(an)
     if rows:
@@ -210,7 +205,7 @@ def _memory(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
 
 
 def _convergence(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
-    from hf_optbench.study.targets import VERDICT_TARGET
+    from hf_optbench.report.targets import VERDICT_TARGET
 
     doc.h(2, "Convergence")
     if an.given_targets:
@@ -246,8 +241,8 @@ def _convergence(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
 
 
 def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
-    from hf_optbench.study.sensitivity import sensitivity_section
-    from hf_optbench.study.tuning_curves import sources_cell
+    from hf_optbench.report.sensitivity import sensitivity_section
+    from hf_optbench.report.tuning_curves import sources_cell
 
     doc.h(2, "Hyperparameters: where each came from, and the tuning curves")
     seen: dict[tuple[str, str], set[str]] = {}
@@ -273,7 +268,7 @@ def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
         doc.img(files[name], name)
     doc.h(3, "Sensitivity: the learning-rate range within 1 % of the best tuning loss, and bracketing")
     sensitivity_section(doc, an.tuning)
-    from hf_optbench.study.sensitivity import tuned_ratio_table
+    from hf_optbench.report.sensitivity import tuned_ratio_table
 
     header, rows = tuned_ratio_table(an.ok(), BASELINE)
     if rows:
@@ -306,7 +301,7 @@ def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[st
                  tuning_dir: str | os.PathLike[str] | None = None) -> dict[str, Path]:
     """Write report.md, report.html, summary.csv, runs.parquet and the PNG plots; returns their paths by name.
     ``tuning_dir``: a tuning sweep whose runs give the tuning curves."""
-    from hf_optbench.study.export import write_runs_parquet
+    from hf_optbench.report.export import write_runs_parquet
 
     sweep = Path(sweep_dir)
     out = Path(output) if output else sweep / "report"

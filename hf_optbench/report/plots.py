@@ -3,7 +3,7 @@ every seed is its own thin line, token and parameter axes read 150k / 2.7M (matp
 a log axis so a 0.01 MiB optimizer state shows beside a 600 MiB peak, and a panel where every value is 0 says so.
 
 :func:`write_plots` writes all of them and returns their paths by file name, the names the report embeds. The
-scaling and tuning plots are in :mod:`hf_optbench.study.plots_scaling`.
+scaling and tuning plots are in :mod:`hf_optbench.report.plots_scaling`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_optbench.study.analysis import Analysis, group, window
-from hf_optbench.study.plot_style import MARKERS, colors, eng_axis, plt_, save
+from hf_optbench.report.analysis import Analysis, group, window
+from hf_optbench.report.plot_style import MARKERS, colors, eng_axis, plt_, save
 
 
 def _runs(an: Analysis, opt: str, size: str) -> list[dict[str, Any]]:
@@ -169,7 +169,7 @@ def plot_by_params(an: Analysis, panels: Sequence[tuple[str, str]], title: str, 
 
 def write_plots(an: Analysis, out: Path) -> dict[str, Path]:
     """Every plot the analysis supports, written into ``out``: {file name: path}. {} without a finished run."""
-    from hf_optbench.study.plots_scaling import plot_scaling, plot_tuning
+    from hf_optbench.report.plots_scaling import plot_scaling, plot_tuning
 
     files: dict[str, Path] = {}
     if an.ok():

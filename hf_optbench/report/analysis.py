@@ -4,18 +4,15 @@ over seeds per optimizer and size.
 
 Reads only run directories (``summary.json`` + ``metrics.jsonl``, docs/ARCHITECTURE.md) and the sweep's
 ``sweep_manifest.json`` / ``sweep_state.jsonl``, so it works on a sweep that is still running or was killed.
-Convergence is compared at targets fixed from the baseline's runs alone (:mod:`hf_optbench.study.targets`); the
+Convergence is compared at targets fixed from the baseline's runs alone (:mod:`hf_optbench.report.targets`); the
 verdict uses the 50 % target, and a run that never reaches it (or diverges) counts at its budget, marked censored.
 Runs at a learning-rate multiplier other than 1 are tuning runs: they feed the tuning curves, not the comparison.
 Runs of the baseline at a budget multiple other than 1 are its ladder: they feed the speedup
-(:mod:`hf_optbench.study.speedups`), not the per-metric comparison.
+(:mod:`hf_optbench.report.speedups`), not the per-metric comparison.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import os
 import statistics
@@ -27,97 +24,17 @@ from typing import Any
 from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import (
     FINISHED_STATUSES,
-    MANIFEST_FILE,
-    METRICS_FILE,
-    STATE_FILE,
-    STDOUT_FILE,
-    SUMMARY_FILE,
-    finished_status,
-    parse_run_id,
     read_metrics,
-    read_state,
-    read_summary,
-    write_text_atomic,
 )
+from hf_optbench.study.records import load_runs
 
 BASELINE = "adamw"
 DEFAULT_SMOOTHING = 20
 
-SUMMARY_COLUMNS = (
-    "run_id", "optimizer", "model_size", "seed", "lr_multiplier", "status", "error", "attempts",
-    "num_params", "num_params_non_embedding", "optimizer_impl", "learning_rate", "weight_decay", "precision",
-    "world_size", "micro_batch_size", "block_size", "tokens_per_step", "steps", "tokens_seen",
-    "final_train_loss", "final_eval_loss", "final_tuning_loss", "max_steps", "optimizer_state_bytes", "optimizer_state_bytes_per_param",
-    "param_bytes", "grad_bytes", "peak_memory_bytes", "peak_memory_kind", "step_time_median_s", "step_time_p90_s",
-    "tokens_per_s", "mfu", "loss_spikes", "max_loss_spike", "grad_norm_spikes", "diverged_step", "train_runtime_s",
-    "budget_multiple", "tokens_per_param", "run_dir",
-)
 DERIVED_COLUMNS = ("target", "target_loss", "steps_to_target", "tokens_to_target", "seconds_to_target",
                    "target_censored", "mean_loss_over_budget", "eval_loss_at_50%", "loss_spikes_per_1k", "diverged",
                    "planner_optimizer_state_bytes", "hyperparameter_sources", "speedup", "speedup_bound",
                    "speedup_method", "baseline_equivalent_tokens")
-
-
-# ------------------------------------------------------------------------------------------------ loading
-def _run_dirs(sweep_dir: Path) -> list[Path]:
-    root = sweep_dir / "runs" if (sweep_dir / "runs").is_dir() else sweep_dir
-    return sorted(p for p in root.iterdir() if p.is_dir() and ".incomplete-" not in p.name
-                  and ((p / SUMMARY_FILE).is_file() or (p / METRICS_FILE).is_file()
-                       or (p / STDOUT_FILE).is_file()))
-
-
-def load_runs(sweep_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """One flat record per run directory: the matrix point, the final status, summary.json's figures."""
-    d = Path(sweep_dir)
-    if not d.is_dir():
-        raise OptBenchError(f"sweep directory not found: '{sweep_dir}'. Pass a sweep's output_dir.")
-    manifest: dict[str, dict[str, Any]] = {}
-    if (d / MANIFEST_FILE).is_file():
-        manifest = {r["run_id"]: r for r in json.loads((d / MANIFEST_FILE).read_text(encoding="utf-8"))["runs"]}
-    rows = read_state(d / STATE_FILE)
-    return [_record(run_dir, manifest.get(run_dir.name, {}), rows) for run_dir in _run_dirs(d)]
-
-
-def _record(run_dir: Path, planned: Mapping[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """A run's record: summary.json's figures, its matrix point (manifest, else its id), its status and error as
-    the state file has them, and the whole summary under ``_summary``."""
-    rid = run_dir.name
-    summary = read_summary(run_dir) or {}
-    point = {**parse_run_id(rid), **{k: v for k, v in planned.items()
-                                      if k in ("optimizer", "model_size", "seed", "lr_multiplier", "max_steps",
-                                               "budget_multiple")}}
-    rec: dict[str, Any] = {k: summary.get(k) for k in SUMMARY_COLUMNS}
-    rec.update({"run_id": rid, "run_dir": str(run_dir)})
-    for key in ("optimizer", "model_size", "seed"):
-        rec[key] = summary.get(key, point.get(key))
-    rec["lr_multiplier"] = point.get("lr_multiplier")
-    rec["budget_multiple"] = point.get("budget_multiple")
-    rec["wd_multiplier"] = point.get("wd_multiplier")
-    rec["max_steps"] = summary.get("max_steps") or point.get("max_steps")
-    ends = [r for r in rows if r.get("run_id") == rid and r.get("event") == "end"]
-    rec["attempts"] = sum(1 for r in rows if r.get("run_id") == rid and r.get("event") in ("start", "submitted"))
-    status = finished_status(run_dir, rows, rid) if rows else summary.get("status")
-    rec["status"] = status or "running/unfinished"
-    if ends and ends[-1].get("status") == rec["status"] and ends[-1].get("error") and not rec.get("error"):
-        rec["error"] = ends[-1]["error"]
-    if rec["status"] == "failed" and ends and ends[-1].get("status") == "oom":
-        rec["status"] = "oom"
-    rec["_summary"] = summary
-    return rec
-
-
-def write_summary_csv(records: Sequence[Mapping[str, Any]], path: str | os.PathLike[str],
-                      extra: Sequence[str] = ()) -> Path:
-    """One row per run (rewritten whole each time, atomically: never a duplicate or torn row)."""
-    buf = io.StringIO(newline="")
-    writer = csv.DictWriter(buf, fieldnames=list(SUMMARY_COLUMNS) + list(extra), extrasaction="ignore")
-    writer.writeheader()
-    for rec in records:
-        row = {k: rec.get(k) for k in writer.fieldnames}
-        if isinstance(row.get("error"), str):
-            row["error"] = row["error"].strip().splitlines()[-1][:300] if row["error"].strip() else ""
-        writer.writerow(row)
-    return write_text_atomic(path, buf.getvalue())
 
 
 # ---------------------------------------------------------------------------------------------- derived
@@ -171,7 +88,7 @@ class Analysis:
 
     def verdict_target(self, size: str) -> Any:
         """The target the verdict uses at ``size`` (the given one, else the baseline's 50 % point), or None."""
-        from hf_optbench.study.targets import GIVEN, VERDICT_TARGET
+        from hf_optbench.report.targets import GIVEN, VERDICT_TARGET
 
         want = GIVEN if self.given_targets else VERDICT_TARGET
         return next((t for t in self.targets.get(size, []) if t.name == want), None)
@@ -179,7 +96,7 @@ class Analysis:
 
 def window(rec: Mapping[str, Any]) -> int:
     """The run's own target_smoothing_steps (summary.json, else config.yaml), so report and recorder agree."""
-    from hf_optbench.study.planned import run_config
+    from hf_optbench.report.planned import run_config
 
     value = (rec.get("_summary") or {}).get("target_smoothing_steps") or run_config(rec).get("target_smoothing_steps")
     return int(value or DEFAULT_SMOOTHING)
@@ -190,9 +107,9 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     """Everything the report shows, computed once. ``tuning_dir``: a tuning sweep whose runs give the tuning
     curves (the sweep's own runs at lr multipliers other than 1 always do)."""
     from hf_optbench.measure.verdict import verdict
-    from hf_optbench.study.comparability import check_comparable
-    from hf_optbench.study.planned import planner_state, predicted_ratios
-    from hf_optbench.study.speedups import derive_speedups
+    from hf_optbench.report.comparability import check_comparable
+    from hf_optbench.report.planned import planner_state, predicted_ratios
+    from hf_optbench.report.speedups import derive_speedups
 
     everything = load_runs(sweep_dir)
     if not everything:
@@ -236,7 +153,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
 
 def _set_targets(an: Analysis, target_loss: float | dict[str, float] | None, baseline: str) -> None:
     """The targets per size: given (one for all, or per size), else fixed from the baseline's completed runs."""
-    from hf_optbench.study.targets import baseline_targets, given_target
+    from hf_optbench.report.targets import baseline_targets, given_target
 
     an.given_targets = target_loss is not None
     for size in an.sizes:
@@ -257,7 +174,7 @@ def _set_targets(an: Analysis, target_loss: float | dict[str, float] | None, bas
 def _derive(an: Analysis, r: dict[str, Any]) -> None:
     """The derived columns of one record, in place: stability figures, the time to each target (censored at the
     budget), the eval loss at each target's token count and the mean loss over the budget."""
-    from hf_optbench.study.targets import budget, eval_at_tokens, mean_loss_over_budget, time_to_each
+    from hf_optbench.report.targets import budget, eval_at_tokens, mean_loss_over_budget, time_to_each
 
     finished = r["status"] in FINISHED_STATUSES
     r["diverged"] = 1.0 if r["status"] == "diverged" else 0.0 if r["status"] == "completed" else None

@@ -13,8 +13,8 @@ import pytest
 
 from hf_optbench import cli
 from hf_optbench.errors import OptBenchError
+from hf_optbench.report.analysis import analyse
 from hf_optbench.rundir import IDENTITY_FILE
-from hf_optbench.study.analysis import analyse
 
 from fixtures.sweep_fixture import build_fixture_sweep
 

@@ -79,7 +79,7 @@ def sensitivity_table(records: Sequence[Mapping[str, Any]]) -> tuple[list[str], 
     """(header, rows) of the report's sensitivity table: per optimizer and size of the tuning runs, the best
     learning-rate multiplier, the range within 1 % of its loss and its width, and whether the optimum is bracketed
     (learning rate, and weight decay where it was tuned)."""
-    from hf_optbench.study.tuning_curves import bracketed_from_records, loss_key, point_losses
+    from hf_optbench.report.tuning_curves import bracketed_from_records, loss_key, point_losses
 
     header = ["optimizer", "size", "best lr multiplier", "lr range within 1 % of the best",
               "width (how forgiving)", "optimum bracketed"]

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from hf_optbench.study.analysis import analyse
-from hf_optbench.study.noise import spread_exceeds_effect, wallclock_note
-from hf_optbench.study.targets import eval_at_tokens, mean_loss_over_budget
-from hf_optbench.study.tuning_curves import curve_frame, short_source, sources_cell
+from hf_optbench.report.analysis import analyse
+from hf_optbench.report.noise import spread_exceeds_effect, wallclock_note
+from hf_optbench.report.targets import eval_at_tokens, mean_loss_over_budget
+from hf_optbench.report.tuning_curves import curve_frame, short_source, sources_cell
 
 from fixtures.sweep_fixture import build_fixture_sweep
 

@@ -8,7 +8,7 @@ groups they show (:class:`GroupTable` ``keep``). Adding a figure to the report i
     Column("max grad-norm spike", pm("max_grad_norm_spike", "{:.3g}")),
 
 ``pm(key)`` is the mean ± standard deviation over seeds of a record column, or of any summary.json key of that
-name (:func:`hf_optbench.study.analysis.value`); ``mib(key)`` the mean in MiB.
+name (:func:`hf_optbench.report.analysis.value`); ``mib(key)`` the mean in MiB.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hf_optbench.report.analysis import BASELINE, Analysis, group
 from hf_optbench.rundir import FINISHED_STATUSES
-from hf_optbench.study.analysis import BASELINE, Analysis, group
 
 Cell = Callable[[Any], Any]
 
@@ -118,8 +118,8 @@ def _reached(g: Group) -> str:
 
 
 def _wall_note(g: Group, key: str) -> str:
-    """The wall-clock warning of hf_optbench.study.noise beside a figure of a non-baseline optimizer."""
-    from hf_optbench.study.noise import by_seed, wallclock_note
+    """The wall-clock warning of hf_optbench.report.noise beside a figure of a non-baseline optimizer."""
+    from hf_optbench.report.noise import by_seed, wallclock_note
 
     if g.optimizer == BASELINE:
         return ""
@@ -185,7 +185,7 @@ def _last_error_line(r: dict[str, Any]) -> str:
 
 
 def _sources(r: dict[str, Any]) -> str:
-    from hf_optbench.study.tuning_curves import sources_cell
+    from hf_optbench.report.tuning_curves import sources_cell
 
     return sources_cell((r.get("_summary") or {}).get("hyperparameter_sources"))
 
@@ -269,7 +269,7 @@ def ratio_cell(p: Any) -> str:
 
 
 def _ratio_wall_note(an: Analysis, opt: str, size: str) -> str:
-    from hf_optbench.study.noise import by_seed, wallclock_note
+    from hf_optbench.report.noise import by_seed, wallclock_note
 
     note = wallclock_note(by_seed(an.ok(), "seconds_to_target", opt, size),
                           by_seed(an.ok(), "seconds_to_target", BASELINE, size))
@@ -279,7 +279,7 @@ def _ratio_wall_note(an: Analysis, opt: str, size: str) -> str:
 def ratio_rows(an: Analysis) -> list[RatioRow]:
     """Each non-baseline optimizer's ratio to the baseline per size run, then its planner-predicted rows."""
     from hf_optbench.measure.verdict import METRICS
-    from hf_optbench.study.noise import WALL_CLOCK_KEYS
+    from hf_optbench.report.noise import WALL_CLOCK_KEYS
 
     rows = []
     for opt in (o for o in an.optimizers if o != BASELINE):

@@ -10,9 +10,10 @@ import pytest
 
 from hf_optbench.cli.report import main as cli_main
 from hf_optbench.errors import OptBenchError
+from hf_optbench.report.analysis import analyse, parse_targets
+from hf_optbench.report.build import build_report
 from hf_optbench.rundir import read_metrics
-from hf_optbench.study.analysis import analyse, load_runs, parse_targets
-from hf_optbench.study.report import build_report
+from hf_optbench.study.records import load_runs
 
 from fixtures.sweep_fixture import build_fixture_sweep
 

@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from hf_optbench.study.analysis import BASELINE, Analysis
-from hf_optbench.study.plot_style import MARKERS, colors, eng_axis, plt_, save
+from hf_optbench.report.analysis import BASELINE, Analysis
+from hf_optbench.report.plot_style import MARKERS, colors, eng_axis, plt_, save
 
 
 def _panel(ax: Any, an: Analysis, key: str, label: str, col: dict[str, Any]) -> list[float]:
@@ -83,7 +83,7 @@ def plot_scaling(an: Analysis, path: Path) -> Path:
 def plot_tuning(an: Analysis, size: str, path: Path) -> Path | None:
     """Final loss (mean over seeds, bar = sd) against learning rate (log x) per optimizer at one size; the best
     learning rate starred, the cited default (multiplier 1) ringed. None when the size has no tuning point."""
-    from hf_optbench.study.tuning_curves import curve_frame
+    from hf_optbench.report.tuning_curves import curve_frame
 
     frame, key = curve_frame([r for r in an.tuning if r.get("model_size") == size])
     if frame.empty or frame["loss"].notna().sum() == 0:

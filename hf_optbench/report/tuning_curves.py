@@ -129,7 +129,7 @@ def bracketed_optima(sweep_dir: str | os.PathLike[str]) -> dict[tuple[str, str],
     the tuning phase; an older file without it: its learning-rate curve's best inside the grid), else from its
     tuning runs (``<sweep_dir>/tuning``, or the directory itself for a tuning grid run by hand). For the verdict
     table: a comparison never starts from an unbracketed optimum without the report saying so."""
-    from hf_optbench.study.analysis import load_runs
+    from hf_optbench.study.records import load_runs
     from hf_optbench.yaml_file import read_yaml_or_empty
 
     d = Path(sweep_dir)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from hf_optbench.study.analysis import Analysis
+from hf_optbench.report.analysis import Analysis
 
 
 def targets_table(an: Analysis) -> tuple[list[str], list[list[str]]]:
     """One row per size and target: its loss, where on the budget it sits, how it was derived."""
-    from hf_optbench.study.targets import VERDICT_TARGET
+    from hf_optbench.report.targets import VERDICT_TARGET
 
     rows = []
     for size in an.sizes:
@@ -72,7 +72,7 @@ def per_target_table(an: Analysis, column: str) -> tuple[list[str], list[list[st
 
 def tuning_table(an: Analysis) -> tuple[list[str], list[list[str]], str]:
     """(header, rows, loss key) of the tuning curve: one row per optimizer, size and multiplier."""
-    from hf_optbench.study.tuning_curves import curve_frame
+    from hf_optbench.report.tuning_curves import curve_frame
 
     frame, key = curve_frame(an.tuning)
     header = ["optimizer", "size", "lr multiplier", "learning rate", key.replace("_", " "), "completed seeds",

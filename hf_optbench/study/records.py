@@ -1,0 +1,98 @@
+"""A sweep directory's run records: one flat record per run directory (its matrix point, final status and
+summary.json's figures) and summary.csv. Read by the sweep (its end-of-sweep summary.csv), the tuner (the grid's
+losses) and the report (:mod:`hf_optbench.report.analysis`), so it sits with the sweep, below the report.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hf_optbench.errors import OptBenchError
+from hf_optbench.rundir import (
+    MANIFEST_FILE,
+    METRICS_FILE,
+    STATE_FILE,
+    STDOUT_FILE,
+    SUMMARY_FILE,
+    finished_status,
+    parse_run_id,
+    read_state,
+    read_summary,
+    write_text_atomic,
+)
+
+SUMMARY_COLUMNS = (
+    "run_id", "optimizer", "model_size", "seed", "lr_multiplier", "status", "error", "attempts",
+    "num_params", "num_params_non_embedding", "optimizer_impl", "learning_rate", "weight_decay", "precision",
+    "world_size", "micro_batch_size", "block_size", "tokens_per_step", "steps", "tokens_seen",
+    "final_train_loss", "final_eval_loss", "final_tuning_loss", "max_steps", "optimizer_state_bytes", "optimizer_state_bytes_per_param",
+    "param_bytes", "grad_bytes", "peak_memory_bytes", "peak_memory_kind", "step_time_median_s", "step_time_p90_s",
+    "tokens_per_s", "mfu", "loss_spikes", "max_loss_spike", "grad_norm_spikes", "diverged_step", "train_runtime_s",
+    "budget_multiple", "tokens_per_param", "run_dir",
+)
+
+def _run_dirs(sweep_dir: Path) -> list[Path]:
+    root = sweep_dir / "runs" if (sweep_dir / "runs").is_dir() else sweep_dir
+    return sorted(p for p in root.iterdir() if p.is_dir() and ".incomplete-" not in p.name
+                  and ((p / SUMMARY_FILE).is_file() or (p / METRICS_FILE).is_file()
+                       or (p / STDOUT_FILE).is_file()))
+
+
+def load_runs(sweep_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """One flat record per run directory: the matrix point, the final status, summary.json's figures."""
+    d = Path(sweep_dir)
+    if not d.is_dir():
+        raise OptBenchError(f"sweep directory not found: '{sweep_dir}'. Pass a sweep's output_dir.")
+    manifest: dict[str, dict[str, Any]] = {}
+    if (d / MANIFEST_FILE).is_file():
+        manifest = {r["run_id"]: r for r in json.loads((d / MANIFEST_FILE).read_text(encoding="utf-8"))["runs"]}
+    rows = read_state(d / STATE_FILE)
+    return [_record(run_dir, manifest.get(run_dir.name, {}), rows) for run_dir in _run_dirs(d)]
+
+
+def _record(run_dir: Path, planned: Mapping[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A run's record: summary.json's figures, its matrix point (manifest, else its id), its status and error as
+    the state file has them, and the whole summary under ``_summary``."""
+    rid = run_dir.name
+    summary = read_summary(run_dir) or {}
+    point = {**parse_run_id(rid), **{k: v for k, v in planned.items()
+                                      if k in ("optimizer", "model_size", "seed", "lr_multiplier", "max_steps",
+                                               "budget_multiple")}}
+    rec: dict[str, Any] = {k: summary.get(k) for k in SUMMARY_COLUMNS}
+    rec.update({"run_id": rid, "run_dir": str(run_dir)})
+    for key in ("optimizer", "model_size", "seed"):
+        rec[key] = summary.get(key, point.get(key))
+    rec["lr_multiplier"] = point.get("lr_multiplier")
+    rec["budget_multiple"] = point.get("budget_multiple")
+    rec["wd_multiplier"] = point.get("wd_multiplier")
+    rec["max_steps"] = summary.get("max_steps") or point.get("max_steps")
+    ends = [r for r in rows if r.get("run_id") == rid and r.get("event") == "end"]
+    rec["attempts"] = sum(1 for r in rows if r.get("run_id") == rid and r.get("event") in ("start", "submitted"))
+    status = finished_status(run_dir, rows, rid) if rows else summary.get("status")
+    rec["status"] = status or "running/unfinished"
+    if ends and ends[-1].get("status") == rec["status"] and ends[-1].get("error") and not rec.get("error"):
+        rec["error"] = ends[-1]["error"]
+    if rec["status"] == "failed" and ends and ends[-1].get("status") == "oom":
+        rec["status"] = "oom"
+    rec["_summary"] = summary
+    return rec
+
+
+def write_summary_csv(records: Sequence[Mapping[str, Any]], path: str | os.PathLike[str],
+                      extra: Sequence[str] = ()) -> Path:
+    """One row per run (rewritten whole each time, atomically: never a duplicate or torn row)."""
+    buf = io.StringIO(newline="")
+    writer = csv.DictWriter(buf, fieldnames=list(SUMMARY_COLUMNS) + list(extra), extrasaction="ignore")
+    writer.writeheader()
+    for rec in records:
+        row = {k: rec.get(k) for k in writer.fieldnames}
+        if isinstance(row.get("error"), str):
+            row["error"] = row["error"].strip().splitlines()[-1][:300] if row["error"].strip() else ""
+        writer.writerow(row)
+    return write_text_atomic(path, buf.getvalue())
