@@ -295,11 +295,7 @@ def _build_registered(spec: OptimizerSpec, model: torch.nn.Module, lr: float | N
     weight_decay = defaults["weight_decay"] if weight_decay is None else float(weight_decay)
     if not lr > 0:
         raise OptBenchError(f"learning_rate must be positive, got {lr}.")
-    ctor = {k: v for k, v in defaults.items() if k in spec.kwargs and k not in TRAINING_KEYS}
-    ctor.update(kwargs)
-    for key in ("betas", "adamw_betas", "ns_coefficients", "eps"):
-        if isinstance(ctor.get(key), list):  # JSON has no tuples
-            ctor[key] = tuple(ctor[key])
+    ctor = _constructor_kwargs(spec, defaults, kwargs)
     try:
         opt, impl = spec.builder(model, param_groups(model, weight_decay), lr, ctor, spec=spec,
                                  weight_decay=weight_decay, embedding_state_32bit=embedding_state_32bit)
@@ -308,6 +304,22 @@ def _build_registered(spec: OptimizerSpec, model: torch.nn.Module, lr: float | N
     except (TypeError, ValueError) as exc:  # the library's own validation of a value
         raise OptBenchError(f"optimizer '{spec.name}' rejected its arguments {ctor}: {exc}") from exc
     return opt, impl, lr
+
+
+def _constructor_kwargs(spec: OptimizerSpec, defaults: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    ctor = {k: v for k, v in defaults.items() if k in spec.kwargs and k not in TRAINING_KEYS}
+    ctor.update(kwargs)
+    for key in ("betas", "adamw_betas", "ns_coefficients", "eps"):
+        if isinstance(ctor.get(key), list):  # JSON has no tuples
+            ctor[key] = tuple(ctor[key])
+    return ctor
+
+
+def constructor_kwargs(name: str, model_size: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The constructor arguments ``build_optimizer`` gives a registry optimizer: its cited values for the size,
+    overlaid by ``kwargs``; a dotted path gets ``kwargs`` as they are."""
+    spec = OPTIMIZERS.get(resolve_optimizer_name(name))
+    return dict(kwargs) if spec is None else _constructor_kwargs(spec, optimizer_defaults(spec.name, model_size), kwargs)
 
 
 def build_optimizer(

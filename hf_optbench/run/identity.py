@@ -20,12 +20,15 @@ from typing import Any
 from hf_optbench.config.checks import zero_stage
 from hf_optbench.config.parse import RunConfig
 from hf_optbench.errors import OptBenchError
+from hf_optbench.optim.registry import constructor_kwargs
 from hf_optbench.rundir import IDENTITY_FILE, write_json_atomic
 
 # The TrainingArguments fields that change what is trained (an allow-list: TrainingArguments holds ~120 fields,
-# most of them about logging, saving and publishing).
+# most of them about logging, saving and publishing). Not adam_beta1/adam_beta2/adam_epsilon: where they apply (the
+# AdamW family) config.checks folds the ones set into optimizer_kwargs, elsewhere they are refused, so the
+# optimizer's constructor values (below) hold what they did.
 TRAINING_KEYS = (
-    "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "max_steps",
+    "learning_rate", "weight_decay", "max_grad_norm", "max_steps",
     "warmup_steps", "seed", "data_seed", "full_determinism", "per_device_train_batch_size",
     "gradient_accumulation_steps", "average_tokens_across_devices", "label_smoothing_factor", "neftune_noise_alpha",
     "bf16", "fp16", "tf32", "gradient_checkpointing", "torch_compile", "dataloader_drop_last",
@@ -55,6 +58,10 @@ def run_identity(cfg: RunConfig) -> dict[str, Any]:
         for f in dataclasses.fields(part):
             if f.name not in OWN_KEYS_IGNORED:
                 ident[f.name] = getattr(part, f.name)
+    # what the optimizer is built with (cited values + optimizer_kwargs), not how it was asked for: a run's own
+    # config.yaml sets the cited betas explicitly, and must resume it
+    del ident["optimizer_kwargs"]
+    ident["optimizer_constructor"] = constructor_kwargs(cfg.optim.optimizer, cfg.model.model_size, cfg.optim.kwargs())
     ident["n_positions"] = cfg.model.n_positions or cfg.data.block_size
     args = cfg.training
     for key in TRAINING_KEYS:

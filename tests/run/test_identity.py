@@ -103,6 +103,17 @@ def test_unaffected_keys_do_not_block(run_dir: Path, tmp_path: Path, monkeypatch
         run_mod.main(_resume_argv(moved, *cadence))
 
 
+def test_a_run_resumes_from_its_own_config_yaml(run_dir: Path, monkeypatch, capsys) -> None:
+    """config.yaml states the betas that ran (the cited 0.99, not transformers' 0.999) explicitly: the identity
+    compares what the optimizer is built with, so the run's own config.yaml resumes it and another beta does not."""
+    monkeypatch.setattr(run_mod, "prepare", _tripwire)
+    own = [str(run_dir / "config.yaml"), "--output_dir", str(run_dir), "--resume_from_checkpoint", "true"]
+    assert run_mod.main([*own, "--adam_beta2", "0.95"]) == 2
+    assert "optimizer_constructor" in capsys.readouterr().err
+    with pytest.raises(AssertionError, match="data/model work started"):
+        run_mod.main(own)
+
+
 def test_run_dir_without_identity_resumes_as_before(run_dir: Path, monkeypatch) -> None:
     """A run directory from before identities (no run_identity.json) cannot be checked: it resumes as it did."""
     monkeypatch.setattr(run_mod, "prepare", _tripwire)
