@@ -261,6 +261,7 @@ def check_tuned_file(path: str) -> None:
     run fall back to the cited default, and a bad value fail only for the optimizer that reads it."""
     from hf_optbench.models import resolve_size
     from hf_optbench.optim.registry import resolve_optimizer_name
+    from hf_optbench.optim.tuned import tuned_number_ok
     from hf_optbench.yaml_file import load_yaml_mapping
 
     fix = "Fix the file, or write it again with `hf-optbench tune`."
@@ -280,19 +281,9 @@ def check_tuned_file(path: str) -> None:
             if not isinstance(values, dict):
                 raise OptBenchError(f"tuned_hparams_file '{path}': {opt}/{size} must be a mapping. {fix}")
             for key in ("learning_rate", "weight_decay"):
-                if key in values and not _tuned_number_ok(values[key], positive=key == "learning_rate"):
+                if key in values and not tuned_number_ok(key, values[key]):
                     raise OptBenchError(f"tuned_hparams_file '{path}': {opt}/{size} {key} is {values[key]!r}, not a "
                                         f"finite number {'> 0' if key == 'learning_rate' else '>= 0'}. {fix}")
-
-
-def _tuned_number_ok(value: Any, *, positive: bool) -> bool:
-    if isinstance(value, bool):
-        return False
-    try:
-        number = float(value)  # YAML 1.1 reads 3e-4 (no dot) as a string
-    except (TypeError, ValueError):
-        return False
-    return math.isfinite(number) and (number > 0 if positive else number >= 0)
 
 
 def check_dotted_optimizer(optimizer: str) -> None:

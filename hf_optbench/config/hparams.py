@@ -15,7 +15,8 @@ def resolve_hyperparameters(cfg: RunConfig) -> dict[str, Any]:
     "tuned: <file>" for each value the file gave), else the optimizer registry's cited default for this model size.
     Returns {key: {"value", "source"}} for the summary, with the optimizer's betas / eps beside them."""
     from hf_optbench.optim.dotted import is_dotted_path
-    from hf_optbench.optim.registry import lookup_tuned, optimizer_defaults
+    from hf_optbench.optim.registry import optimizer_defaults
+    from hf_optbench.optim.tuned import lookup_tuned
 
     if is_dotted_path(cfg.optim.optimizer):
         # No cited default exists for an arbitrary class: transformers' 5e-5 must not apply silently.

@@ -17,8 +17,8 @@ Public API (used by the run layer, config, study):
 * ``describe_optimizer(opt) -> str`` -- implementation string for summary.json.
 * ``is_schedule_free(name_or_opt) -> bool``; ``optimizer_callbacks(opt) -> list[TrainerCallback]`` (the
   schedule-free mode switch, Sophia-G's Hessian estimate: each spec's ``callbacks``); ``manual_step_hook(opt)``.
-* ``lookup_tuned(path, optimizer, model_size) -> dict`` -- the tuned values file written by the tuning step;
-  ``lr_grid(name, model_size, factors=(1/4, 1/2, 1, 2, 4)) -> list[float]`` -- the grid around the default.
+* ``lr_grid(name, model_size, factors=(1/4, 1/2, 1, 2, 4)) -> list[float]`` -- the grid around the default (the
+  tuning step's file is read by :mod:`hf_optbench.optim.tuned`).
 * ``resolve_optimizer_name(name)`` / ``check_optimizer_kwargs(name, kwargs)`` /
   ``check_zero_compatible(name, zero_stage)`` -- cheap validation for config.
 
@@ -42,14 +42,13 @@ from hf_optbench.models import SIZE_CLASS
 from hf_optbench.optim.dotted import build_dotted, is_dotted_path
 from hf_optbench.optim.spec import TRAINING_KEYS, OptimizerSpec, param_groups, round3, trainable_params
 from hf_optbench.optim.unwrap import innermost_optimizer
-from hf_optbench.yaml_file import load_yaml_mapping
 
 if TYPE_CHECKING:
     import torch
 
 
 # Modules of hf_optbench/optim/ that are not optimizer families; `*_impl` modules hold torch code of a family.
-_SHARED_MODULES = frozenset({"registry", "spec", "unwrap", "dotted", "schedules"})
+_SHARED_MODULES = frozenset({"registry", "spec", "unwrap", "dotted", "schedules", "tuned"})
 # The order `hf-optbench optimizers` lists the families in; families not named here follow alphabetically.
 _LISTING_ORDER = ("adamw", "lion", "bnb8bit", "adafactor", "sgd", "schedule_free", "muon", "sophia", "soap")
 
@@ -212,64 +211,11 @@ def is_schedule_free(name_or_opt: Any) -> bool:
         and "train_mode" in groups[0]
 
 
-def lookup_tuned(path: str, optimizer: str, model_size: str) -> dict[str, Any]:
-    """The tuned values for (optimizer, model_size) in a YAML/JSON file {optimizer: {model_size: {...}}}, as
-    written by the tuning step (learning_rate; weight_decay where tuned: specs with ``tune_weight_decay``); {} when
-    the file has no entry for them. Names and sizes may be aliases; a value < 0 (lr <= 0) is an OptBenchError."""
-    import os
-
-    if not os.path.isfile(path):
-        raise OptBenchError(f"tuned_hparams_file '{path}' does not exist. Write it with `hf-optbench tune`.")
-    data = load_yaml_mapping(path, "tuned_hparams_file", "It must map optimizer -> size -> values, as "
-                             "`hf-optbench tune` writes it.")
-    want_opt = resolve_optimizer_name(optimizer)
-    want_size = _canonical_size(model_size)
-    for opt_name, by_size in data.items():
-        try:
-            if resolve_optimizer_name(str(opt_name)) != want_opt:
-                continue
-        except OptBenchError:
-            continue
-        if not isinstance(by_size, dict):
-            raise OptBenchError(f"tuned_hparams_file '{path}': entry '{opt_name}' must map model_size -> values.")
-        for size, values in by_size.items():
-            if _canonical_size(str(size)) == want_size:
-                if not isinstance(values, dict):
-                    raise OptBenchError(f"tuned_hparams_file '{path}': {opt_name}/{size} must be a mapping.")
-                out = {k: _number(v) for k, v in values.items()}
-                for key in ("learning_rate", "weight_decay"):
-                    v = out.get(key, 1.0)
-                    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf \
-                            or (v == 0 and key == "learning_rate"):
-                        raise OptBenchError(f"tuned_hparams_file '{path}': {opt_name}/{size} {key} is {v!r}: not a "
-                                            "finite number >= 0 (> 0 for the learning rate). Tune again or fix it.")
-                return out
-    return {}
-
-
-def _number(value: Any) -> Any:
-    """YAML 1.1 reads 3e-4 (no dot) as a string: take numeric strings as floats."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _canonical_size(size: str) -> str:
-    from hf_optbench.models import resolve_size
-
-    try:
-        return resolve_size(size)
-    except OptBenchError:
-        return str(size)
-
-
 # --------------------------------------------------------------------------------------------------------------
 # Building (torch imported by the builders)
 # --------------------------------------------------------------------------------------------------------------
-def _model_size_class(model: torch.nn.Module, model_size: str | None) -> str:
+def model_size_class(model: torch.nn.Module, model_size: str | None) -> str:
+    """The size class whose cited values an optimizer of ``model`` takes: ``model_size``'s, else its parameter count's."""
     if model_size is not None:
         return size_class(model_size)
     return size_class_for_params(sum(p.numel() for p in trainable_params(model)))
@@ -290,7 +236,7 @@ def _build_registered(spec: OptimizerSpec, model: torch.nn.Module, lr: float | N
     """(optimizer, implementation string, learning rate) for a registry entry, cited defaults filled in."""
     check_optimizer_kwargs(spec.name, kwargs)
     _check_device(spec, model)
-    defaults = optimizer_defaults(spec.name, _model_size_class(model, model_size))
+    defaults = optimizer_defaults(spec.name, model_size_class(model, model_size))
     lr = defaults["learning_rate"] if lr is None else float(lr)
     weight_decay = defaults["weight_decay"] if weight_decay is None else float(weight_decay)
     if not lr > 0:

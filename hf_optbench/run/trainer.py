@@ -66,14 +66,12 @@ class OptimizerFactory:
 def _build_sources(optimizer: Any, model: torch.nn.Module, build_kwargs: dict[str, Any]) -> dict[str, str]:
     """Where each value of an optimizer built by name came from: "user" for what ``build_kwargs`` set, else the
     registry's citation for the size class (the one ``build_optimizer`` took)."""
-    from hf_optbench.optim.registry import OPTIMIZERS, optimizer_defaults, size_class_for_params
+    from hf_optbench.optim.registry import OPTIMIZERS, model_size_class, optimizer_defaults
 
     name = getattr(optimizer, "hf_optbench_name", None)
     sources: dict[str, str] = {}
     if name in OPTIMIZERS:
-        size = build_kwargs.get("model_size") or size_class_for_params(
-            sum(p.numel() for p in model.parameters() if p.requires_grad))
-        sources.update(optimizer_defaults(name, size)["sources"])
+        sources.update(optimizer_defaults(name, model_size_class(model, build_kwargs.get("model_size")))["sources"])
     given = {"lr": "learning_rate"}
     sources.update({given.get(k, k): "user" for k, v in build_kwargs.items() if v is not None and k != "model_size"})
     return sources

@@ -304,7 +304,7 @@ def _probe(spec: SweepSpec, run: RunSpec) -> Any:
 def _check_run(spec: SweepSpec, run: RunSpec, cfg: RunConfig) -> None:
     """What a sweep requires of a run beyond valid arguments: a tuning run evaluates a held-out tuning split, and a
     run that reads a tuned-values file finds its learning rate there (never a silent fallback to the citation)."""
-    from hf_optbench.optim.registry import lookup_tuned
+    from hf_optbench.optim.tuned import lookup_tuned
 
     if run.phase == "tune" and not (getattr(cfg.data, "tuning_blocks", 0) or 0) > 0:
         raise OptBenchError("the tuning grid selects learning rates on a held-out tuning split, never on the reported "

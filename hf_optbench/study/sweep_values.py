@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hf_optbench.config.checks import SEED_RANGE
 from hf_optbench.errors import OptBenchError
-
-MAX_SEED = 2**32 - 1  # numpy's and torch's seeding range (transformers.set_seed fails beyond it, in the run)
 
 
 def as_list(table: dict[str, Any], key: str, required: bool, where: str = "sweep matrix") -> list[Any]:
@@ -48,8 +47,9 @@ def distinct_optimizers(optimizers: list[str]) -> list[str]:
 
 
 def seed_list(seeds: list[Any], where: str) -> list[int]:
-    """Integers in [0, 2**32 - 1]."""
-    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_SEED for s in seeds):
+    """Integers in a run's seed range (``config.checks.SEED_RANGE``, numpy's and torch's)."""
+    low, high = SEED_RANGE
+    if not all(isinstance(s, int) and not isinstance(s, bool) and low <= s <= high for s in seeds):
         raise OptBenchError(f"{where} must be a list of integers in [0, 2**32 - 1], got {seeds}.")
     return [int(s) for s in seeds]
 

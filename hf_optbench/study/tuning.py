@@ -20,7 +20,7 @@ loss is never the one the rate was picked on; a multiplier with any diverged, fa
 (a rate that diverges for one seed is not a safe default); ties go to the multiplier closest to 1 (the cited
 default). A best value still at the edge of the grid is flagged ``bracketed: false``.
 
-File format (read by ``hf_optbench.optim.registry.lookup_tuned``; keys beyond the hyperparameters are provenance)::
+File format (read by ``hf_optbench.optim.tuned.lookup_tuned``; keys beyond the hyperparameters are provenance)::
 
     lion:
       mini: {learning_rate: 0.00133, multiplier: 4.0, tuning_loss: 5.12, metric: final_tuning_loss,

@@ -19,13 +19,13 @@ from hf_optbench.optim.registry import (
     check_optimizer_kwargs,
     describe_optimizer,
     is_schedule_free,
-    lookup_tuned,
     optimizer_callbacks,
     optimizer_defaults,
     resolve_optimizer_name,
     size_class_for_params,
 )
 from hf_optbench.optim.spec import param_groups
+from hf_optbench.optim.tuned import lookup_tuned
 
 from fixtures.models import tiny_model
 

@@ -106,8 +106,8 @@ def test_tune_cli_on_a_fixture_sweep(tmp_path: Path) -> None:
 
 
 def test_lookup_reads_what_tune_writes(tmp_path: Path) -> None:
-    """The optimizer registry's reader (hf_optbench.optim.registry.lookup_tuned) understands this file."""
-    lookup_tuned = pytest.importorskip("hf_optbench.optim.registry").lookup_tuned
+    """The tuned-file reader (hf_optbench.optim.tuned.lookup_tuned) understands this file."""
+    lookup_tuned = pytest.importorskip("hf_optbench.optim.tuned").lookup_tuned
     path = write_tuned({"lion": {"tiny": {"learning_rate": 1e-4, "multiplier": 0.5, "tuning_loss": 4.9}}},
                        tmp_path / "t.yaml", "test")
     assert lookup_tuned(str(path), "lion", "tiny")["learning_rate"] == pytest.approx(1e-4)

@@ -1,0 +1,74 @@
+"""The tuned-values file the tuning step writes ({optimizer: {model_size: {learning_rate, weight_decay, ...}}}):
+reading one entry (:func:`lookup_tuned`, as a run resolves its hyperparameters) and the rule its numbers follow
+(:func:`tuned_number_ok`, which the whole-file check before a run, ``config.checks.check_tuned_file``, applies too).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from hf_optbench.errors import OptBenchError
+from hf_optbench.optim.registry import resolve_optimizer_name
+from hf_optbench.yaml_file import load_yaml_mapping
+
+
+def lookup_tuned(path: str, optimizer: str, model_size: str) -> dict[str, Any]:
+    """The tuned values for (optimizer, model_size) in a YAML/JSON file {optimizer: {model_size: {...}}}, as
+    written by the tuning step (learning_rate; weight_decay where tuned: specs with ``tune_weight_decay``); {} when
+    the file has no entry for them. Names and sizes may be aliases; a value < 0 (lr <= 0) is an OptBenchError."""
+    if not os.path.isfile(path):
+        raise OptBenchError(f"tuned_hparams_file '{path}' does not exist. Write it with `hf-optbench tune`.")
+    data = load_yaml_mapping(path, "tuned_hparams_file", "It must map optimizer -> size -> values, as "
+                             "`hf-optbench tune` writes it.")
+    want_opt = resolve_optimizer_name(optimizer)
+    want_size = _canonical_size(model_size)
+    for opt_name, by_size in data.items():
+        try:
+            if resolve_optimizer_name(str(opt_name)) != want_opt:
+                continue
+        except OptBenchError:
+            continue
+        if not isinstance(by_size, dict):
+            raise OptBenchError(f"tuned_hparams_file '{path}': entry '{opt_name}' must map model_size -> values.")
+        for size, values in by_size.items():
+            if _canonical_size(str(size)) == want_size:
+                if not isinstance(values, dict):
+                    raise OptBenchError(f"tuned_hparams_file '{path}': {opt_name}/{size} must be a mapping.")
+                out = {k: _number(v) for k, v in values.items()}
+                for key in ("learning_rate", "weight_decay"):
+                    v = out.get(key, 1.0)
+                    if not tuned_number_ok(key, v):
+                        raise OptBenchError(f"tuned_hparams_file '{path}': {opt_name}/{size} {key} is {v!r}: not a "
+                                            "finite number >= 0 (> 0 for the learning rate). Tune again or fix it.")
+                return out
+    return {}
+
+
+def tuned_number_ok(key: str, value: Any) -> bool:
+    """The rule for a tuned ``learning_rate`` (finite, > 0) or ``weight_decay`` (finite, >= 0); a numeric string
+    counts as its number (YAML 1.1 reads 3e-4, without a dot, as a string)."""
+    value = _number(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        return False
+    return value > 0 or key != "learning_rate"
+
+
+def _number(value: Any) -> Any:
+    """YAML 1.1 reads 3e-4 (no dot) as a string: take numeric strings as floats."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _canonical_size(size: str) -> str:
+    from hf_optbench.models import resolve_size
+
+    try:
+        return resolve_size(size)
+    except OptBenchError:
+        return str(size)
