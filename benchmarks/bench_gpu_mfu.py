@@ -92,6 +92,9 @@ def measure(size: str, batch: int, block: int, steps: int, device: str, bf16: bo
                                                 device=device, bf16=bf16, compile_=compile_)["intervals"]
             if device.startswith("cuda"):
                 peak_mem[variant] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+            med = statistics.median(times[variant])
+            print(f"{size} {variant}: micro-batch {batch} x {block}, median step {med:.4f} s, "
+                  f"{batch * block / med:,.0f} tokens/s", file=sys.stderr, flush=True)  # kept in a log if cut off
             _free()
     rows = [_row(v, size, batch, block, t, fpt, peak) for v, t in times.items()]
     for row in rows:
@@ -141,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for size in a.sizes:
         batch = a.batch or largest_batch(size, a.block, bf16)
+        print(f"{size}: micro-batch {batch}", file=sys.stderr, flush=True)
         if batch == 0:
             print(f"{size}: not even a micro-batch of 1 fits at block {a.block}; skipped")
             continue

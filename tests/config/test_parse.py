@@ -47,6 +47,8 @@ def test_every_recipe_parses(recipe: Path, tmp_path: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("recipe", [r for r in RECIPES if _is_gpu_recipe(r)], ids=lambda p: p.name)
 def test_gpu_recipes_parse_unchanged(recipe: Path, tmp_path: Path) -> None:
+    # the recipes report to W&B: without wandb installed the parse refuses them, by design (report_to_list)
+    pytest.importorskip("wandb")
     cfg = parse_args([str(recipe), "--output_dir", str(tmp_path / "out")])
     assert cfg.training.bf16 is True
 
