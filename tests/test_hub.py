@@ -16,7 +16,7 @@ import pytest
 from hf_optbench.cli import push
 from hf_optbench.errors import OptBenchError
 from hf_optbench.publish import card as card_mod
-from hf_optbench.publish import hub, redact
+from hf_optbench.publish import hub, redact, stage
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_TOKEN = "hf_" + "Ab3" * 12  # token-shaped, 39 characters, never valid
@@ -228,30 +228,30 @@ def test_stage_takes_the_latest_checkpoint_and_no_pickles(tmp_path: Path) -> Non
     from safetensors.torch import load_file
 
     run = _fake_run(tmp_path)
-    staged = hub.stage_upload_folder(run, repo_id="me/tiny-lion", token=FAKE_TOKEN)
+    staged = stage.stage_upload_folder(run, repo_id="me/tiny-lion", token=FAKE_TOKEN)
     assert staged == run / "hub_upload"
-    names = {p.name for p in staged.iterdir()} - {hub.STAGE_MARKER}
+    names = {p.name for p in staged.iterdir()} - {stage.STAGE_MARKER}
     assert names == {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
                      "tokenizer_config.json", "README.md", "metrics.jsonl", "summary.json"}
     assert float(load_file(str(staged / "model.safetensors"))["w"][0, 0]) == 10.0  # checkpoint-10, not -2
     assert json.loads((staged / "summary.json").read_text())["optimizer"] == "lion"
-    assert hub.check_upload_folder(staged, token=FAKE_TOKEN) == []
+    assert stage.check_upload_folder(staged, token=FAKE_TOKEN) == []
     # staging again replaces the folder it made
-    assert hub.stage_upload_folder(run, token=FAKE_TOKEN) == staged
+    assert stage.stage_upload_folder(run, token=FAKE_TOKEN) == staged
 
 
 def test_stage_refuses_a_token_in_any_file(tmp_path: Path) -> None:
     run = _fake_run(tmp_path)
     (run / "checkpoint-10" / "tokenizer_config.json").write_text(json.dumps({"token": FAKE_TOKEN}))
     with pytest.raises(OptBenchError, match="tokenizer_config.json: contains a Hugging Face token"):
-        hub.stage_upload_folder(run, token="unrelated-value")
+        stage.stage_upload_folder(run, token="unrelated-value")
 
 
 def test_stage_refuses_the_known_token_even_if_not_hf_shaped(tmp_path: Path) -> None:
     run = _fake_run(tmp_path)
     (run / "checkpoint-10" / "config.json").write_text(json.dumps({"note": "my-org-secret-42"}))
     with pytest.raises(OptBenchError, match="config.json: contains a Hugging Face token"):
-        hub.stage_upload_folder(run, token="my-org-secret-42")
+        stage.stage_upload_folder(run, token="my-org-secret-42")
 
 
 def test_check_flags_pickles_and_corrupt_safetensors(tmp_path: Path) -> None:
@@ -259,7 +259,7 @@ def test_check_flags_pickles_and_corrupt_safetensors(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "pytorch_model.bin").write_bytes(b"\x80\x04")
     (folder / "model.safetensors").write_bytes(b"not a safetensors file")
-    problems = hub.check_upload_folder(folder, token=None)
+    problems = stage.check_upload_folder(folder, token=None)
     assert any("pytorch_model.bin: pickled" in p for p in problems)
     assert any("model.safetensors: not a readable safetensors" in p for p in problems)
     assert "missing config.json" in problems and "missing README.md" in problems
@@ -273,7 +273,7 @@ def test_check_flags_pickles_by_content_whatever_the_name(tmp_path: Path) -> Non
     torch.save({"w": torch.zeros(2)}, folder / "notes.txt")  # torch's zip format, holding data.pkl
     torch.save({"w": torch.zeros(2)}, folder / "vocab.json", _use_new_zipfile_serialization=False)  # raw pickle
     (folder / "ok.json").write_text('{"a": 1}')
-    problems = hub.check_upload_folder(folder, token=None)
+    problems = stage.check_upload_folder(folder, token=None)
     assert any(p.startswith("notes.txt: holds a pickle") for p in problems)
     assert any(p.startswith("vocab.json: holds a pickle") for p in problems)
     assert not any(p.startswith("ok.json") for p in problems)
@@ -298,7 +298,7 @@ def test_check_flags_every_pickle_protocol_by_content_and_passes_ordinary_files(
     for name, text in texts.items():
         (folder / name).write_text(text, encoding="utf-8")
     save_file({"w": torch.zeros(64, 64)}, str(folder / "model.safetensors"))
-    problems = hub.check_upload_folder(folder, token=None)
+    problems = stage.check_upload_folder(folder, token=None)
     flagged = sorted(p.split(":")[0] for p in problems if "holds a pickle" in p)
     assert flagged == sorted(f"{kind}{n}.txt" for kind in ("notes", "big") for n in range(6)), problems
 
@@ -309,7 +309,7 @@ def test_stage_needs_safetensors_weights(tmp_path: Path) -> None:
     (run / "summary.json").write_text(json.dumps(SUMMARY))
     (run / "pytorch_model.bin").write_bytes(b"\x80\x04")
     with pytest.raises(OptBenchError, match="no safetensors weights.*pytorch_model.bin"):
-        hub.stage_upload_folder(run)
+        stage.stage_upload_folder(run)
 
 
 def test_stage_will_not_delete_a_folder_it_did_not_make(tmp_path: Path) -> None:
@@ -318,8 +318,142 @@ def test_stage_will_not_delete_a_folder_it_did_not_make(tmp_path: Path) -> None:
     mine.mkdir()
     (mine / "keep.txt").write_text("x")
     with pytest.raises(OptBenchError, match="not made by hf-optbench"):
-        hub.stage_upload_folder(run, mine, token=FAKE_TOKEN)
+        stage.stage_upload_folder(run, mine, token=FAKE_TOKEN)
     assert (mine / "keep.txt").is_file()
+
+
+# ------------------------------------------------ what may be staged: links, outside paths, hidden pickles, secrets
+NETRC = "machine example.com\n  login me\n  password hunter2\n"
+AWS = "[default]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCY\n"
+
+
+def _secret_file(tmp_path: Path) -> Path:
+    path = tmp_path / "outside" / "netrc"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(NETRC)
+    return path
+
+
+def _link(path: Path, target: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.symlink_to(target)
+
+
+def _index(run: Path, shard: str) -> None:
+    (run / "checkpoint-10" / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": {"w": "model.safetensors", "v": shard}}))
+
+
+def _outside_checkpoint(run: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(run / "checkpoint-10", tmp_path / "outside" / "checkpoint"))
+
+
+def _object_npy(path: Path) -> None:
+    import numpy as np
+
+    with path.open("wb") as fh:  # np.save on a path would append .npy
+        np.save(fh, np.array([{"lr": 3e-4}], dtype=object), allow_pickle=True)
+
+
+def _gzipped_pickle(path: Path) -> None:
+    import gzip
+    import pickle
+
+    path.write_bytes(gzip.compress(pickle.dumps({"lr": 3e-4})))
+
+
+# (how the run directory is spoiled, what the one error line must say); issue 32 items 5 and 6
+UNSAFE = {
+    "symlinked-tokenizer": (lambda run, tmp: _link(run / "checkpoint-10" / "tokenizer.json", _secret_file(tmp)),
+                            "tokenizer.json' is a symbolic link"),
+    "symlinked-merges": (lambda run, tmp: _link(run / "merges.txt", _secret_file(tmp)), "merges.txt' is a symbolic link"),
+    "symlinked-metrics": (lambda run, tmp: _link(run / "metrics.jsonl", _secret_file(tmp)),
+                          "metrics.jsonl' is a symbolic link"),
+    "symlinked-checkpoint": (lambda run, tmp: _link(run / "checkpoint-12", _outside_checkpoint(run, tmp)),
+                             "lies outside the run directory"),
+    "index-absolute-path": (lambda run, tmp: _index(run, str(_secret_file(tmp))), "not a .safetensors file beside"),
+    "index-parent-path": (lambda run, tmp: _index(run, "../../outside/netrc"), "names '../../outside/netrc'"),
+    "netrc-content": (lambda run, tmp: (run / "checkpoint-10" / "tokenizer_config.json").write_text(NETRC),
+                      "tokenizer_config.json: contains netrc credentials"),
+    "aws-content": (lambda run, tmp: (run / "checkpoint-10" / "generation_config.json").write_text(AWS),
+                    "generation_config.json: contains an AWS access key id"),
+    "pickle-in-object-npy": (lambda run, tmp: _object_npy(run / "checkpoint-10" / "vocab.json"),
+                             "vocab.json: holds a pickle in an object-dtype .npy array"),
+    "pickle-in-gzip": (lambda run, tmp: _gzipped_pickle(run / "merges.txt"),
+                       "merges.txt: holds a pickle in gzip-compressed content"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNSAFE))
+def test_push_dry_run_refuses_what_must_not_leave_the_machine(tmp_path: Path, case: str, capsys) -> None:
+    """Before: "checks passed", and the link's target, the shard index's outside path, the netrc or AWS secret and
+    the pickle inside an .npy or a gzip were staged for upload. Now: exit 2, one line naming the file and why,
+    nothing written."""
+    from hf_optbench import cli
+
+    run = _fake_run(tmp_path)
+    (tmp_path / "outside").mkdir()
+    spoil, needle = UNSAFE[case]
+    spoil(run, tmp_path)
+    before = _tree(tmp_path)
+    rc = cli.main(["push", str(run), "--repo-id", "me/x", "--dry-run"])
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    assert needle in lines[0], lines[0]
+    assert "hunter2" not in out + err and _tree(tmp_path) == before
+
+
+def test_push_through_the_installed_command_refuses_a_symlink(tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("hf-optbench")
+    if not exe.exists():
+        pytest.skip("hf-optbench console script not installed (pip install -e .)")
+    run = _fake_run(tmp_path)
+    _link(run / "checkpoint-10" / "tokenizer.json", _secret_file(tmp_path))
+    proc = subprocess.run([str(exe), "push", str(run), "--repo-id", "me/x", "--dry-run"], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "symbolic link" in proc.stderr, proc.stderr
+    assert "checks passed" not in proc.stdout and not (run / "hub_upload").exists()
+
+
+def test_pickle_checks_look_inside_archives_and_compressed_streams(tmp_path: Path) -> None:
+    import bz2
+    import lzma
+    import pickle
+    import zipfile
+
+    import numpy as np
+
+    blob = pickle.dumps({"lr": 3e-4})
+    (tmp_path / "a.txt").write_bytes(bz2.compress(blob))
+    (tmp_path / "b.txt").write_bytes(lzma.compress(blob))
+    with zipfile.ZipFile(tmp_path / "c.json", "w") as z:  # a pickle member under an innocent name
+        z.writestr("notes/data", blob)
+    with zipfile.ZipFile(tmp_path / "d.model", "w") as z:  # np.savez: a zip of .npy, one of them object dtype
+        with z.open("x.npy", "w") as fh:
+            np.save(fh, np.array([None, {"a": 1}], dtype=object), allow_pickle=True)
+    for name, where in (("a.txt", "bz2-compressed content"), ("b.txt", "xz-compressed content"),
+                        ("c.json", "zip member notes/data"), ("d.model", "zip member x.npy")):
+        assert redact.pickle_in(tmp_path / name) == where if "zip" not in where else \
+            redact.pickle_in(tmp_path / name).startswith(where), (name, redact.pickle_in(tmp_path / name))
+    with (tmp_path / "plain.npy").open("wb") as fh:  # a numeric array is no pickle
+        np.save(fh, np.arange(4))
+    assert redact.pickle_in(tmp_path / "plain.npy") is None
+
+
+def test_staged_card_and_config_name_no_local_path(tmp_path: Path) -> None:
+    """Issue 33: the staged card's Reproduce line named this machine's run directory; it reruns the repository's own
+    config.yaml now, whose output_dir is the run's name."""
+    run = _fake_run(tmp_path)
+    (run / "config.yaml").write_text(f"# rerun: hf-optbench run {run}/config.yaml --output_dir NEW_DIR\n"
+                                     f"output_dir: {run}\noptimizer: lion\n")
+    staged = stage.stage_upload_folder(run, tmp_path / "st", repo_id="me/tiny-lion", token=FAKE_TOKEN)
+    card, config = (staged / "README.md").read_text(), (staged / "config.yaml").read_text()
+    assert "hf-optbench run config.yaml --output_dir run_rerun" in card
+    assert str(tmp_path) not in card and str(tmp_path) not in config and "output_dir: run\n" in config
+    assert f"--output_dir {run}_rerun" in card_mod.write_model_card(run).read_text()  # the local card: local paths
 
 
 # ------------------------------------------------------------------------------------------------------ push
@@ -378,7 +512,9 @@ def test_push_calls_huggingface_hub_with_the_staged_folder_private(tmp_path: Pat
     repo_id, kw, token = calls["create"]
     assert repo_id == "me/tiny-lion" and kw["private"] is True and kw["exist_ok"] is True and token == FAKE_TOKEN
     up = calls["upload"]
-    assert up["repo_id"] == "me/tiny-lion" and Path(up["folder_path"]) == run / "hub_upload"
+    staged = Path(up["folder_path"])  # a temporary folder beside the run, gone afterwards: the run is not written
+    assert up["repo_id"] == "me/tiny-lion" and staged.parent.name.startswith(".hf_optbench_stage-")
+    assert not staged.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert "model.safetensors" in up["files"] and "README.md" in up["files"]
     assert not any(f.endswith((".bin", ".pt", ".pth")) for f in up["files"])
     assert "lion" in up["commit_message"]
@@ -428,9 +564,19 @@ def test_dry_run_stages_and_uploads_nothing(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(HfApi, "upload_folder", refuse)
     monkeypatch.setattr(HfApi, "create_repo", refuse)
     run = _fake_run(tmp_path)
+    before = _tree(tmp_path)
     assert push.main([str(run), "--repo-id", "me/tiny-lion", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "nothing uploaded" in out and "model.safetensors" in out and "README.md" in out
+    # issue 33: the dry run wrote hub_upload/ into the run directory; it stages in a temporary folder now
+    assert _tree(tmp_path) == before and not (run / "hub_upload").exists()
+    kept = tmp_path / "kept"
+    assert push.main([str(run), "--repo-id", "me/tiny-lion", "--dry-run", "--stage-dir", str(kept)]) == 0
+    assert (kept / "model.safetensors").is_file() and f"in {kept}" in capsys.readouterr().out
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
 
 
 # -------------------------------------------------------------------------------------------- a real run
@@ -456,7 +602,7 @@ def test_real_run_writes_no_token_and_stages_a_loadable_model(tmp_path: Path) ->
     assert FAKE_TOKEN not in proc.stdout + proc.stderr
     assert _files_containing(out, FAKE_TOKEN) == []
 
-    staged = hub.stage_upload_folder(out, repo_id="me/tiny-adamw", token=FAKE_TOKEN)
+    staged = stage.stage_upload_folder(out, repo_id="me/tiny-adamw", token=FAKE_TOKEN)
     assert _files_containing(staged, FAKE_TOKEN) == []
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

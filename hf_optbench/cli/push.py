@@ -35,8 +35,6 @@ def _refuse_token_options(argv: list[str]) -> None:
 
 
 def _parser(secrets: list[str] | None = None) -> ArgumentParser:
-    from hf_optbench.publish.hub import DEFAULT_STAGE_DIRNAME
-
     p = _RedactingParser(
         prog="hf-optbench push",
         description="Upload a run (safetensors weights, config, tokenizer, benchmark model card) to the Hub. "
@@ -46,7 +44,9 @@ def _parser(secrets: list[str] | None = None) -> ArgumentParser:
     p.add_argument("--repo-id", required=True, help="target repository, 'user-or-org/name'")
     p.add_argument("--public", action="store_true", help="create the repository public (default: private)")
     p.add_argument("--dry-run", action="store_true", help="stage and check the upload folder, upload nothing")
-    p.add_argument("--stage-dir", default=None, help=f"where to stage (default RUN_DIR/{DEFAULT_STAGE_DIRNAME})")
+    p.add_argument("--stage-dir", default=None,
+                   help="where to stage, kept afterwards (default: a temporary folder, removed; the run directory is "
+                        "never written)")
     p.add_argument("--commit-message", default=None, help="commit message on the Hub")
     p.secrets = list(secrets or [])
     return p
@@ -54,7 +54,8 @@ def _parser(secrets: list[str] | None = None) -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Stage and upload (or, with --dry-run, only stage and list) a run directory; 0 on success."""
-    from hf_optbench.publish.hub import STAGE_MARKER, push_run, stage_upload_folder
+    from hf_optbench.publish.hub import push_run
+    from hf_optbench.publish.stage import STAGE_MARKER, staged_upload
 
     argv = list(sys.argv[1:] if argv is None else argv)
     secrets = secret_option_values(argv)
@@ -64,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     except OptBenchError as exc:  # belt and braces: whatever the message, it never carries those values
         raise OptBenchError(redact_text(str(exc), secrets)) from None
     if args.dry_run:
-        staged = stage_upload_folder(args.run_dir, args.stage_dir, repo_id=args.repo_id)
-        names = sorted(p.name for p in staged.iterdir() if p.name != STAGE_MARKER)
-        print(f"staged {len(names)} files in {staged} (checks passed; nothing uploaded):")
+        with staged_upload(args.run_dir, args.stage_dir, repo_id=args.repo_id) as staged:
+            names = sorted(p.name for p in staged.iterdir() if p.name != STAGE_MARKER)
+        where = f"in {staged}" if args.stage_dir else "(in a temporary folder, removed)"
+        print(f"staged {len(names)} files {where}: checks passed, nothing uploaded:")
         for name in names:
             print(f"  {name}")
         return 0

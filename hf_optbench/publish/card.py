@@ -233,10 +233,13 @@ def _table(rows: list[tuple[str, str]]) -> str:
     return "\n".join(f"| {label} | {value} |" for label, value in rows)
 
 
-def reproduce_command(summary: dict[str, Any], config: dict[str, Any]) -> str:
+def reproduce_command(summary: dict[str, Any], config: dict[str, Any], uploaded: bool = False) -> str:
     """The command that reruns the run: its own config.yaml (every resolved value, CLI overrides included) into a
-    new output_dir; the recipe only for a run directory without one."""
+    new output_dir; the recipe only for a run directory without one. ``uploaded``: the card of a Hub repo, whose
+    reader has the repo's config.yaml, not this machine's paths."""
     out = config.get("output_dir")
+    if out and uploaded:
+        return f"hf-optbench run {CONFIG_FILE} --output_dir {Path(out).name}_rerun"
     if out:
         return f"hf-optbench run {Path(out) / CONFIG_FILE} --output_dir {out}_rerun"
     recipe = summary.get("recipe")
@@ -304,7 +307,7 @@ def build_model_card(run_dir: str | os.PathLike[str], repo_id: str | None = None
     )
     note = ("Figures come from this run's `summary.json`; the per-step curves are in its `metrics.jsonl`."
             if from_file else f"Training in progress: figures at step {s.get('steps', '?')}, from `metrics.jsonl`.")
-    body = _card_body(name, s, data, note, reproduce_command(s, config))
+    body = _card_body(name, s, data, note, reproduce_command(s, config, uploaded=repo_id is not None))
     return ModelCard(f"---\n{card_data.to_yaml()}\n---\n{body}")
 
 

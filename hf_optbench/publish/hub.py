@@ -1,15 +1,11 @@
-"""Share a run on the Hugging Face Hub: a checked upload folder, and the upload itself through ``huggingface_hub``.
-The model card comes from :mod:`hf_optbench.publish.card`, the secret and pickle checks from :mod:`hf_optbench.publish.redact`;
-``hf-optbench push`` is :mod:`hf_optbench.cli.push`.
+"""Share a run on the Hugging Face Hub: the upload itself through ``huggingface_hub``, of the checked folder
+:mod:`hf_optbench.publish.stage` assembles; ``hf-optbench push`` is :mod:`hf_optbench.cli.push`.
 
     hf-optbench push runs/lion_gpt2_s0 --repo-id me/gpt2-lion-bench --dry-run   # stage + check, no network
     hf-optbench push runs/lion_gpt2_s0 --repo-id me/gpt2-lion-bench             # upload (private by default)
     hf-optbench run RECIPE.yaml --push_to_hub true --hub_model_id me/name       # upload at the end of the run
 
-Why a staged folder instead of ``output_dir``: a run directory also holds pickles (``training_args.bin``,
-``optimizer.pt``, ``rng_state.pth``). The Hub gets the files a user needs to load the model and read the benchmark
-(safetensors weights, config, tokenizer, card, ``metrics.jsonl``, ``summary.json``), each checked by name and by
-content for pickles and token strings before anything leaves the machine.
+What is uploaded, and the checks it passes first, is the staged folder of :mod:`hf_optbench.publish.stage`.
 
 ``--push_to_hub true`` in a run: only hf_optbench talks to the Hub. The Trainer gets its arguments with
 ``push_to_hub`` off (:func:`trainer_arguments`), since the stock Trainer would create the repo at init and upload
@@ -23,7 +19,6 @@ The token comes from ``HF_TOKEN`` or ``hf auth login`` (``huggingface_hub.get_to
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -33,155 +28,16 @@ from typing import Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.publish.card import build_model_card, progress_summary
-from hf_optbench.publish.redact import PICKLE_SUFFIXES, redact_text, scrub_secrets, upload_file_problems
-from hf_optbench.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, read_summary, write_json_atomic
+from hf_optbench.publish.redact import redact_text
+from hf_optbench.publish.stage import STAGE_MARKER, assemble, finish_stage, known_token, staged_upload
+from hf_optbench.rundir import read_summary
 
 logger = logging.getLogger(__name__)
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
-MODEL_FILES = ("config.json", "generation_config.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                   "merges.txt", "added_tokens.json", "chat_template.jinja", "tokenizer.model")
-DEFAULT_STAGE_DIRNAME = "hub_upload"
 STEP_STAGE_DIRNAME = "hub_upload_steps"  # one folder per checkpoint upload in flight (hub_strategy every_save)
-STAGE_MARKER = ".hf_optbench_stage"
 # transformers' hub_strategy values that upload the resumable checkpoint (optimizer.pt, rng_state.pth,
 # training_args.bin: pickles) to the repo; hf_optbench uploads safetensors only, so they are refused.
 PICKLING_STRATEGIES = ("checkpoint", "all_checkpoints")
-
-
-def _known_token() -> str | None:
-    """The token huggingface_hub would use (env or login cache), to search staged files for it literally."""
-    from huggingface_hub import get_token
-
-    return get_token()
-
-
-# ------------------------------------------------------------------------------------------- upload folder
-
-
-def _checkpoint_step(path: Path) -> int:
-    try:
-        return int(path.name.split("-", 1)[1])
-    except (IndexError, ValueError):
-        return -1
-
-
-def _has_weights(folder: Path) -> bool:
-    return any((folder / name).is_file() for name in WEIGHT_FILES)
-
-
-def find_weights_dir(run_dir: str | os.PathLike[str]) -> Path:
-    """Where the run's final weights are: ``run_dir`` itself if the final model was saved there, else its
-    latest ``checkpoint-N`` (Trainer saves one at the last step)."""
-    run_dir = Path(run_dir)
-    if _has_weights(run_dir):
-        return run_dir
-    checkpoints = sorted((p for p in run_dir.glob("checkpoint-*") if p.is_dir() and _has_weights(p)),
-                         key=_checkpoint_step)
-    if checkpoints:
-        return checkpoints[-1]
-    pickled = [p.name for p in run_dir.glob("*") if p.suffix in PICKLE_SUFFIXES]
-    extra = f" (found only pickled {pickled}: re-save them as safetensors)" if pickled else ""
-    raise OptBenchError(
-        f"no safetensors weights in '{run_dir}' or its checkpoint-* folders{extra}. Run with checkpoints "
-        "enabled (--save_strategy steps --save_steps N; one is saved at the last step) before pushing."
-    )
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)  # no second copy of multi-GB weights on disk
-    except OSError:
-        shutil.copy2(src, dst)
-
-
-def check_upload_folder(folder: str | os.PathLike[str], token: str | None = None) -> list[str]:
-    """Problems that must stop an upload (empty list = fine): missing weights/config/card, pickled files (by
-    name or by content), unreadable safetensors, or any file containing an HF-token-like string or ``token``."""
-    folder = Path(folder)
-    problems: list[str] = []
-    if not _has_weights(folder):
-        problems.append("no model.safetensors (or model.safetensors.index.json)")
-    for name in ("config.json", "README.md"):
-        if not (folder / name).is_file():
-            problems.append(f"missing {name}")
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != STAGE_MARKER):
-        problems += upload_file_problems(path, path.relative_to(folder), token)
-    return problems
-
-
-def _files_to_upload(source: Path, run_dir: Path) -> list[Path]:
-    """Weights (with every shard the index names), model config and tokenizer files of the model in ``source``."""
-    files: list[Path] = [source / n for n in WEIGHT_FILES + MODEL_FILES if (source / n).is_file()]
-    index = source / "model.safetensors.index.json"
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values()))
-        files += [source / shard for shard in shards]
-    for name in TOKENIZER_FILES:  # the checkpoint's copy first, else the one saved at the run's top level
-        for where in (source, run_dir):
-            if (where / name).is_file():
-                files.append(where / name)
-                break
-    return files
-
-
-def _new_stage_dir(dest: Path) -> None:
-    if dest.exists():
-        if not (dest / STAGE_MARKER).is_file():
-            raise OptBenchError(
-                f"staging folder '{dest}' exists and was not made by hf-optbench: choose another --stage-dir, "
-                "or remove it."
-            )
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
-    (dest / STAGE_MARKER).write_text("made by hf_optbench.publish.hub\n", encoding="utf-8")
-
-
-def _assemble(run_dir: Path, dest: Path, source: Path, *, with_summary: bool) -> None:
-    """Link the model files of ``source`` into a fresh ``dest``; copy ``metrics.jsonl`` (a snapshot: the run may
-    still append to it); with ``with_summary``, write the scrubbed ``summary.json`` and ``config.yaml`` (the card's
-    Reproduce line reruns it). Fast: nothing else is read."""
-    _new_stage_dir(dest)
-    for src in _files_to_upload(source, run_dir):
-        if not src.is_file():
-            raise OptBenchError(f"'{src}' is listed in the shard index but missing: the checkpoint is incomplete.")
-        _link_or_copy(src, dest / src.name)
-    if (run_dir / METRICS_FILE).is_file():
-        shutil.copyfile(run_dir / METRICS_FILE, dest / METRICS_FILE)
-    if with_summary:
-        write_json_atomic(dest / SUMMARY_FILE, scrub_secrets(read_summary(run_dir, required=True)))
-        if (run_dir / CONFIG_FILE).is_file():
-            (dest / CONFIG_FILE).write_text(redact_text((run_dir / CONFIG_FILE).read_text(encoding="utf-8")),
-                                            encoding="utf-8")
-
-
-def _finish_stage(dest: Path, card: Any, token: str | None) -> Path:
-    (dest / "README.md").write_text(str(card), encoding="utf-8")
-    problems = check_upload_folder(dest, token=token if token is not None else _known_token())
-    if problems:
-        raise OptBenchError(
-            f"the upload folder '{dest}' failed its checks: " + "; ".join(problems)
-            + ". Fix the run directory (weights as safetensors, no tokens in configs) and stage again."
-        )
-    return dest
-
-
-def stage_upload_folder(run_dir: str | os.PathLike[str], dest: str | os.PathLike[str] | None = None, *,
-                        repo_id: str | None = None, token: str | None = None) -> Path:
-    """Assemble exactly what an upload of this finished run sends, and check it.
-
-    The folder (default ``run_dir/hub_upload``) holds the final safetensors weights (and shard index), config.json,
-    generation_config.json if any, the tokenizer files, ``metrics.jsonl``, ``summary.json`` and ``config.yaml``
-    (secrets removed) and README.md (the benchmark model card). Raises OptBenchError listing the problems :func:`check_upload_folder`
-    finds (e.g. a token string)."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise OptBenchError(f"run directory '{run_dir}' does not exist: pass a run's output_dir.")
-    card = build_model_card(run_dir, repo_id=repo_id)  # fails early without summary.json
-    dest = Path(dest) if dest is not None else run_dir / DEFAULT_STAGE_DIRNAME
-    _assemble(run_dir, dest, find_weights_dir(run_dir), with_summary=True)
-    return _finish_stage(dest, card, token)
 
 
 # ------------------------------------------------------------------------------------------ push_to_hub
@@ -282,7 +138,7 @@ def _upload(api: Any, target: HubTarget, folder: Path, message: str, run_dir: Pa
         return api.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message=message,
                                  repo_type="model", revision=target.revision, ignore_patterns=[STAGE_MARKER])
     except _hub_errors() as exc:
-        detail = redact_text(" ".join(str(exc).split()), [t for t in [_known_token()] if t])
+        detail = redact_text(" ".join(str(exc).split()), [t for t in [known_token()] if t])
         raise OptBenchError(
             f"upload to the Hub repo '{repo_id}' failed ({type(exc).__name__}: {detail}). The run directory is "
             f"intact: retry with `hf-optbench push {run_dir} --repo-id {repo_id}`."
@@ -306,13 +162,13 @@ def push_run(run_dir: str | os.PathLike[str], repo_id: str, private: bool = True
             "and check the upload folder only."
         )
     token = token or _require_token("Or pass --dry-run to stage and check only.")
-    staged = stage_upload_folder(run_dir, stage_dir, repo_id=repo_id, token=token)
-    summary = read_summary(Path(run_dir), required=True)
-    message = commit_message or (
-        f"hf_optbench: {summary.get('optimizer', '?')} {summary.get('model_size', '?')}, "
-        f"{summary.get('steps', '?')} steps")
-    target = HubTarget(repo_id, private=private, every_save=False, revision=revision)
-    info = _upload(HfApi(token=token), target, staged, message, Path(run_dir))
+    with staged_upload(run_dir, stage_dir, repo_id=repo_id, token=token) as staged:
+        summary = read_summary(Path(run_dir), required=True)
+        message = commit_message or (
+            f"hf_optbench: {summary.get('optimizer', '?')} {summary.get('model_size', '?')}, "
+            f"{summary.get('steps', '?')} steps")
+        target = HubTarget(repo_id, private=private, every_save=False, revision=revision)
+        info = _upload(HfApi(token=token), target, staged, message, Path(run_dir))
     return str(getattr(info, "commit_url", info))
 
 
@@ -344,7 +200,7 @@ class CheckpointUploads:
             return
         dest = self.run_dir / STEP_STAGE_DIRNAME / f"step-{step}"
         try:
-            _assemble(self.run_dir, dest, checkpoint, with_summary=False)
+            assemble(self.run_dir, dest, checkpoint, with_summary=False)
         except (OptBenchError, OSError) as exc:  # the run goes on: the final upload will report what is wrong
             logger.error("hub: checkpoint-%d not uploaded: %s", step, exc)
             return
@@ -354,7 +210,7 @@ class CheckpointUploads:
         self.jobs.append((step, future, dest))
 
     def _stage_and_upload(self, dest: Path, summary: dict[str, Any], step: int) -> Any:
-        _finish_stage(dest, build_model_card(self.run_dir, self.target.repo_id, summary=summary), None)
+        finish_stage(dest, build_model_card(self.run_dir, self.target.repo_id, summary=summary), None)
         return _upload(self._api, self.target, dest, f"hf_optbench: checkpoint at step {step}", self.run_dir)
 
     def wait(self) -> list[int]:

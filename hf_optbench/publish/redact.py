@@ -108,45 +108,142 @@ def redact_text(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
 
 # ------------------------------------------------------------------------------------------- file contents
 
+# What a file must not carry to the Hub, by content (weights included: matched in the bytes read as latin-1): an
+# HF token, and the credentials a ``.netrc``, an AWS credentials file or an SSH/TLS key file holds.
+SECRET_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("a Hugging Face token", HF_TOKEN_RE),
+    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("an AWS secret access key", re.compile(r"aws_secret_access_key\s*[=:]", re.IGNORECASE)),
+    ("netrc credentials", re.compile(r"\b(?:machine\s+\S+|default)(?:\s+(?:login|account|port)\s+\S+)*\s+password\s+\S")),
+    ("a private key", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")),
+)
+_ANY_SECRET = re.compile("|".join(f"(?:{pattern.pattern})" for _, pattern in SECRET_PATTERNS), re.IGNORECASE)
 
-def file_contains_token(path: Path, token: str | None, chunk: int = 8 << 20) -> bool:
-    """Stream the file (weights can be GBs) looking for a token-like string or ``token`` itself."""
+
+def file_secrets(path: Path, token: str | None, chunk: int = 8 << 20) -> list[str]:
+    """What secrets the file holds (:data:`SECRET_PATTERNS` by name, and ``token`` itself as "a Hugging Face
+    token"), streamed in chunks (weights can be GBs): one combined scan per chunk, the patterns named only on a
+    hit."""
     needle = token.encode() if token else None
-    overlap = 256  # longer than any token, so a match split across two chunks is still seen
+    overlap = 256  # longer than any secret matched, so a match split across two chunks is still seen
+    found: list[str] = []
     tail = b""
     with path.open("rb") as f:
         while block := f.read(chunk):
             window = tail + block
-            if HF_TOKEN_RE.search(window.decode("latin-1")) or (needle and needle in window):
-                return True
+            text = window.decode("latin-1")
+            if _ANY_SECRET.search(text):
+                found += [name for name, pattern in SECRET_PATTERNS if name not in found and pattern.search(text)]
+            if needle and needle in window and SECRET_PATTERNS[0][0] not in found:
+                found.append(SECRET_PATTERNS[0][0])
             tail = window[-overlap:]
-    return False
+    return found
 
 
-# How much of a file the pickle check parses: a pickle's opcodes, not its payload, are what it recognises.
+def file_contains_token(path: Path, token: str | None) -> bool:
+    """Whether the file holds an HF-token-like string or ``token`` itself."""
+    return SECRET_PATTERNS[0][0] in file_secrets(path, token)
+
+
+# How much of a file (or of a compressed or archived member) the pickle check parses: a pickle's opcodes, not its
+# payload, are what it recognises.
 PICKLE_SCAN_BYTES = 1 << 20
 # pickletools' messages when the scanned bytes end inside a valid opcode (a larger pickle than the scan).
 _TRUNCATED = ("but only", "exhausted before seeing STOP", "no newline found")
+_NESTING = 3  # containers inside containers looked into (a gzip in a zip in a gzip); deeper is refused
+_ZIP_MEMBERS = 256  # members of one zip looked into
 
 
 def looks_pickled(path: Path) -> bool:
-    """Whether the file's *content* is a pickle, whatever its name, protocols 0-5: its first bytes parse as a
-    pickle opcode stream (``pickletools.genops``) up to STOP, or up to the end of the scanned bytes of a larger
-    file (protocol 0-1 are ASCII opcodes, 2-5 open with PROTO ``0x80`` n); ``torch.save``'s zip format holds a
-    ``*.pkl`` member. Not for ``.safetensors`` files (checked by parsing them instead). Text, JSON, Markdown and
-    safetensors fail at their first byte: '{', '#', '-' and a header length's zero bytes are no opcodes."""
+    """Whether the file's *content* is or holds a pickle, whatever its name (:func:`pickle_in`)."""
+    return pickle_in(path) is not None
+
+
+def pickle_in(path: Path) -> str | None:
+    """Where the file's content holds a pickle ("" for the file itself, else e.g. "gzip-compressed content", "zip
+    member data.pkl"); None
+    when it holds none. Protocols 0-5: the first bytes parse as a pickle opcode stream (``pickletools.genops``) up
+    to STOP, or up to the end of the scanned bytes of a larger file (protocol 0-1 are ASCII opcodes, 2-5 open with
+    PROTO ``0x80`` n). Looked into as well: a zip (``torch.save``'s format holds ``*.pkl``; ``np.savez``), an
+    object-dtype ``.npy`` (numpy pickles its elements), gzip, bz2 and xz content, under any name. Not for
+    ``.safetensors`` files (checked by parsing them instead). Text, JSON, Markdown and safetensors fail at their
+    first byte: '{', '#', '-' and a header length's zero bytes are no opcodes."""
     with path.open("rb") as f:
         head = f.read(PICKLE_SCAN_BYTES)
         longer = bool(f.read(1))
     if head[:4] == b"PK\x03\x04":
-        import zipfile
+        return _pickle_in_zip(path, 0)
+    return _pickle_in_bytes(head, longer, 0)
 
+
+def _pickle_in_zip(source: Any, depth: int) -> str | None:
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(source) as archive:
+            for info in archive.infolist()[:_ZIP_MEMBERS]:
+                if info.filename.endswith(".pkl"):
+                    return f"zip member {info.filename}"
+                with archive.open(info) as member:
+                    head = member.read(PICKLE_SCAN_BYTES + 1)
+                where = _pickle_in_bytes(head[:PICKLE_SCAN_BYTES], len(head) > PICKLE_SCAN_BYTES, depth + 1)
+                if where is not None:
+                    return f"zip member {info.filename}" + (f" (in {where})" if where else "")
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, RuntimeError):
+        return None  # not a readable zip: the other checks (UTF-8 for text names) still apply
+    return None
+
+
+def _decompressor(head: bytes) -> tuple[str, Any] | None:
+    import bz2
+    import lzma
+    import zlib
+
+    if head[:2] == b"\x1f\x8b":
+        return "gzip-compressed content", zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if head[:3] == b"BZh":
+        return "bz2-compressed content", bz2.BZ2Decompressor()
+    if head[:6] == b"\xfd7zXZ\x00":
+        return "xz-compressed content", lzma.LZMADecompressor()
+    return None
+
+
+def _pickle_in_bytes(head: bytes, longer: bool, depth: int) -> str | None:
+    """:func:`pickle_in` on the first bytes of a file or member (``longer``: more follow)."""
+    import io
+
+    if depth > _NESTING:
+        return "content nested too deep to check" if _decompressor(head) or head[:4] == b"PK\x03\x04" else None
+    if head[:6] == b"\x93NUMPY":
+        return "an object-dtype .npy array" if _npy_holds_objects(head) else None
+    if head[:4] == b"PK\x03\x04":
+        return _pickle_in_zip(io.BytesIO(head), depth) if not longer else "a zip archive too large to look into"
+    found = _decompressor(head)
+    if found is not None:
+        what, unpack = found
         try:
-            with zipfile.ZipFile(path) as archive:
-                return any(name.endswith(".pkl") for name in archive.namelist())
-        except zipfile.BadZipFile:
-            return False
-    return _is_pickle_stream(head, longer)
+            inner = unpack.decompress(head, PICKLE_SCAN_BYTES + 1)
+        except Exception:  # noqa: BLE001 - zlib.error, OSError, EOFError, LZMAError on a damaged stream
+            return None  # nothing readable inside; a text name still fails the UTF-8 check
+        where = _pickle_in_bytes(inner[:PICKLE_SCAN_BYTES], len(inner) > PICKLE_SCAN_BYTES or longer, depth + 1)
+        return None if where is None else what + (f" (in {where})" if where else "")
+    return "" if _is_pickle_stream(head, longer) else None
+
+
+def _npy_holds_objects(head: bytes) -> bool:
+    """Whether a ``.npy`` header declares an object dtype (whose elements ``np.save`` pickles)."""
+    import io
+
+    import numpy as np
+
+    try:
+        stream = io.BytesIO(head)
+        version = np.lib.format.read_magic(stream)
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        _shape, _fortran, dtype = reader(stream, max_header_size=1 << 20)
+    except (ValueError, OSError, SyntaxError):
+        return True  # a .npy header numpy cannot read: it cannot be shown to be free of pickles
+    return bool(dtype.hasobject)
 
 
 def _is_pickle_stream(data: bytes, longer: bool) -> bool:
@@ -164,9 +261,34 @@ def _is_pickle_stream(data: bytes, longer: bool) -> bool:
     return False
 
 
+# Names whose content must be UTF-8 text (JSON, YAML, Markdown, text, templates): binary content under such a name
+# (a gzip, a numpy array, a pickle) is refused whatever it holds. Binary is allowed only for weights (parsed by
+# safetensors) and a SentencePiece tokenizer.model (checked for pickles like any file).
+TEXT_SUFFIXES = (".json", ".jsonl", ".txt", ".yaml", ".yml", ".md", ".jinja")
+
+
+def _not_utf8(path: Path, chunk: int = 8 << 20) -> str | None:
+    """Why ``path`` is not UTF-8 text (the byte offset of the first bad byte), or None when it is."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with path.open("rb") as f:
+        while True:
+            block = f.read(chunk)
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as exc:
+                return f"byte {offset + exc.start} is not UTF-8"
+            if not block:
+                return None
+            offset += len(block)
+
+
 def upload_file_problems(path: Path, rel: Path, token: str | None) -> list[str]:
-    """Why ``path`` (shown as ``rel``) must not be uploaded: pickled by name or content, unreadable safetensors,
-    or a token inside; [] when it may go."""
+    """Why ``path`` (shown as ``rel``) must not be uploaded: pickled by name or content (nested in an archive,
+    a compressed stream or a numpy array too), binary under a text file's name, unreadable safetensors, or a
+    secret inside (:data:`SECRET_PATTERNS`, or ``token``); [] when it may go."""
     from safetensors import safe_open
 
     problems = []
@@ -178,10 +300,13 @@ def upload_file_problems(path: Path, rel: Path, token: str | None) -> list[str]:
                 f.keys()
         except Exception as exc:  # safetensors raises its own error types
             problems.append(f"{rel}: not a readable safetensors file ({exc})")
-    elif path.suffix not in PICKLE_SUFFIXES and looks_pickled(path):
-        problems.append(f"{rel}: holds a pickle (torch.save/pickle content under another name); not uploaded")
-    if file_contains_token(path, token):
-        problems.append(f"{rel}: contains a Hugging Face token")
+    elif path.suffix not in PICKLE_SUFFIXES and (where := pickle_in(path)) is not None:
+        inside = f" in {where}" if where else ""
+        problems.append(f"{rel}: holds a pickle{inside} (torch.save/pickle content under another name); not uploaded")
+    if path.suffix in TEXT_SUFFIXES and (why := _not_utf8(path)) is not None:
+        problems.append(f"{rel}: not UTF-8 text ({why}), which its name promises; binary content is not uploaded "
+                        "under a text file's name")
+    problems += [f"{rel}: contains {kind}" for kind in file_secrets(path, token)]
     return problems
 
 

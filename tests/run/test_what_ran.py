@@ -174,7 +174,7 @@ def test_config_option_reads_the_run_config(adamw_run: Path, capsys) -> None:
 def test_the_final_model_loads_from_the_run_directory(adamw_run: Path) -> None:
     from transformers import AutoTokenizer, GPT2LMHeadModel
 
-    from hf_optbench.publish.hub import find_weights_dir
+    from hf_optbench.publish.stage import find_weights_dir
 
     for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json"):
         assert (adamw_run / name).is_file(), name

@@ -1,0 +1,242 @@
+"""What an upload to the Hub sends: a staged folder of a finished run's files, each checked before anything leaves
+the machine. The upload itself (``push``, ``--push_to_hub``) is :mod:`hf_optbench.publish.hub`.
+
+Why a staged folder instead of ``output_dir``: a run directory also holds pickles (``training_args.bin``,
+``optimizer.pt``, ``rng_state.pth``). The Hub gets the files a user needs to load the model and read the benchmark
+(safetensors weights, config, tokenizer, card, ``metrics.jsonl``, ``summary.json``), each a regular file inside the
+run directory (a symbolic link, or a shard index naming a path outside it, is refused: it would upload what it
+points at), each checked by name and by content (:mod:`hf_optbench.publish.redact`) for pickles (nested in archives,
+compressed streams and numpy arrays too), binary content under a text name, and secrets (tokens, netrc and AWS
+credentials, private keys). ``push`` and its dry run stage in a temporary folder, removed afterwards, unless given
+``--stage-dir``: the run directory is never written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hf_optbench.errors import OptBenchError
+from hf_optbench.publish.card import build_model_card
+from hf_optbench.publish.redact import PICKLE_SUFFIXES, redact_text, scrub_secrets, upload_file_problems
+from hf_optbench.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, read_summary, write_json_atomic
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+MODEL_FILES = ("config.json", "generation_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                   "merges.txt", "added_tokens.json", "chat_template.jinja", "tokenizer.model")
+DEFAULT_STAGE_DIRNAME = "hub_upload"
+STAGE_MARKER = ".hf_optbench_stage"
+
+def known_token() -> str | None:
+    """The token huggingface_hub would use (env or login cache), to search staged files for it literally."""
+    from huggingface_hub import get_token
+
+    return get_token()
+
+
+# ------------------------------------------------------------------------------------------- upload folder
+
+
+def _checkpoint_step(path: Path) -> int:
+    try:
+        return int(path.name.split("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def _has_weights(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in WEIGHT_FILES)
+
+
+def find_weights_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """Where the run's final weights are: ``run_dir`` itself if the final model was saved there, else its
+    latest ``checkpoint-N`` (Trainer saves one at the last step)."""
+    run_dir = Path(run_dir)
+    if _has_weights(run_dir):
+        return run_dir
+    checkpoints = sorted((p for p in run_dir.glob("checkpoint-*") if p.is_dir() and _has_weights(p)),
+                         key=_checkpoint_step)
+    if checkpoints:
+        return checkpoints[-1]
+    pickled = [p.name for p in run_dir.glob("*") if p.suffix in PICKLE_SUFFIXES]
+    extra = f" (found only pickled {pickled}: re-save them as safetensors)" if pickled else ""
+    raise OptBenchError(
+        f"no safetensors weights in '{run_dir}' or its checkpoint-* folders{extra}. Run with checkpoints "
+        "enabled (--save_strategy steps --save_steps N; one is saved at the last step) before pushing."
+    )
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)  # no second copy of multi-GB weights on disk
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def check_upload_folder(folder: str | os.PathLike[str], token: str | None = None) -> list[str]:
+    """Problems that must stop an upload (empty list = fine): missing weights/config/card, pickled files (by
+    name or by content), unreadable safetensors, or any file containing an HF-token-like string or ``token``."""
+    folder = Path(folder)
+    problems: list[str] = []
+    if not _has_weights(folder):
+        problems.append("no model.safetensors (or model.safetensors.index.json)")
+    for name in ("config.json", "README.md"):
+        if not (folder / name).is_file():
+            problems.append(f"missing {name}")
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != STAGE_MARKER):
+        problems += upload_file_problems(path, path.relative_to(folder), token)
+    return problems
+
+
+def _exists(path: Path) -> bool:
+    return path.is_file() or path.is_symlink()  # a dangling or outside link is there too, to be refused by name
+
+
+def _shards(index: Path) -> list[str]:
+    """The shard file names a ``model.safetensors.index.json`` maps weights to, each a bare ``.safetensors`` name
+    beside the index: an absolute path or ``../`` would stage a file from outside the run (a credentials file)."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+        shards = sorted({str(v) for v in weight_map.values()})
+    except (OSError, ValueError, AttributeError) as exc:
+        raise OptBenchError(f"'{index}' is not a readable shard index ({type(exc).__name__}): fix or remove it, and "
+                            "stage again.") from None
+    for shard in shards:
+        if Path(shard).name != shard or shard in (".", "..") or not shard.endswith(".safetensors"):
+            raise OptBenchError(f"'{index}': its weight_map names '{shard}', not a .safetensors file beside the index "
+                                "(an absolute or ../ path would upload a file from outside the run). Fix the index.")
+    return shards
+
+
+def _files_to_upload(source: Path, run_dir: Path) -> list[Path]:
+    """Weights (with every shard the index names), model config and tokenizer files of the model in ``source``."""
+    files: list[Path] = [source / n for n in WEIGHT_FILES + MODEL_FILES if _exists(source / n)]
+    index = source / "model.safetensors.index.json"
+    if index.is_file() and not index.is_symlink():
+        files += [source / shard for shard in _shards(index)]
+    for name in TOKENIZER_FILES:  # the checkpoint's copy first, else the one saved at the run's top level
+        for where in (source, run_dir):
+            if _exists(where / name):
+                files.append(where / name)
+                break
+    return files
+
+
+def check_source(src: Path, run_dir: Path) -> Path:
+    """``src`` when it may be staged: a regular file, not a symbolic link, whose real path lies inside the run
+    directory; else OptBenchError naming it and why. A link (``tokenizer.json`` -> a secret file) or a checkpoint
+    folder linked elsewhere would upload content from outside the run under an innocent name."""
+    if src.is_symlink():
+        raise OptBenchError(f"'{src}' is a symbolic link (to '{os.readlink(src)}'): push uploads only the run "
+                            "directory's own files, never what a link points at. Replace the link by the file, or "
+                            "remove it.")
+    real, root = src.resolve(), run_dir.resolve()
+    if not real.is_relative_to(root):
+        raise OptBenchError(f"'{src}' lies outside the run directory (it is '{real}'): push uploads only files "
+                            f"inside '{run_dir}'. Copy the file into the run directory, or remove the link.")
+    if not real.is_file():
+        raise OptBenchError(f"'{src}' is missing or not a regular file: the checkpoint is incomplete.")
+    return src
+
+
+def _new_stage_dir(dest: Path) -> None:
+    if dest.exists():
+        if not (dest / STAGE_MARKER).is_file():
+            raise OptBenchError(
+                f"staging folder '{dest}' exists and was not made by hf-optbench: choose another --stage-dir, "
+                "or remove it."
+            )
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    (dest / STAGE_MARKER).write_text("made by hf_optbench.publish.hub\n", encoding="utf-8")
+
+
+def assemble(run_dir: Path, dest: Path, source: Path, *, with_summary: bool) -> None:
+    """Link the model files of ``source`` into a fresh ``dest``; copy ``metrics.jsonl`` (a snapshot: the run may
+    still append to it); with ``with_summary``, write the scrubbed ``summary.json`` and ``config.yaml`` (the card's
+    Reproduce line reruns it). Fast: nothing else is read."""
+    files = [check_source(src, run_dir) for src in _files_to_upload(source, run_dir)]  # before anything is made
+    _new_stage_dir(dest)
+    for src in files:
+        _link_or_copy(src, dest / src.name)
+    if _exists(run_dir / METRICS_FILE):
+        shutil.copyfile(check_source(run_dir / METRICS_FILE, run_dir), dest / METRICS_FILE)
+    if with_summary:
+        write_json_atomic(dest / SUMMARY_FILE, scrub_secrets(read_summary(run_dir, required=True)))
+        if _exists(run_dir / CONFIG_FILE):
+            text = check_source(run_dir / CONFIG_FILE, run_dir).read_text(encoding="utf-8")
+            (dest / CONFIG_FILE).write_text(_portable_config(redact_text(text)), encoding="utf-8")
+
+
+def _portable_config(text: str) -> str:
+    """The uploaded config.yaml without this machine's output_dir: a path (``/home/me/runs/x``) becomes its last
+    part (``x``), in the value and in the rerun comment above it."""
+    import yaml
+
+    try:
+        out = str((yaml.safe_load(text) or {}).get("output_dir") or "")
+    except (yaml.YAMLError, AttributeError):
+        return text
+    if os.sep not in out.rstrip(os.sep):
+        return text
+    return re.sub(re.escape(out.rstrip(os.sep)), Path(out).name, text)
+
+
+def finish_stage(dest: Path, card: Any, token: str | None, run_dir: Path | None = None) -> Path:
+    (dest / "README.md").write_text(str(card), encoding="utf-8")
+    problems = check_upload_folder(dest, token=token if token is not None else known_token())
+    if problems:
+        raise OptBenchError(
+            f"nothing uploaded: the files staged from '{run_dir or dest}' failed their checks: " + "; ".join(problems)
+            + ". Fix the run directory (weights as safetensors, no secrets in any file) and stage again."
+        )
+    return dest
+
+
+def stage_upload_folder(run_dir: str | os.PathLike[str], dest: str | os.PathLike[str] | None = None, *,
+                        repo_id: str | None = None, token: str | None = None) -> Path:
+    """Assemble exactly what an upload of this finished run sends, and check it.
+
+    The folder (``dest``; default ``run_dir/hub_upload``: ``push`` uses :func:`staged_upload` instead) holds the final safetensors weights (and shard index), config.json,
+    generation_config.json if any, the tokenizer files, ``metrics.jsonl``, ``summary.json`` and ``config.yaml``
+    (secrets removed) and README.md (the benchmark model card). Raises OptBenchError listing the problems :func:`check_upload_folder`
+    finds (e.g. a token string)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise OptBenchError(f"run directory '{run_dir}' does not exist: pass a run's output_dir.")
+    for name in (SUMMARY_FILE, CONFIG_FILE):  # the card reads them: never through a link out of the run
+        if _exists(run_dir / name):
+            check_source(run_dir / name, run_dir)
+    card = build_model_card(run_dir, repo_id=repo_id)  # fails early without summary.json
+    dest = Path(dest) if dest is not None else run_dir / DEFAULT_STAGE_DIRNAME
+    assemble(run_dir, dest, find_weights_dir(run_dir), with_summary=True)
+    return finish_stage(dest, card, token, run_dir)
+
+
+@contextmanager
+def staged_upload(run_dir: str | os.PathLike[str], stage_dir: str | os.PathLike[str] | None = None, *,
+                  repo_id: str | None = None, token: str | None = None) -> Iterator[Path]:
+    """:func:`stage_upload_folder` into ``stage_dir`` (kept, as asked), else into a temporary folder removed when
+    the block ends: ``push`` and ``push --dry-run`` never write into the run directory (a ``hub_upload/`` left
+    there surprised users, and a run directory may be read-only). The temporary folder sits beside the run
+    directory when its parent may be written, so that weights are hard-linked rather than copied (a hidden name:
+    a sweep's ``runs/`` never takes it for a run), else in the system's temporary directory."""
+    if stage_dir is not None:
+        yield stage_upload_folder(run_dir, stage_dir, repo_id=repo_id, token=token)
+        return
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=".hf_optbench_stage-", dir=Path(run_dir).resolve().parent))
+    except OSError:
+        tmp = Path(tempfile.mkdtemp(prefix="hf_optbench_stage-"))
+    try:
+        yield stage_upload_folder(run_dir, tmp / DEFAULT_STAGE_DIRNAME, repo_id=repo_id, token=token)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
