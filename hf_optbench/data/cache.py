@@ -41,6 +41,23 @@ class CacheCorrupt(Exception):
     """A cache entry that exists but fails its checks (internal: :func:`lookup` rebuilds it with a warning)."""
 
 
+def make_cache_root(path: str, from_env: bool) -> None:
+    """Create the cache directory ``path``, or refuse it in one line naming where it came from (``--data_cache_dir``
+    or the ``HF_OPTBENCH_CACHE`` / ``XDG_CACHE_HOME`` default) and the fix: a path naming an existing file was a
+    FileExistsError traceback, and a read-only place a PermissionError, after the imports."""
+    from hf_optbench.config.checks import check_writable_dir
+    from hf_optbench.errors import OptBenchError
+
+    key = "data cache directory" if from_env else "data_cache_dir"
+    try:
+        check_writable_dir(path, key)
+    except OptBenchError as exc:
+        hint = (" It comes from HF_OPTBENCH_CACHE (else XDG_CACHE_HOME): set HF_OPTBENCH_CACHE to a directory, or "
+                "pass --data_cache_dir DIR.") if from_env else ""
+        raise OptBenchError(f"{exc}{hint}") from None
+    os.makedirs(path, exist_ok=True)
+
+
 def fingerprint(payload: dict[str, Any]) -> str:
     """A stable 20-hex-digit key of ``payload`` (sorted JSON, so key order never changes it)."""
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:20]

@@ -25,6 +25,7 @@ from hf_optbench.data.cache import (
     fingerprint,
     load_cached,
     lookup,
+    make_cache_root,
     progress_bars_on_tty,
     store,
     work_dir,
@@ -213,7 +214,7 @@ def prepare_data(data_args: DataArguments, *, n_positions: int) -> DatasetBundle
     """
     check_block_size(data_args.block_size, n_positions)
     cache_root = data_args.resolved_cache_dir()
-    os.makedirs(cache_root, exist_ok=True)
+    make_cache_root(cache_root, from_env=not data_args.data_cache_dir)  # a file there: exit 2 naming the key
     if data_args.data_source == "synthetic":
         return _prepare_synthetic(data_args, cache_root)
 

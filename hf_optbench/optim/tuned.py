@@ -22,6 +22,7 @@ def lookup_tuned(path: str, optimizer: str, model_size: str) -> dict[str, Any]:
         raise OptBenchError(f"tuned_hparams_file '{path}' does not exist. Write it with `hf-optbench tune`.")
     data = load_yaml_mapping(path, "tuned_hparams_file", "It must map optimizer -> size -> values, as "
                              "`hf-optbench tune` writes it.")
+    check_named_once(data, path)
     want_opt = resolve_optimizer_name(optimizer)
     want_size = _canonical_size(model_size)
     for opt_name, by_size in data.items():
@@ -44,6 +45,29 @@ def lookup_tuned(path: str, optimizer: str, model_size: str) -> dict[str, Any]:
                                             "finite number >= 0 (> 0 for the learning rate). Tune again or fix it.")
                 return out
     return {}
+
+
+def check_named_once(data: dict[str, Any], path: str) -> None:
+    """Each optimizer once, and each size once under it, by their canonical names: a file holding ``adamw:`` and
+    ``AdamW:`` (or ``tiny:`` and ``TINY:``) gave the first one's values silently, whichever the user meant. The
+    YAML loader refuses a key written twice; this is the same rule through the registry's aliases."""
+    seen: dict[str, str] = {}
+    for name, by_size in data.items():
+        try:
+            canonical = resolve_optimizer_name(str(name))
+        except OptBenchError:
+            continue  # an unknown name: config.checks.check_tuned_file names it
+        if canonical in seen:
+            raise OptBenchError(f"tuned_hparams_file '{path}' holds '{seen[canonical]}' and '{name}', the same "
+                                f"optimizer ({canonical}) twice: keep one of the two entries.")
+        seen[canonical] = str(name)
+        sizes: dict[str, str] = {}
+        for size in by_size if isinstance(by_size, dict) else ():
+            key = _canonical_size(str(size))
+            if key in sizes:
+                raise OptBenchError(f"tuned_hparams_file '{path}': {name} holds '{sizes[key]}' and '{size}', the "
+                                    f"same model size ({key}) twice: keep one of the two entries.")
+            sizes[key] = str(size)
 
 
 def tuned_number_ok(key: str, value: Any) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 from hf_optbench.config.parse import RunConfig, load_recipe
 from hf_optbench.errors import OptBenchError
 from hf_optbench.run.lock import RunLock, acquire_run_lock, check_not_busy, is_launch_main_process
+from hf_optbench.run.own_files import check_own_files
 
 # The keys read here; any other is left to parse_args.
 PREFLIGHT_KEYS = ("output_dir", "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "use_cpu", "torch_compile")
@@ -125,9 +126,10 @@ def own_output_dir(cfg: RunConfig, held: RunLock | None = None) -> RunLock | Non
     """The run-directory lock for ``cfg``'s output_dir (main process only; None on the other ranks): ``held`` when
     it already locks that directory, else a new lock (the directory is created). Raises OptBenchError naming the
     holder when another run owns it."""
+    out = Path(cfg.training.output_dir)
+    check_own_files(out, cfg.run.overwrite_output_dir)  # a user's README.md / config.json: refused, every rank
     if not is_launch_main_process():
         return None
-    out = Path(cfg.training.output_dir)
     if held is not None and held.held and held.output_dir.resolve() == out.resolve():
         return held
     return acquire_run_lock(out)

@@ -202,3 +202,18 @@ def test_concurrent_builds_of_one_entry_all_succeed(tmp_path):
     assert [p.returncode for p in procs] == [0] * 6, [e[-800:] for _, e in outs]
     assert len({o.strip() for o, _ in outs}) == 1
     assert _leftovers(tmp_path / "cache") == []
+
+
+def test_a_cache_root_that_is_a_file_is_refused_naming_where_it_came_from(tmp_path: Path) -> None:
+    """Issue 32: ``--data_cache_dir`` naming an existing file was a FileExistsError traceback after the imports."""
+    from hf_optbench.data.cache import make_cache_root
+    from hf_optbench.errors import OptBenchError
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(OptBenchError, match="data_cache_dir .* is a file"):
+        make_cache_root(str(afile), from_env=False)
+    with pytest.raises(OptBenchError, match="cannot be created.*set HF_OPTBENCH_CACHE to a directory"):
+        make_cache_root(str(afile / "data"), from_env=True)
+    make_cache_root(str(tmp_path / "new" / "data"), from_env=True)
+    assert (tmp_path / "new" / "data").is_dir() and afile.read_text() == "x"
