@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="validate and print each run's status and command")
     parser.add_argument("--max-runs", type=int, default=None, help="start at most N runs, then stop")
     parser.add_argument("--retry-failed", action="store_true", help="run failed/oom runs again (old dir moved aside)")
+    parser.add_argument("--rerun-changed", action="store_true",
+                        help="run again the finished runs whose settings the edited sweep file changed (each old "
+                             "dir moved aside to <run_id>.changed-N); without it such a sweep is refused")
     args = parser.parse_args(argv)
     if args.max_runs is not None and args.max_runs < 0:
         raise OptBenchError(f"--max-runs must be >= 0, got {args.max_runs}.")
@@ -33,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _stop)  # SIGTERM unwinds like Ctrl-C: the run's tree is stopped
     try:
         counts = sweep.run_sweep(args.sweep_file, output_dir=args.output_dir, dry_run=args.dry_run,
-                                 max_runs=args.max_runs, retry_failed=args.retry_failed)
+                                 max_runs=args.max_runs, retry_failed=args.retry_failed,
+                                 rerun_changed=args.rerun_changed)
     except KeyboardInterrupt:
         print("[sweep] interrupted: start the same command again to continue", file=sys.stderr)
         return 130

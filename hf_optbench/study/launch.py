@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.errors import OptBenchError
 from hf_optbench.publish.redact import redact_argv
 from hf_optbench.rundir import (
     FINISHED_STATUSES,
@@ -116,6 +117,10 @@ def prepare_run_dir(spec: SweepSpec, run: RunSpec, state: Path, rows: list[dict[
         return False
     check_run_dir_free(run_dir, run.run_id)  # a live process of someone else's: never moved, never written into
     status = (read_summary(run_dir) or {}).get("status")
+    if status in FINISHED_STATUSES:  # never renamed away as "incomplete": a finished result stays where it is
+        raise OptBenchError(f"run {run.run_id}: '{run_dir}' already holds a finished run ({status}), which the sweep "
+                            "never moves aside or overwrites. Give the sweep another output_dir, or move that "
+                            "directory away yourself.")
     if any(run_dir.glob("checkpoint-*")) and status not in FINISHED_STATUSES:
         if status is not None:  # a failed attempt's summary must not mark the resumed run as finished
             n = 1

@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,21 @@ SUMMARY_COLUMNS = (
     "budget_multiple", "tokens_per_param", "run_dir",
 )
 
+# A run directory a sweep moved aside (never deleted): an unfinished attempt (``.incomplete-N``) or a finished run
+# whose settings the edited sweep file no longer gives (``.changed-N``, hf_optbench.study.kept_runs). Run ids may
+# hold dots themselves (``lrx0.5``), hence the whole suffix.
+ASIDE_RE = re.compile(r"\.(incomplete|changed)-\d+$")
+
+
+def is_run_dir_name(name: str) -> bool:
+    """Whether a directory of a sweep's ``runs/`` is one of its runs: not moved aside, not hidden (a staging or
+    temporary folder: run ids never start with a dot)."""
+    return not name.startswith(".") and not ASIDE_RE.search(name)
+
+
 def _run_dirs(sweep_dir: Path) -> list[Path]:
     root = sweep_dir / "runs" if (sweep_dir / "runs").is_dir() else sweep_dir
-    return sorted(p for p in root.iterdir() if p.is_dir() and ".incomplete-" not in p.name
+    return sorted(p for p in root.iterdir() if p.is_dir() and is_run_dir_name(p.name)
                   and ((p / SUMMARY_FILE).is_file() or (p / METRICS_FILE).is_file()
                        or (p / STDOUT_FILE).is_file()))
 
@@ -80,6 +93,8 @@ def _record(run_dir: Path, planned: Mapping[str, Any], rows: Sequence[dict[str, 
         rec["error"] = ends[-1]["error"]
     if rec["status"] == "failed" and ends and ends[-1].get("status") == "oom":
         rec["status"] = "oom"
+    if not summary and (run_dir / SUMMARY_FILE).is_file():  # there, but not readable: never counted as finished
+        rec["status"], rec["error"] = "failed", f"{run_dir / SUMMARY_FILE} is unreadable (not a JSON object)"
     rec["_summary"] = summary
     return rec
 

@@ -96,9 +96,11 @@ from hf_optbench.rundir import (
     write_json_atomic,
     write_text_atomic,
 )
+from hf_optbench.study.kept_runs import changed_runs, check_summaries, keep_current, kept_entries
 from hf_optbench.study.launch import build_command, run_local
 from hf_optbench.study.slurm import run_slurm
 from hf_optbench.study.sweep_spec import (
+    RunSpec,
     SweepSpec,
     attach_tuned_file,
     load_sweep,
@@ -135,14 +137,15 @@ def _redacted_copy(spec: SweepSpec, secrets: list[str]) -> str:
     return str(scrub_secrets(text))
 
 
-def _manifest(spec: SweepSpec) -> dict[str, Any]:
-    """The manifest of one phase: secret-named env values replaced by a marker, token-shaped strings removed."""
+def _manifest(spec: SweepSpec, kept: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The manifest of one phase: secret-named env values replaced by a marker, token-shaped strings removed.
+    ``kept``: the entries of runs kept from earlier invocations, which say what those runs ran with."""
     launcher = {k: redact_argv(v) if k == "command" and isinstance(v, list) else v
                 for k, v in spec.launcher.items() if k != "env"}
     runs = []
     for r in spec.runs:
-        d = asdict(r)
-        d["env"] = public_env(r.env)
+        d = (kept or {}).get(r.run_id) or asdict(r)
+        d["env"] = public_env(d.get("env") or {})
         runs.append(d)
     manifest = scrub_secrets({
         "name": spec.name, "sweep_file": str(spec.path), "base": str(spec.base), "launcher": launcher,
@@ -155,11 +158,12 @@ def _manifest(spec: SweepSpec) -> dict[str, Any]:
     return manifest
 
 
-def _write_manifest(spec: SweepSpec, sweep_copy: bool = True) -> None:
-    """The matrix point and arguments of every run (the report and `tune` read it) and a copy of the sweep file;
+def _write_manifest(spec: SweepSpec, sweep_copy: bool = True, relaunch: set[str] | None = None) -> None:
+    """The matrix point and arguments of every run (the report and `tune` read it: a run kept from an earlier
+    invocation keeps its entry, a run in ``relaunch`` gets the file's current one) and a copy of the sweep file;
     no secret value in either."""
     spec.runs_dir.mkdir(parents=True, exist_ok=True)
-    manifest = _manifest(spec)
+    manifest = _manifest(spec, kept_entries(spec, relaunch or set()))
     # the sweep's identity, kept across restarts: start rows carry it, so only this sweep's processes are stopped
     manifest["sweep_id"] = sweep_identity(spec.output_dir)["sweep_id"] or uuid.uuid4().hex
     write_json_atomic(spec.output_dir / MANIFEST_FILE, manifest)
@@ -199,30 +203,41 @@ def _dry_run(spec: SweepSpec, out_stream: Any) -> dict[str, int]:
     counts: dict[str, int] = {}
     for phase in _phases(spec):
         rows = read_state(phase.output_dir / STATE_FILE)
+        changed = changed_runs(phase, phase.runs)  # a run would refuse (or, with --rerun-changed, rerun) these
         for run in phase.runs:
-            status = finished_status(phase.run_dir(run), rows, run.run_id) or "pending"
+            status = "changed" if run.run_id in changed else \
+                finished_status(phase.run_dir(run), rows, run.run_id) or "pending"
             cmd = " ".join(redact_argv(build_command(phase, run, phase.run_dir(run), False)))
             print(f"{run.run_id:<40} {status:<10} {cmd}", file=out_stream)
         counts = _add(counts, _counts(phase, rows))
     return counts
 
 
-def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any,
-               sweep_copy: bool, retry_once: bool = False) -> tuple[dict[str, int], int]:
-    """Run (or continue) one phase's runs; (counts by status, runs launched). ``retry_once``: a run that failed on
-    its only attempt runs once more (the tuning phase: a grid point lost to a crash must not silently move the
-    tuned value)."""
-    _write_manifest(spec, sweep_copy)
-    state = spec.output_dir / STATE_FILE
-    rows = read_state(state)
-    todo, done = [], 0
+def _todo(spec: SweepSpec, retry_failed: bool, retry_once: bool, rerun_changed: bool,
+          out_stream: Any) -> list[RunSpec]:
+    """The runs of a phase to launch: unfinished, failed ones asked to retry, and the finished runs whose settings
+    the file changed (refused without ``rerun_changed``: study.kept_runs). Checked before anything is written."""
+    check_summaries(spec)
+    rows = read_state(spec.output_dir / STATE_FILE)
+    todo = []
     for run in spec.runs:
         status = finished_status(spec.run_dir(run), rows, run.run_id)
         failed = status in ("failed", "oom")
         if status is None or (failed and (retry_failed or (retry_once and attempt_number(rows, run.run_id) <= 2))):
             todo.append(run)
-        else:
-            done += 1
+    return keep_current(spec, todo, rerun_changed, lambda text: print(f"[sweep] {text}", file=out_stream, flush=True))
+
+
+def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any,
+               sweep_copy: bool, retry_once: bool = False, rerun_changed: bool = False) -> tuple[dict[str, int], int]:
+    """Run (or continue) one phase's runs; (counts by status, runs launched). ``retry_once``: a run that failed on
+    its only attempt runs once more (the tuning phase: a grid point lost to a crash must not silently move the
+    tuned value)."""
+    todo = _todo(spec, retry_failed, retry_once, rerun_changed, out_stream)
+    _write_manifest(spec, sweep_copy, relaunch={r.run_id for r in todo})
+    state = spec.output_dir / STATE_FILE
+    rows = read_state(state)
+    done = len(spec.runs) - len(todo)
     progress = Progress(len(spec.runs), done, out_stream)
     progress.say(f"{spec.name}: {len(spec.runs)} runs, {done} already finished, {len(todo)} to run "
                  f"-> {spec.output_dir}")
@@ -239,8 +254,8 @@ def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_st
     return counts, len(todo)
 
 
-def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: bool,
-                          out_stream: Any) -> tuple[dict[str, int], int | None, bool]:
+def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any,
+                          rerun_changed: bool = False) -> tuple[dict[str, int], int | None, bool]:
     """The tuning phase as a loop: run its pending runs, let the tuner add the runs its finished results call for
     (a step beyond an edge holding the best, the weight-decay grid: study.tuning_grid.extend_tuning), repeat until
     it adds none. (counts, max_runs left, finished). A tuning run that failed (a crash, a killed worker) runs once
@@ -256,7 +271,7 @@ def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: b
 
     while True:
         counts, launched = _run_phase(spec.tuning, max_runs, retry_failed, out_stream, sweep_copy=False,
-                                      retry_once=True)
+                                      retry_once=True, rerun_changed=rerun_changed)
         max_runs = None if max_runs is None else max_runs - launched
         if set(counts) - {"completed", "diverged", "failed", "oom"}:  # stopped early: tune and compare later
             return counts, max_runs, False
@@ -288,11 +303,13 @@ def _tune_then_attach(spec: SweepSpec, out_stream: Any) -> None:
 
 
 def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dry_run: bool = False,
-              max_runs: int | None = None, retry_failed: bool = False, stream: Any = None) -> dict[str, int]:
+              max_runs: int | None = None, retry_failed: bool = False, stream: Any = None,
+              rerun_changed: bool = False) -> dict[str, int]:
     """Run (or continue) a sweep: with ``tune:``, the tuning phase, the tuned-values file, then the comparison.
     Returns counts by status of every run of both phases ("pending" for those not run). Bad sweep files raise
     OptBenchError before anything is launched; an optimizer x size the tuning could not tune, before the
-    comparison starts."""
+    comparison starts. A finished run whose settings the file changed is refused, or with ``rerun_changed``
+    moved aside and run again (study.kept_runs)."""
     out_stream = stream or sys.stdout
     spec = load_sweep(path, output_dir)
     if spec.launcher.get("validate", True):
@@ -305,10 +322,13 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
     with sweep_lock(spec.output_dir):
         counts: dict[str, int] = {}
         if spec.tuning is not None:
+            _todo(spec.tuning, retry_failed, True, rerun_changed, out_stream)  # a refusal before anything is written
             _write_manifest(spec)  # the whole sweep's file and matrix, before its first (tuning) run
-            counts, max_runs, finished = _tune_until_bracketed(spec, max_runs, retry_failed, out_stream)
+            counts, max_runs, finished = _tune_until_bracketed(spec, max_runs, retry_failed, out_stream,
+                                                               rerun_changed)
             if not finished:  # stopped early: compare later
                 return _add(counts, {"pending": len(spec.runs)})
             _tune_then_attach(spec, out_stream)
-        compared, _ = _run_phase(spec, max_runs, retry_failed, out_stream, sweep_copy=True)
+        compared, _ = _run_phase(spec, max_runs, retry_failed, out_stream, sweep_copy=True,
+                                 rerun_changed=rerun_changed)
         return _add(counts, compared)

@@ -18,7 +18,14 @@ from hf_optbench.errors import OptBenchError, suggest
 from hf_optbench.rundir import TUNED_FILE, run_id_for
 from hf_optbench.study import budget as budgets
 from hf_optbench.study.budget import Budget, Ladder
-from hf_optbench.study.sweep_values import as_list, distinct_optimizers, multiplier_list, seed_list
+from hf_optbench.study.sweep_values import (
+    as_list,
+    check_unique_ids,
+    distinct_optimizers,
+    distinct_sizes,
+    multiplier_list,
+    seed_list,
+)
 from hf_optbench.study.tracking_env import tracker_env
 from hf_optbench.study.tune_spec import TUNE_KEYS, TuneSpec, parse_tune
 from hf_optbench.yaml_file import load_yaml_mapping
@@ -76,6 +83,7 @@ class SweepSpec:
     budget: Budget | None = None  # tokens per parameter (study/budget.py)
     ladder: Ladder | None = None  # the baseline's budget ladder (comparison phase only)
     steps: dict[tuple[str, str], int] = field(default_factory=dict)  # (size, optimizer) -> max_steps at x1
+    current: set[str] = field(default_factory=set)  # run ids known to match the file (study.kept_runs), or run now
 
     @property
     def runs_dir(self) -> Path:
@@ -140,7 +148,7 @@ def _matrix(raw: dict[str, Any]) -> tuple[list[str], list[str], list[int], list[
     """(optimizers, sizes, seeds, lr multipliers) of the matrix, each checked."""
     matrix = _check_keys(raw.get("matrix"), MATRIX_KEYS, "matrix")
     optimizers = distinct_optimizers([str(o) for o in as_list(matrix, "optimizer", True)])
-    sizes = [str(s) for s in as_list(matrix, "model_size", True)]
+    sizes = distinct_sizes([str(s) for s in as_list(matrix, "model_size", True)])
     seeds = seed_list(as_list(matrix, "seed", False) or [0], "matrix seed")
     return optimizers, sizes, seeds, multiplier_list(as_list(matrix, "lr_multipliers", False), "lr_multipliers")
 
@@ -237,6 +245,8 @@ def _expand(spec: SweepSpec, optimizers: list[str], sizes: list[str], seeds: lis
                                       budget_multiple=budget_multiple)
                         run.env = tracker_env(spec, run)
                         spec.runs.append(run)
+    check_unique_ids(spec.runs)
+
 
 
 def _budget_steps(spec: SweepSpec, optimizers: list[str], sizes: list[str]) -> None:
@@ -246,7 +256,7 @@ def _budget_steps(spec: SweepSpec, optimizers: list[str], sizes: list[str]) -> N
         return
 
     def probe(opt: str, size: str) -> Any:
-        return _probe(spec, RunSpec(f"{opt}__{size}", opt, size, 0, None, _point_args(spec, opt, size)))
+        return probe_run_config(spec, RunSpec(f"{opt}__{size}", opt, size, 0, None, _point_args(spec, opt, size)))
 
     spec.steps = budgets.steps_table(spec.budget, sizes, optimizers, budgets.world_size(spec.launcher), probe)
     if spec.ladder is not None:
@@ -288,7 +298,7 @@ def attach_tuned_file(spec: SweepSpec) -> None:
             run.args = run.args + ["--tuned_hparams_file", str(spec.tuned_file)]
 
 
-def _probe(spec: SweepSpec, run: RunSpec) -> Any:
+def probe_run_config(spec: SweepSpec, run: RunSpec) -> Any:
     """The run's RunConfig, parsed in-process; on a machine without CUDA (a laptop, a SLURM login node) with
     ``--use_cpu true`` so that TrainingArguments accepts a GPU recipe's bf16/fp16 (hardware is checked where the
     run runs). The output_dir given is never created."""
@@ -341,12 +351,12 @@ def resolve_grid(spec: SweepSpec) -> None:
     for run in spec.runs:
         if run.lr_multiplier is not None and run.learning_rate is None:
             try:
-                _set_grid_lr(run, _probe(spec, run))
+                _set_grid_lr(run, probe_run_config(spec, run))
             except OptBenchError as exc:
                 raise OptBenchError(f"sweep run '{run.run_id}': {exc}") from exc
 
 
-def _validation_key(run: RunSpec) -> tuple[str, ...]:
+def validation_key(run: RunSpec) -> tuple[str, ...]:
     """The run's arguments with its seed and run name masked: a 10,000-run matrix of a few optimizer x size points
     parses a few times, not 10,000 (56 ms each). The seeds were range-checked with the matrix."""
     args = list(run.args)
@@ -364,8 +374,8 @@ def validate_runs(spec: SweepSpec) -> None:
         checked: dict[tuple[str, ...], Any] = {}  # runs differing only in seed and name parse alike: once each
         for run in phase.runs:
             try:
-                key = _validation_key(run)
-                cfg = checked[key] if key in checked else checked.setdefault(key, _probe(phase, run))
+                key = validation_key(run)
+                cfg = checked[key] if key in checked else checked.setdefault(key, probe_run_config(phase, run))
                 _check_run(phase, run, cfg)
                 run.max_steps = int(cfg.training.max_steps)
                 _set_grid_lr(run, cfg)

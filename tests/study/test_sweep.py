@@ -318,3 +318,21 @@ def test_real_sweep_with_accelerate_and_report(tmp_path: Path) -> None:
 
     files = build_report(tmp_path / "real")
     assert "lion" in files["report.md"].read_text()
+
+
+def test_a_finished_run_is_never_moved_aside(tmp_path: Path) -> None:
+    """Issue 32 item 4: with two matrix points under one id, the second launch moved the first's completed run to
+    ``*.incomplete-1``. Ids are unique now (tests/cli/test_bad_inputs.py), and the launcher refuses to move a finished
+    run whatever led there."""
+    import io
+
+    from hf_optbench.study.launch import prepare_run_dir
+    from hf_optbench.study.sweep_state import Progress
+
+    spec = load_sweep(_sweep_file(tmp_path))
+    run = spec.runs[0]
+    spec.run_dir(run).mkdir(parents=True)
+    (spec.run_dir(run) / "summary.json").write_text(json.dumps({"status": "completed"}))
+    with pytest.raises(OptBenchError, match="already holds a finished run"):
+        prepare_run_dir(spec, run, spec.output_dir / "sweep_state.jsonl", [], Progress(1, 0, io.StringIO()))
+    assert (spec.run_dir(run) / "summary.json").is_file() and len(list(spec.runs_dir.iterdir())) == 1
