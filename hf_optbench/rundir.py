@@ -9,6 +9,7 @@ adds two files of its own, read by the sweep (to restart) and by the report (to 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import uuid
@@ -116,10 +117,10 @@ def read_summary(run_dir: str | os.PathLike[str], *, required: bool = False) -> 
             f"'{run_dir}' has no {SUMMARY_FILE}: it is not an hf_optbench run directory, or the run has not "
             "finished. Point at a run's output_dir (the folder holding summary.json and metrics.jsonl)."
         ) from None
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError for bytes that are not UTF-8
         if not required:
             return None
-        raise OptBenchError(f"{path} is not valid JSON ({exc}): re-run or repair the run directory.") from exc
+        raise OptBenchError(f"{path} is not valid JSON ({_short(exc)}): re-run or repair the run directory.") from None
     if not isinstance(data, dict):
         if not required:
             return None
@@ -127,18 +128,78 @@ def read_summary(run_dir: str | os.PathLike[str], *, required: bool = False) -> 
     return data
 
 
+def _short(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:120]}"
+
+
+def read_json_lines(path: Path, what: str) -> list[dict[str, Any]]:
+    """The JSON objects of a ``.jsonl`` file, one per line, in order; [] when there is no file. A line that is not
+    one (bytes that are not UTF-8, not JSON, a JSON list or number) is skipped with one warning per file naming
+    the file and its line numbers; a last line cut short without its newline (a writer killed mid-write, which
+    any appender may leave) is skipped silently. Why line by line, as bytes: one bad record (trailing binary bytes,
+    a ``[]`` line) must not make the whole file unreadable, and never a UnicodeDecodeError traceback."""
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    rows: list[dict[str, Any]] = []
+    bad: list[int] = []
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError and JSONDecodeError
+            row = None
+            torn = number == len(lines)  # the last line, no newline after it
+            if torn and _is_text(raw):
+                continue
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            bad.append(number)
+    if bad:
+        import warnings
+
+        shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        warnings.warn(f"{path}: skipped {len(bad)} unreadable {what} line(s) (line {shown}: not a JSON object "
+                      "in UTF-8)", UserWarning, stacklevel=2)
+    return rows
+
+
+def _is_text(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _step(row: dict[str, Any]) -> int | None:
+    """A metrics row's step as an int (None for a row without a usable one: it cannot be placed on the curve)."""
+    step = row.get("step", -1)
+    if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step):
+        return None
+    return int(step)
+
+
 def read_metrics(run_dir: str | os.PathLike[str]) -> dict[str, list[dict[str, Any]]]:
     """metrics.jsonl split by kind, the last row per (kind, step) kept (a resumed run may repeat a step); a torn
-    last line (a run killed mid-write) is skipped."""
+    last line (a run killed mid-write) is skipped, and a line that is no metrics row (not a JSON object, a step
+    that is not a number) is skipped with a warning naming the file and line (:func:`read_json_lines`)."""
     by_kind: dict[str, dict[int, dict[str, Any]]] = {}
     path = Path(run_dir) / METRICS_FILE
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            by_kind.setdefault(str(row.get("kind")), {})[int(row.get("step", -1))] = row
+    rows = read_json_lines(path, "metrics")
+    bad = [row for row in rows if _step(row) is None]
+    if bad:
+        import warnings
+
+        warnings.warn(f"{path}: skipped {len(bad)} metrics row(s) whose step is not a number (e.g. "
+                      f"{json.dumps(bad[0])[:80]})", UserWarning, stacklevel=2)
+    for row in rows:
+        step = _step(row)
+        if step is not None:
+            by_kind.setdefault(str(row.get("kind")), {})[step] = row
     return {k: [v[s] for s in sorted(v)] for k, v in by_kind.items()}
 
 
@@ -155,16 +216,9 @@ def append_state(path: Path, row: dict[str, Any]) -> None:
 
 
 def read_state(path: Path) -> list[dict[str, Any]]:
-    """Every event row of a sweep's state file, oldest first; [] when there is none yet."""
-    rows: list[dict[str, Any]] = []
-    if not path.is_file():
-        return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a torn line from a killed writer
-    return rows
+    """Every event row of a sweep's state file, oldest first; [] when there is none yet. A torn line from a killed
+    writer is skipped; any other line that is no JSON object, with a warning naming it (:func:`read_json_lines`)."""
+    return read_json_lines(path, "sweep state")
 
 
 def finished_status(run_dir: Path, rows: Sequence[dict[str, Any]], run_id: str) -> str | None:

@@ -60,3 +60,33 @@ def test_read_summary_optional_or_required(tmp_path: Path) -> None:
     assert read_summary(tmp_path) is None
     with pytest.raises(OptBenchError, match="not valid JSON"):
         read_summary(tmp_path, required=True)
+
+
+def test_readers_skip_bad_records_by_name(tmp_path: Path) -> None:
+    """A line that is no JSON object (``[]``, binary bytes) or a metrics row whose step is not a number is skipped
+    with one warning naming the file; a torn last line (a killed writer) silently, as before."""
+    import warnings
+
+    from hf_optbench.rundir import read_metrics, read_state
+
+    good = '{"kind": "train", "step": 1, "loss": 2.0}\n'
+    (tmp_path / "metrics.jsonl").write_bytes((good + "[]\n" + '{"kind": "train", "step": "abc"}\n').encode()
+                                             + b"\xff\xfe\x80 binary\n" + b'{"kind": "train", "st')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert read_metrics(tmp_path) == {"train": [{"kind": "train", "step": 1, "loss": 2.0}]}
+    said = [str(w.message) for w in caught]
+    assert len(said) == 2 and "skipped 2 unreadable metrics line(s) (line 2, 4" in said[0], said
+    assert "step is not a number" in said[1] and all(str(tmp_path / "metrics.jsonl") in m for m in said)
+    (tmp_path / "state.jsonl").write_bytes(b'{"event": "end"}\n\xff\xfe garbage\n{"event": "start"}\n')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert read_state(tmp_path / "state.jsonl") == [{"event": "end"}, {"event": "start"}]
+    assert len(caught) == 1 and "line 2" in str(caught[0].message)
+
+
+def test_read_summary_refuses_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_bytes(b"\xff\xfe{}")
+    assert read_summary(tmp_path) is None
+    with pytest.raises(OptBenchError, match="summary.json is not valid JSON"):
+        read_summary(tmp_path, required=True)

@@ -4,7 +4,12 @@ and PNG."""
 from __future__ import annotations
 
 import json
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from hf_optbench.cli import ArgumentParser
 from hf_optbench.errors import OptBenchError
@@ -17,6 +22,24 @@ from hf_optbench.rundir import (
     read_state,
     read_summary,
 )
+
+
+@contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """Python warnings raised inside (a metrics or state line skipped, a library's notice) as ``warning: ...``, one
+    line each, on stderr: the default format adds the source line of the call, a second line that means nothing to
+    a user."""
+    said: set[str] = set()  # a file read twice (the sweep's state) warns once
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if str(message) not in said:
+            said.add(str(message))
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def check_sweep_dir(sweep_dir: str) -> None:
@@ -51,7 +74,9 @@ def _check_finished_runs_have_summaries(sweep_dir: Path, root: Path) -> None:
     rows = read_state(sweep_dir / STATE_FILE)
     if not rows:
         return
-    for run_dir in sorted(p for p in root.iterdir() if p.is_dir() and ".incomplete-" not in p.name):
+    from hf_optbench.study.records import is_run_dir_name
+
+    for run_dir in sorted(p for p in root.iterdir() if p.is_dir() and is_run_dir_name(p.name)):
         if (run_dir / SUMMARY_FILE).is_file():
             continue
         status = finished_status(run_dir, rows, run_dir.name)
@@ -78,14 +103,15 @@ def main(argv: list[str] | None = None) -> int:
                              "(default: SWEEP_DIR/tuning when it exists)")
     args = parser.parse_args(argv)
     targets = analysis.parse_targets(args.target_loss)
-    check_sweep_dir(args.sweep_dir)
-    check_writable_dir(args.output or Path(args.sweep_dir) / "report", "--output")
-    tuning_dir = args.tuning_dir
-    if tuning_dir is None and (Path(args.sweep_dir) / "tuning").is_dir():
-        tuning_dir = Path(args.sweep_dir) / "tuning"
-    elif tuning_dir is not None:
-        check_sweep_dir(tuning_dir)
-    files = report.build_report(args.sweep_dir, args.output, targets, tuning_dir=tuning_dir)
+    with one_line_warnings():
+        check_sweep_dir(args.sweep_dir)
+        check_writable_dir(args.output or Path(args.sweep_dir) / "report", "--output")
+        tuning_dir = args.tuning_dir
+        if tuning_dir is None and (Path(args.sweep_dir) / "tuning").is_dir():
+            tuning_dir = Path(args.sweep_dir) / "tuning"
+        if tuning_dir is not None:  # its runs picked the learning rates the report states: checked like the sweep's
+            check_sweep_dir(str(tuning_dir))
+        files = report.build_report(args.sweep_dir, args.output, targets, tuning_dir=tuning_dir)
     print(f"wrote {files['report.md']}, {files['report.html']}, {files['summary.csv']}, "
           f"{files['runs.parquet']} and {sum(1 for k in files if k.endswith('.png'))} plots")
     return 0

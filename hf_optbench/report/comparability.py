@@ -11,7 +11,9 @@ directory holding runs of several sweeps (or runs started by hand) would otherwi
   runs, ``__dx`` in their id, are at other budgets by design and are left out of that one check);
 * across sizes: the same max_steps, or the same budget in tokens per parameter (within one step's rounding);
 * the runs of one optimizer x size (the seeds the report pools, and the ladder's runs): every hyperparameter, tuned
-  ones included, the schedule and its arguments, and the optimizer's constructor values.
+  ones included, the schedule and its arguments, and the optimizer's constructor values; each seed once;
+* the runs of one size, across optimizers (the pairs by seed): every other setting of the identity (dropout, warmup,
+  data, batch, ...), except the optimizer's own hyperparameters and what the sweep file sets per optimizer.
 
 A setting a run does not record (an older run directory) is not compared for that run. Values come from
 summary.json and, where the run wrote one, its ``run_identity.json`` (:mod:`hf_optbench.run.identity`).
@@ -26,6 +28,7 @@ from typing import Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.run.identity import read_identity
+from hf_optbench.rundir import MANIFEST_FILE
 
 # (name shown, how to read it from a record's summary and identity)
 _Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
@@ -49,6 +52,44 @@ _OPTIMIZER_STATE = {"initial_lr", "k", "weight_sum", "lr_max", "step", "train_mo
 # Keys of the identity that are not a hyperparameter of the pooled runs (the seed varies, the rest is above).
 _NOT_POOLED = {"seed", "data_seed", "max_steps", "world_size", "zero_stage", "block_size", "n_positions", "model_size",
                "optimizer"}
+
+
+# Identity keys that may differ between the optimizers of one size: each optimizer's own hyperparameters (cited,
+# tuned or set per optimizer), schedule included (a schedule-free optimizer runs none). Every other setting of the
+# identity is the protocol, which the runs paired by seed must share: an edited sweep that kept its old runs paired
+# dropout 0.3 with dropout 0 and one warmup with another.
+PER_OPTIMIZER = frozenset({"optimizer", "optimizer_constructor", "learning_rate", "weight_decay", "max_grad_norm",
+                           "schedule", "schedule_kwargs", "min_lr_ratio", "embedding_state_32bit"})
+
+
+def _per_optimizer_keys(runs: Sequence[Mapping[str, Any]]) -> set[str]:
+    """:data:`PER_OPTIMIZER` and the keys the sweep file sets per optimizer (its manifest's ``per_optimizer``):
+    a difference the user wrote on purpose."""
+    keys = set(PER_OPTIMIZER)
+    for sweep_dir in {Path(r["run_dir"]).parent.parent for r in runs if Path(r["run_dir"]).parent.name == "runs"}:
+        try:
+            table = json.loads((sweep_dir / MANIFEST_FILE).read_text(encoding="utf-8")).get("per_optimizer") or {}
+            keys |= {str(k) for extra in table.values() if isinstance(extra, Mapping) for k in extra}
+        except (OSError, ValueError, AttributeError):  # no manifest (runs gathered by hand): the fixed set
+            continue
+    return keys
+
+
+def _protocol(ident: Mapping[str, Any], free: set[str]) -> dict[str, Any]:
+    """The identity's settings every run of one size must share, whatever its optimizer."""
+    return {k: v for k, v in ident.items() if k not in free and k not in _NOT_POOLED}
+
+
+def _one_run_per_seed(compared: Sequence[Mapping[str, Any]]) -> None:
+    """Each seed once per optimizer x size: two runs of one seed (a size named twice, directories merged) would be
+    pooled as two samples and paired twice."""
+    seen: dict[tuple[str, str, Any], str] = {}
+    for r in compared:
+        key = (str(r.get("optimizer")), str(r.get("model_size")), r.get("seed"))
+        if key[2] is not None and seen.setdefault(key, r["run_id"]) != r["run_id"]:
+            raise OptBenchError(
+                f"{key[0]}/{key[1]} runs {seen[key]} and {r['run_id']} both have seed {key[2]}: the report would "
+                "count one seed twice, as two samples. Report one sweep's directory, or move one of them elsewhere.")
 
 
 def _pooled(summary: Mapping[str, Any], ident: Mapping[str, Any]) -> dict[str, Any]:
@@ -125,6 +166,12 @@ def check_comparable(compared: Sequence[Mapping[str, Any]], ladder: Sequence[Map
         for key, get in BUDGET:
             _check_key(f"{size} ", key, values([r for r in of_size if r["run_id"] not in ladder_ids], get))
     _budget_across_sizes([r for r in runs if r["run_id"] not in ladder_ids])
+    free = _per_optimizer_keys(runs)
+    for size in sizes:
+        protocol = {r["run_id"]: _protocol(idents[r["run_id"]], free) for r in runs if str(r.get("model_size")) == size}
+        for key in sorted({k for p in protocol.values() for k in p}):
+            _check_key(f"{size} ", key, [(rid, p.get(key)) for rid, p in protocol.items()])
+    _one_run_per_seed([r for r in runs if r["run_id"] not in ladder_ids])
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in runs:  # the ladder too: it differs from the comparison in max_steps only, left out of the pool's keys
         groups.setdefault((str(r.get("optimizer")), str(r.get("model_size"))), []).append(r)

@@ -131,6 +131,12 @@ CASES = [
     c("report-to-comma-list-unknown", [*RUN, "--report_to", "tensorboard,bogus"], "unknown integration 'bogus'"),
     c("report-to-none-and-another", [*RUN, "--report_to", "none", "tensorboard"], "cannot be combined"),
     c("one-value-key-given-two", [*RUN, "--max_steps", "5", "6"], "unexpected value(s) on the command line: 6"),
+    # -- run: issue 32, what a run would overwrite or read wrong -------------------------------------------------
+    c("output-dir-holds-user-files", ["run", "{Q}", "--output_dir", "{T}/userdir"], "README.md, config.yaml, config.json"),
+    c("data-cache-dir-is-a-file", [*RUN, "--data_cache_dir", "{T}/afile", "--save_strategy", "no"], "data_cache_dir",
+      work=True),
+    c("tuned-optimizer-twice", [*RUN, "--tuned_hparams_file", "{T}/tuned_twice.yaml"], "'adamw' and 'AdamW'"),
+    c("tuned-size-twice", [*RUN, "--tuned_hparams_file", "{T}/tuned_size_twice.yaml"], "'tiny' and 'TINY'"),
     # -- validate -----------------------------------------------------------------------------------------
     c("validate-unknown-key", ["validate", "{T}/typo.yaml"], "modle_size"),
     c("validate-full-bad-size", ["validate", "{Q}", "--full", "--model_size", "huge"], "model_size"),
@@ -155,6 +161,9 @@ CASES = [
     c("sweep-dotted-without-lr", ["sweep", "{T}/sweep_dotted_no_lr.yaml", "--dry-run"], "learning_rate"),
     c("run-dotted-not-importable", [*RUN, "--optimizer", "torch.optim.AdamWW", "--learning_rate", "1e-3"],
       "torch.optim.AdamWW"),
+    # -- sweep: two matrix points under one run id (issue 32 item 4) --------------------------------------------
+    c("sweep-lr-multipliers-collide", ["sweep", "{T}/sweep_lr_collide.yaml", "--dry-run"], "0.5 and 0.5000001"),
+    c("sweep-size-twice", ["sweep", "{T}/sweep_size_twice.yaml", "--dry-run"], "'tiny' and 'TINY'"),
     # -- report -------------------------------------------------------------------------------------------
     c("report-missing-dir", ["report", "{T}/missing"], "missing"),
     c("report-corrupt-manifest", ["report", "{T}/sweep_badmanifest"], "sweep_manifest.json"),
@@ -165,6 +174,10 @@ CASES = [
     c("report-unknown-flag", ["report", "{T}/emptysweep", "--bogus"], "--bogus"),
     # -- report/tune: a run the sweep recorded as finished whose summary.json is gone (was a TypeError) ----------
     c("report-finished-run-without-summary", ["report", "{T}/sweep_nosummary"], "adamw__tiny__s0"),
+    # -- report: a summary.json that is not UTF-8 (was a UnicodeDecodeError), one truncated in tuning/ --------------
+    c("report-summary-not-utf8", ["report", "{T}/sweep_bomsummary"], "summary.json is not valid JSON"),
+    c("report-tuning-summary-truncated", ["report", "{T}/sweep_badtuning"],
+      "tuning/runs/adamw__tiny__s0__lrx1/summary.json"),
     c("tune-finished-run-without-summary", ["tune", "{T}/sweep_nosummary"], "adamw__tiny__s0"),
     # -- tune ---------------------------------------------------------------------------------------------
     c("tune-missing-dir", ["tune", "{T}/missing"], "missing"),
@@ -257,11 +270,25 @@ def workspace(tmp_path: Path, monkeypatch) -> Path:
     (tmp_path / "emptysweep").mkdir()
     _bad_sweep_dir(tmp_path / "sweep_badmanifest", manifest="{not json")
     _bad_sweep_dir(tmp_path / "sweep_badsummary", summary="{not json")
+    _bad_sweep_dir(tmp_path / "sweep_bomsummary")
+    (tmp_path / "sweep_bomsummary" / "runs" / "adamw__tiny__s0" / "summary.json").write_bytes(b"\xff\xfe{}")
+    _bad_sweep_dir(tmp_path / "sweep_badtuning")  # a good sweep whose tuning run's summary.json was cut short
+    _bad_sweep_dir(tmp_path / "sweep_badtuning" / "tuning", summary='{"status": "compl')
+    (tmp_path / "sweep_badtuning" / "tuning" / "runs" / "adamw__tiny__s0").rename(
+        tmp_path / "sweep_badtuning" / "tuning" / "runs" / "adamw__tiny__s0__lrx1")
+    # an output_dir that is a user's folder, not a run directory (row "output-dir-holds-user-files")
+    (tmp_path / "userdir").mkdir()
+    for name, text in (("README.md", "# my project\n"), ("config.json", '{"mine": 1}\n'), ("config.yaml", "a: 1\n")):
+        (tmp_path / "userdir" / name).write_text(text)
     # tuned-values files that are not (their rows: "values that failed after the data and the model were built")
     (tmp_path / "tuned_fast.yaml").write_text("lion:\n  tiny:\n    learning_rate: fast\n")
     (tmp_path / "tuned_binary.yaml").write_bytes(b"\x80\x04\x95\x00\xff\xfe")
     (tmp_path / "tuned_adamq.yaml").write_text("adamq:\n  tiny:\n    learning_rate: 0.001\n")
     (tmp_path / "tuned_tinyy.yaml").write_text("adamw:\n  tinyy:\n    learning_rate: 0.001\n")
+    (tmp_path / "tuned_twice.yaml").write_text("adamw:\n  tiny:\n    learning_rate: 0.001\n"
+                                               "AdamW:\n  tiny:\n    learning_rate: 0.01\n")
+    (tmp_path / "tuned_size_twice.yaml").write_text("adamw:\n  tiny:\n    learning_rate: 0.001\n"
+                                                    "  TINY:\n    learning_rate: 0.01\n")
     # sweeps whose matrix values ran wrong or failed only at launch (their rows: "sweep: matrix values ...")
     _sweep(tmp_path / "sweep_seed_empty.yaml", tmp_path / "sw", matrix={"seed": []})
     _sweep(tmp_path / "sweep_seed_negative.yaml", tmp_path / "sw", matrix={"seed": [-1]})
@@ -269,6 +296,8 @@ def workspace(tmp_path: Path, monkeypatch) -> Path:
     _sweep(tmp_path / "sweep_dotted_typo.yaml", tmp_path / "sw", matrix={"optimizer": ["torch.optim.AdamWW"]},
            overrides={"learning_rate": 1e-3})
     _sweep(tmp_path / "sweep_dotted_no_lr.yaml", tmp_path / "sw", matrix={"optimizer": ["torch.optim.AdamW"]})
+    _sweep(tmp_path / "sweep_lr_collide.yaml", tmp_path / "sw", matrix={"lr_multipliers": [0.5, 0.5000001]})
+    _sweep(tmp_path / "sweep_size_twice.yaml", tmp_path / "sw", matrix={"model_size": ["tiny", "TINY"]})
     # a sweep whose state records a run as completed that left no summary.json (rows: "report/tune: a run ...")
     (tmp_path / "sweep_nosummary" / "runs" / "adamw__tiny__s0").mkdir(parents=True)
     (tmp_path / "sweep_nosummary" / "runs" / "adamw__tiny__s0" / "metrics.jsonl").write_text("")
@@ -351,7 +380,8 @@ def test_unwritable_directory_is_refused(argv: list[str], workspace: Path, monke
         ro.chmod(0o700)
 
 
-ENTRY_POINT_CASES = ["batch-0", "report-missing-dir", "memory-zero-stage", "recipe-not-utf8"]
+ENTRY_POINT_CASES = ["batch-0", "report-missing-dir", "memory-zero-stage", "recipe-not-utf8",
+                     "output-dir-holds-user-files", "report-summary-not-utf8", "sweep-lr-multipliers-collide"]
 
 
 @pytest.mark.parametrize("case_id", ENTRY_POINT_CASES)

@@ -93,3 +93,45 @@ def test_sizes_at_one_budget_in_tokens_per_parameter_are_comparable(tmp_path: Pa
     _edit(root / "runs" / "adamw__mini__s0", max_steps=600, tokens_per_param=0.39)
     with pytest.raises(OptBenchError, match="budget across model sizes"):
         analyse(root)
+
+
+# -------------------------------------------- issue 32 item 3: the pairs across optimizers share the protocol
+def _identity(run_dir: Path, **values) -> None:
+    (run_dir / IDENTITY_FILE).write_text(json.dumps({"schema": 1, "identity": values}))
+
+
+def _lion_differs(sweep: Path, **lion_values) -> None:
+    """Identities as an edited sweep that kept its old adamw runs leaves them: each optimizer's own learning rate,
+    and ``lion_values`` only on the lion runs (adamw's are the old ones)."""
+    for run_dir in (sweep / "runs").iterdir():
+        lion = run_dir.name.startswith("lion")
+        old = {"dropout": 0.0, "warmup_steps": 0.1, "block_size": 32}
+        _identity(run_dir, optimizer="lion" if lion else "adamw", learning_rate=1e-4 if lion else 1e-3,
+                  **{**old, **(lion_values if lion else {})})
+
+
+def test_runs_of_other_optimizers_at_other_dropout_or_warmup_are_not_paired(sweep: Path, capsys) -> None:
+    """Before: lion at dropout 0.3 was paired with adamw at dropout 0 without a word."""
+    _lion_differs(sweep, dropout=0.3)
+    assert cli.main(["report", str(sweep)]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: tiny runs differ in dropout (0.0: adamw__tiny__s0"), lines
+    assert "0.3: lion__tiny__s0" in lines[0] and not (sweep / "report").exists()
+    _lion_differs(sweep, warmup_steps=2)
+    with pytest.raises(OptBenchError, match=r"tiny runs differ in warmup_steps \(0.1: adamw__tiny__s0.*2: lion"):
+        analyse(sweep)
+
+
+def test_what_the_sweep_file_sets_per_optimizer_may_differ(sweep: Path) -> None:
+    _lion_differs(sweep, warmup_steps=2)
+    manifest = sweep / "sweep_manifest.json"
+    data = json.loads(manifest.read_text()) if manifest.is_file() else {"runs": []}
+    manifest.write_text(json.dumps({**data, "per_optimizer": {"lion": {"warmup_steps": 2}}}))
+    assert len(analyse(sweep).records) == 6  # set on purpose, per optimizer: the learning rate's kind of difference
+
+
+def test_one_seed_counted_twice_is_refused(sweep: Path) -> None:
+    """Before: ``model_size: [tiny, TINY]`` ran seed 0 twice and the report pooled the two runs as two samples."""
+    shutil.copytree(sweep / "runs" / "adamw__tiny__s0", sweep / "runs" / "adamw__TINY__s0")
+    with pytest.raises(OptBenchError, match="adamw/tiny runs adamw__TINY__s0 and adamw__tiny__s0 both have seed 0"):
+        analyse(sweep)
