@@ -109,21 +109,23 @@ def redact_text(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
 # ------------------------------------------------------------------------------------------- file contents
 
 # What a file must not carry to the Hub, by content (weights included: matched in the bytes read as latin-1): an
-# HF token, and the credentials a ``.netrc``, an AWS credentials file or an SSH/TLS key file holds.
+# HF token, and the credentials a ``.netrc``, an AWS credentials file or an SSH/TLS key file holds. Each pattern
+# opens with a literal, so that ``re`` skips ahead to it: ~1 ms per MB each here, where one case-insensitive
+# alternation of them all took 116 ms per MB (minutes for a GB of weights).
 SECRET_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a Hugging Face token", HF_TOKEN_RE),
-    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("an AWS secret access key", re.compile(r"aws_secret_access_key\s*[=:]", re.IGNORECASE)),
-    ("netrc credentials", re.compile(r"\b(?:machine\s+\S+|default)(?:\s+(?:login|account|port)\s+\S+)*\s+password\s+\S")),
+    ("an AWS access key id", re.compile(r"A[KS]IA[0-9A-Z]{16}(?![0-9A-Z])")),
+    ("an AWS secret access key", re.compile(r"aws_secret_access_key\s*[=:]")),
+    ("an AWS secret access key", re.compile(r"AWS_SECRET_ACCESS_KEY\s*[=:]")),
+    ("netrc credentials", re.compile(r"machine\s+\S+(?:\s+(?:login|account|port)\s+\S+)*\s+password\s+\S")),
+    ("netrc credentials", re.compile(r"default(?:\s+(?:login|account|port)\s+\S+)*\s+password\s+\S")),
     ("a private key", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")),
 )
-_ANY_SECRET = re.compile("|".join(f"(?:{pattern.pattern})" for _, pattern in SECRET_PATTERNS), re.IGNORECASE)
 
 
 def file_secrets(path: Path, token: str | None, chunk: int = 8 << 20) -> list[str]:
     """What secrets the file holds (:data:`SECRET_PATTERNS` by name, and ``token`` itself as "a Hugging Face
-    token"), streamed in chunks (weights can be GBs): one combined scan per chunk, the patterns named only on a
-    hit."""
+    token"), streamed in chunks (weights can be GBs)."""
     needle = token.encode() if token else None
     overlap = 256  # longer than any secret matched, so a match split across two chunks is still seen
     found: list[str] = []
@@ -132,8 +134,7 @@ def file_secrets(path: Path, token: str | None, chunk: int = 8 << 20) -> list[st
         while block := f.read(chunk):
             window = tail + block
             text = window.decode("latin-1")
-            if _ANY_SECRET.search(text):
-                found += [name for name, pattern in SECRET_PATTERNS if name not in found and pattern.search(text)]
+            found += [name for name, pattern in SECRET_PATTERNS if name not in found and pattern.search(text)]
             if needle and needle in window and SECRET_PATTERNS[0][0] not in found:
                 found.append(SECRET_PATTERNS[0][0])
             tail = window[-overlap:]
