@@ -75,9 +75,14 @@ def _per_optimizer_keys(runs: Sequence[Mapping[str, Any]]) -> set[str]:
     return keys
 
 
+# Identity keys the protocol check leaves out: the seed pairs the runs, the budget and the launch are checked above
+# (the ladder runs at other max_steps by design), the size is the group.
+_NOT_PROTOCOL = {"seed", "max_steps", "world_size", "zero_stage", "model_size"}
+
+
 def _protocol(ident: Mapping[str, Any], free: set[str]) -> dict[str, Any]:
     """The identity's settings every run of one size must share, whatever its optimizer."""
-    return {k: v for k, v in ident.items() if k not in free and k not in _NOT_POOLED}
+    return {k: v for k, v in ident.items() if k not in free and k not in _NOT_PROTOCOL}
 
 
 def _one_run_per_seed(compared: Sequence[Mapping[str, Any]]) -> None:
