@@ -1,7 +1,7 @@
 """Sweeps: a base recipe x a matrix of optimizers, model sizes, seeds (and learning-rate multipliers), one
 process per run, restartable.
 
-    hf-optbench sweep recipes/sweeps/cpu_demo.yaml [--dry-run] [--max-runs N] [--retry-failed] [--output-dir DIR]
+    hf-optbench sweep recipes/sweeps/cpu_demo.yaml [--dry_run] [--max_runs N] [--retry_failed] [--output_dir DIR]
 
 Sweep file (YAML)::
 
@@ -64,7 +64,7 @@ runs on its own.
 Why one process per run: allocator caches and leftovers of a previous optimizer would skew the next run's memory
 figures (peak memory is a per-process maximum: CUDA's max_memory_allocated, or the process's peak RSS on CPU). Why the state file: a sweep is killed (pre-emption, Ctrl-C, OOM killer) and must restart
 without redoing or duplicating finished runs. The run's own ``summary.json`` decides whether it finished
-(completed/diverged; failed/oom are final too unless ``--retry-failed``); ``sweep_state.jsonl`` records every
+(completed/diverged; failed/oom are final too unless ``--retry_failed``); ``sweep_state.jsonl`` records every
 attempt, one JSON line per event written with a single O_APPEND write. An unfinished run directory is resumed
 from its last ``checkpoint-*`` (``--resume_from_checkpoint true``) or moved aside to ``<run_id>.incomplete-<n>``;
 nothing is ever deleted. A restart stops only processes its own sweep started (start rows carry the sweep's id and
@@ -244,7 +244,7 @@ def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: b
     """The tuning phase as a loop: run its pending runs, let the tuner add the runs its finished results call for
     (a step beyond an edge holding the best, the weight-decay grid: study.tuning_grid.extend_tuning), repeat until
     it adds none. (counts, max_runs left, finished). A tuning run that failed (a crash, a killed worker) runs once
-    more before its point counts; ``--retry-failed`` also applies to the first pass. A run that fails twice is
+    more before its point counts; ``--retry_failed`` also applies to the first pass. A run that fails twice is
     final, its point counts as a rise of the loss, and the tuned file and the report say so
     (study.tuning.tune_phase)."""
     from hf_optbench.study.tuning_grid import extend_tuning

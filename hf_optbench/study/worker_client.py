@@ -10,7 +10,6 @@ off: ``HF_OPTBENCH_WARM_WORKER=0`` in the environment (or in ``launcher.env``), 
 
 from __future__ import annotations
 
-import glob
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hf_optbench.machine import gpu_visible
 from hf_optbench.publish.redact import redact_argv
 from hf_optbench.study.worker import Channel
 
@@ -29,13 +29,6 @@ _OFF = ("0", "false", "no", "off")
 
 class WorkerUnavailable(Exception):
     """The warm worker cannot run this (or any further) run: the caller starts a plain subprocess instead."""
-
-
-def gpu_visible(env: dict[str, str] | None = None) -> bool:
-    """Whether a run could see a GPU, from device files and CUDA_VISIBLE_DEVICES alone (no CUDA initialisation)."""
-    env = dict(os.environ) if env is None else env
-    hidden = env.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1")
-    return (not hidden and bool(glob.glob("/dev/nvidia[0-9]*"))) or os.path.exists("/dev/kfd")
 
 
 def unavailable_reason(launcher: dict[str, Any], environ: dict[str, str] | None = None) -> str | None:
