@@ -96,9 +96,10 @@ from hf_optbench.rundir import (
     write_json_atomic,
     write_text_atomic,
 )
-from hf_optbench.study.launch import build_command, run_local
+from hf_optbench.study.launch import WORKER_LOG, build_command, run_local
 from hf_optbench.study.slurm import run_slurm
 from hf_optbench.study.sweep_spec import (
+    RunSpec,
     SweepSpec,
     attach_tuned_file,
     load_sweep,
@@ -106,6 +107,7 @@ from hf_optbench.study.sweep_spec import (
     validate_runs,
 )
 from hf_optbench.study.sweep_state import Progress, attempt_number, sweep_identity, sweep_lock
+from hf_optbench.study.worker_client import WorkerPool
 
 
 def _redacted_copy(spec: SweepSpec, secrets: list[str]) -> str:
@@ -208,10 +210,13 @@ def _dry_run(spec: SweepSpec, out_stream: Any) -> dict[str, int]:
 
 
 def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any,
-               sweep_copy: bool, retry_once: bool = False) -> tuple[dict[str, int], int]:
+               sweep_copy: bool, retry_once: bool = False, progress: Progress | None = None,
+               pool: WorkerPool | None = None, before: int = 0,
+               later: list[RunSpec] | None = None) -> tuple[dict[str, int], int]:
     """Run (or continue) one phase's runs; (counts by status, runs launched). ``retry_once``: a run that failed on
     its only attempt runs once more (the tuning phase: a grid point lost to a crash must not silently move the
-    tuned value)."""
+    tuned value). ``progress`` and ``pool``: the whole sweep's (one count and ETA, warm workers kept), with
+    ``before`` runs of earlier phases and ``later`` runs of later ones to count."""
     _write_manifest(spec, sweep_copy)
     state = spec.output_dir / STATE_FILE
     rows = read_state(state)
@@ -223,7 +228,8 @@ def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_st
             todo.append(run)
         else:
             done += 1
-    progress = Progress(len(spec.runs), done, out_stream)
+    progress = progress or Progress(len(spec.runs), done, out_stream)
+    progress.begin_phase(before, done, len(spec.runs), later or [])
     progress.say(f"{spec.name}: {len(spec.runs)} runs, {done} already finished, {len(todo)} to run "
                  f"-> {spec.output_dir}")
     if max_runs is not None:
@@ -231,7 +237,7 @@ def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_st
     if todo and spec.launcher["executor"] == "slurm":
         run_slurm(spec, todo, state, rows, progress)
     elif todo:
-        run_local(spec, todo, state, rows, progress, after_each=lambda: _refresh_summary(spec))
+        run_local(spec, todo, state, rows, progress, after_each=lambda: _refresh_summary(spec), pool=pool)
     rows = read_state(state)
     _refresh_summary(spec)
     counts = _counts(spec, rows)
@@ -239,8 +245,9 @@ def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_st
     return counts, len(todo)
 
 
-def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: bool,
-                          out_stream: Any) -> tuple[dict[str, int], int | None, bool]:
+def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any,
+                          progress: Progress | None = None,
+                          pool: WorkerPool | None = None) -> tuple[dict[str, int], int | None, bool]:
     """The tuning phase as a loop: run its pending runs, let the tuner add the runs its finished results call for
     (a step beyond an edge holding the best, the weight-decay grid: study.tuning_grid.extend_tuning), repeat until
     it adds none. (counts, max_runs left, finished). A tuning run that failed (a crash, a killed worker) runs once
@@ -256,7 +263,7 @@ def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: b
 
     while True:
         counts, launched = _run_phase(spec.tuning, max_runs, retry_failed, out_stream, sweep_copy=False,
-                                      retry_once=True)
+                                      retry_once=True, progress=progress, pool=pool, later=_unfinished(spec))
         max_runs = None if max_runs is None else max_runs - launched
         if set(counts) - {"completed", "diverged", "failed", "oom"}:  # stopped early: tune and compare later
             return counts, max_runs, False
@@ -266,6 +273,12 @@ def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: b
         if not extend_tuning(spec, say):
             return counts, max_runs, True
         retry_failed = False
+
+
+def _unfinished(spec: SweepSpec) -> list[RunSpec]:
+    """The phase's runs still to run (for the sweep's ETA while an earlier phase runs)."""
+    rows = read_state(spec.output_dir / STATE_FILE)
+    return [run for run in spec.runs if finished_status(spec.run_dir(run), rows, run.run_id) is None]
 
 
 def _failed_once(spec: SweepSpec) -> list[str]:
@@ -302,13 +315,18 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
             resolve_grid(phase)
     if dry_run:
         return _dry_run(spec, out_stream)
-    with sweep_lock(spec.output_dir):
+    # one progress count and ETA, and one set of warm workers, for every phase of the sweep
+    with sweep_lock(spec.output_dir), WorkerPool(str(spec.output_dir / WORKER_LOG)) as pool:
+        progress = Progress(0, 0, out_stream)
         counts: dict[str, int] = {}
         if spec.tuning is not None:
             _write_manifest(spec)  # the whole sweep's file and matrix, before its first (tuning) run
-            counts, max_runs, finished = _tune_until_bracketed(spec, max_runs, retry_failed, out_stream)
+            counts, max_runs, finished = _tune_until_bracketed(spec, max_runs, retry_failed, out_stream, progress,
+                                                               pool)
             if not finished:  # stopped early: compare later
                 return _add(counts, {"pending": len(spec.runs)})
             _tune_then_attach(spec, out_stream)
-        compared, _ = _run_phase(spec, max_runs, retry_failed, out_stream, sweep_copy=True)
+        before = len(spec.tuning.runs) if spec.tuning is not None else 0
+        compared, _ = _run_phase(spec, max_runs, retry_failed, out_stream, sweep_copy=True, progress=progress,
+                                 pool=pool, before=before)
         return _add(counts, compared)
