@@ -47,14 +47,14 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse whose errors are one line (OptBenchError, exit 2) instead of the usage block plus a message, so
     every subcommand fails the same way: ``error: <what> ... `<prog> --help` lists the options``; and whose long
     options are spelled with underscores, the hyphen spelling and the ``aliases`` (old name -> new name) accepted
-    unseen (:mod:`hf_optbench.cli.argv`)."""
+    unseen (:mod:`hf_optbench.cli.flags`)."""
 
     def __init__(self, *args: Any, aliases: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.aliases = dict(aliases or {})
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
-        from hf_optbench.cli.argv import canonical_flags
+        from hf_optbench.cli.flags import canonical_flags
 
         argv = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(canonical_flags(argv, self._option_string_actions, self.aliases), namespace)

@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hf_optbench.cli.argv import canonical_flags
+from hf_optbench.cli.flags import canonical_flags
 from hf_optbench.config.argv import help_requested, recipe_first
 from hf_optbench.errors import OptBenchError
 
 _OWN_OPTIONS = {"--min_lr": float, "--max_lr": float, "--num_steps": int, "--output": str, "--smooth": float,
-                "--diverge_factor": float}  # the hyphen spellings (--num-steps) work too (hf_optbench.cli.argv)
+                "--diverge_factor": float}  # the hyphen spellings (--num-steps) work too (hf_optbench.cli.flags)
 _OWN_FLAGS = {"--overwrite"}
 _OUTPUT_FILES = ("lr_finder.json", "lr_finder.png")
 PROGRESS_EVERY_STEPS = 10

@@ -4,7 +4,7 @@ Why not "the worst loss any run reached" (the old rule): that level sits at the 
 every optimizer arrives at the same step because the schedule ends, not because of the optimizer; it moves when an
 optimizer is added or dropped; and a diverged run has to be dropped to keep it reachable. Here the targets of a
 size come from the **baseline's reference runs only** (AdamW by default): the baseline's smoothed train loss at
-25 / 50 / 75 / 100 % of its step budget, averaged over its seeds (or one value given with ``--target-loss``). Adding
+25 / 50 / 75 / 100 % of its step budget, averaged over its seeds (or one value given with ``--target_loss``). Adding
 or dropping any other optimizer cannot move them.
 
 Why the smoothed *train* loss and not the eval loss: it is measured at every step, so a time to target is resolved
@@ -146,7 +146,7 @@ def merge_size_notes(notes: Sequence[str]) -> list[str]:
 
 
 def given_target(size: str, loss: float) -> Target:
-    return Target(size, GIVEN, float(loss), "given with --target-loss")
+    return Target(size, GIVEN, float(loss), "given with --target_loss")
 
 
 def time_to_each(train: Sequence[Mapping[str, Any]], targets: Sequence[Target], window: int,

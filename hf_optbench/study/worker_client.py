@@ -190,8 +190,8 @@ class WarmWorker:
 class WorkerPool:
     """The warm workers of one whole sweep: a slot takes a worker started with the same environment, directory and
     cores when one is idle, and gives it back after its runs, so the tuning rounds and the comparison all fork from
-    the worker the first round started. Why: each round used to start (and pay the imports of) its own worker, 4-11 s
-    a time, six times in the smoke sweep; a worker holds nothing of a run (each run is a fresh fork of it), so one
+    the worker the first round started. Why: each round used to start (and pay the imports of) its own worker, six
+    times in the smoke sweep; a worker holds nothing of a run (each run is a fresh fork of it), so one
     that served a round serves the next the same. ``close`` ends every worker (``with WorkerPool(...) as pool``)."""
 
     def __init__(self, log_path: str) -> None:

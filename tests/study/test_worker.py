@@ -359,8 +359,8 @@ best = float(os.environ["FAKE_BEST_LR"])
 def test_one_warm_worker_serves_every_round_and_phase_and_one_count_runs_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tune, then compare: the best rate sits at the first grid's edge, so the tuner adds a round; the worker the
-    first round started forks every run of every round and of the comparison (before: one worker per round,
-    4-11 s of imports each), it ends with the sweep, and the progress count and ETA run on across the phases
+    first round started forks every run of every round and of the comparison (before: one worker per round, each
+    paying the imports again), it ends with the sweep, and the progress count and ETA run on across the phases
     (before: "[sweep 0/6 ...] ... (ETA ?)" again at each round)."""
     from hf_optbench.optim.registry import optimizer_defaults
 

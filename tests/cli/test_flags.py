@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from hf_optbench import cli
-from hf_optbench.cli.argv import canonical_flags
 from hf_optbench.cli.find_lr import _split_own
+from hf_optbench.cli.flags import canonical_flags
 
 
 class _Parsed(Exception):
