@@ -255,8 +255,11 @@ def plot_by_params(an: Analysis, panels: Sequence[tuple[str, str]], title: str, 
         param_axis(ax, counts)
         if log_y and values and min(values) > 0:
             ax.set_yscale("log")
-        if values and not any(values) and key in EMPTY_TEXT:
-            ax.text(0.5, 0.6, EMPTY_TEXT[key], transform=ax.transAxes, ha="center", fontsize=11, color="0.3")
+        if values and key in EMPTY_TEXT:  # counts and fractions: from 0 up (not -0.04 ... 0.04 around all-zero)
+            top = max(1.0, max(values))
+            ax.set_ylim(-0.05 * top, 1.05 * top)
+            if not any(values):
+                ax.text(0.5, 0.6, EMPTY_TEXT[key], transform=ax.transAxes, ha="center", fontsize=11, color="0.3")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, which="both")
     if axes[0][0].get_legend_handles_labels()[0]:
