@@ -22,6 +22,7 @@ from typing import Any
 from hf_optbench.report.analysis import BASELINE, Analysis, group, window
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_readable = "{:g}".format  # 0.002, 0.5, 2: a tick label as written, not 5x10^-1
 EMPTY_TEXT = {"loss_spikes_per_1k": "no loss spikes in any run", "diverged": "no run diverged"}
 
 
@@ -76,10 +77,6 @@ def param_axis(ax: Any, counts: Iterable[float]) -> None:
     else:
         ax.margins(x=0.08)
     ax.set_xlabel("parameters (the sizes run)")
-
-
-def _readable(v: float) -> str:
-    return f"{v:g}"
 
 
 def minor_labels(axis: Any) -> None:
