@@ -9,7 +9,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from hf_optbench.machine import quiet_deepspeed_cpu_notice
+
 __version__ = "0.1.0"
+
+quiet_deepspeed_cpu_notice()  # before any Trainer imports DeepSpeed (see hf_optbench.machine)
 
 _EXPORTS = {
     "OptBenchError": "errors",

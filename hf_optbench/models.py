@@ -43,6 +43,14 @@ SIZE_ALIASES = {"gpt2-base": "gpt2", "gpt2-small": "gpt2", "124m": "gpt2", "355m
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3")
 
 
+def size_names() -> str:
+    """Every size of the table in its order, for the help texts that list sizes (``run --help``, ``memory``,
+    ``optimizers``): a row added to ``_SIZE_ROWS`` shows up in each of them."""
+    cpu = [name for name, cls in SIZE_CLASS.items() if cls == "cpu"]
+    gpu = [name for name, cls in SIZE_CLASS.items() if cls != "cpu"]
+    return ", ".join(cpu) + " (CPU shapes), " + ", ".join(gpu)
+
+
 def resolve_size(name: str) -> str:
     """Canonical size name for ``name`` (aliases allowed); OptBenchError listing the sizes otherwise."""
     key = str(name).strip().lower()

@@ -16,7 +16,7 @@ PKG = Path(__file__).resolve().parents[1] / "hf_optbench"
 # Lowest first. A module may import from its own layer or a lower one. Every module belongs to one layer: a new
 # top-level module or sub-package must be added here.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("hf_optbench.errors", "hf_optbench.rundir", "hf_optbench.yaml_file")),
+    ("base", ("hf_optbench.errors", "hf_optbench.machine", "hf_optbench.rundir", "hf_optbench.yaml_file")),
     ("models", ("hf_optbench.models",)),
     ("publish", ("hf_optbench.publish",)),
     ("optim", ("hf_optbench.optim",)),

@@ -149,7 +149,7 @@ def test_bad_arguments_are_named():
 def test_cli_options_are_split_from_recipe_overrides(capsys):
     own, rest = _split_own(["r.yaml", "--min-lr", "1e-6", "--max_steps", "5", "--num-steps=40", "--output", "o"])
     assert own == {"min_lr": 1e-6, "num_steps": 40, "output": "o"} and rest == ["r.yaml", "--max_steps", "5"]
-    with pytest.raises(OptBenchError, match="--max-lr"):
+    with pytest.raises(OptBenchError, match="--max_lr"):
         _split_own(["--max-lr", "big"])
     assert find_lr_main(["--help"]) == 0 and "find-lr RECIPE.yaml" in capsys.readouterr().out
 

@@ -8,7 +8,9 @@ import errno
 import importlib
 import os
 import sys
+from typing import Any
 
+from hf_optbench.config.argv import help_requested
 from hf_optbench.errors import OptBenchError, suggest
 
 # subcommand -> (module, function, one-line help)
@@ -43,13 +45,24 @@ def disk_error(exc: OSError) -> str:
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose errors are one line (OptBenchError, exit 2) instead of the usage block plus a message, so
-    every subcommand fails the same way: ``error: <what> ... `<prog> --help` lists the options``."""
+    every subcommand fails the same way: ``error: <what> ... `<prog> --help` lists the options``; and whose long
+    options are spelled with underscores, the hyphen spelling and the ``aliases`` (old name -> new name) accepted
+    unseen (:mod:`hf_optbench.cli.flags`)."""
+
+    def __init__(self, *args: Any, aliases: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.aliases = dict(aliases or {})
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        from hf_optbench.cli.flags import canonical_flags
+
+        argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(canonical_flags(argv, self._option_string_actions, self.aliases), namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise OptBenchError(f"{message}. `{self.prog} --help` lists the options.")
 
 
-HELP_FLAGS = ("-h", "--help", "--help-all")
 
 
 def _usage() -> str:
@@ -58,7 +71,8 @@ def _usage() -> str:
              "Which optimizer should I use to pretrain a GPT-2-style LM, and does its advantage survive scale?", "",
              "commands:"]
     lines += [f"  {name.ljust(width)}  {help_}" for name, (_, _, help_) in SUBCOMMANDS.items()]
-    lines += ["", "`hf-optbench <command> --help` for a command's options."]
+    lines += ["", "`hf-optbench <command> --help` for a command's options. Options are spelled as recipe keys are,",
+              "with underscores (--output_dir); the hyphen spelling (--output-dir) works too."]
     return "\n".join(lines)
 
 
@@ -78,11 +92,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(SUBCOMMANDS)} (`hf-optbench --help` says what each does).", file=sys.stderr)
         return 2
     module_name, func_name, _ = SUBCOMMANDS[name]
-    if name == "run" and any(a in HELP_FLAGS for a in rest):
+    if name == "run" and help_requested(rest):
         # answered here: the short help imports neither torch nor the run module (config.help)
         from hf_optbench.config.help import print_run_help
 
-        return print_run_help(full="--help-all" in rest)
+        return print_run_help(full=help_requested(rest) == "full")
     try:
         func = getattr(importlib.import_module(module_name), func_name)
         code = func(rest)

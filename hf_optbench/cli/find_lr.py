@@ -11,28 +11,32 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.cli.flags import canonical_flags
+from hf_optbench.config.argv import help_requested, recipe_first
 from hf_optbench.errors import OptBenchError
 
-_OWN_OPTIONS = {"--min-lr": float, "--max-lr": float, "--num-steps": int, "--output": str, "--smooth": float,
-                "--diverge-factor": float}
+_OWN_OPTIONS = {"--min_lr": float, "--max_lr": float, "--num_steps": int, "--output": str, "--smooth": float,
+                "--diverge_factor": float}  # the hyphen spellings (--num-steps) work too (hf_optbench.cli.flags)
 _OWN_FLAGS = {"--overwrite"}
 _OUTPUT_FILES = ("lr_finder.json", "lr_finder.png")
 PROGRESS_EVERY_STEPS = 10
 PROGRESS_EVERY_SECONDS = 5.0
 
-_USAGE = """usage: hf-optbench find-lr RECIPE.yaml [--key value ...] [--min-lr 1e-7] [--max-lr 1] [--num-steps 100]
-                           [--output DIR] [--overwrite] [--smooth 0.98] [--diverge-factor 4]
+_USAGE = """usage: hf-optbench find-lr RECIPE.yaml [--key value ...] [--min_lr 1e-7] [--max_lr 1] [--num_steps 100]
+                           [--output DIR] [--overwrite] [--smooth 0.98] [--diverge_factor 4]
 
 LR range test on the recipe's model, data, optimizer, micro-batch, accumulation and clipping. Writes
 DIR/lr_finder.json and DIR/lr_finder.png (DIR defaults to <output_dir>/lr_finder; a finished run in <output_dir>
 is left as it is) and prints three suggestions: valley (fastai's default), steepest descent before the minimum,
-and minimum/10. --overwrite replaces an earlier lr_finder.json in DIR. Progress lines go to stderr."""
+and minimum/10. --overwrite replaces an earlier lr_finder.json in DIR. Progress lines go to stderr. The recipe may
+also come as --config RECIPE.yaml, anywhere on the line."""
 
 
 def _split_own(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """Our --min-lr/--max-lr/... out of argv; the rest (recipe and --key value) goes to config.parse_args."""
+    """Our --min_lr/--max_lr/... out of argv; the rest (recipe and --key value) goes to config.parse_args."""
     own: dict[str, Any] = {}
     rest: list[str] = []
+    argv = canonical_flags(argv, [*_OWN_OPTIONS, *_OWN_FLAGS])
     it = iter(range(len(argv)))
     for i in it:
         tok = argv[i]
@@ -60,17 +64,17 @@ def _check_own(own: dict[str, Any]) -> None:
 
     for key, value in own.items():
         if isinstance(value, float) and not math.isfinite(value):
-            raise OptBenchError(f"--{key.replace('_', '-')} must be a finite number, got {value}.")
+            raise OptBenchError(f"--{key} must be a finite number, got {value}.")
     min_lr, max_lr = own.get("min_lr", 1e-7), own.get("max_lr", 1.0)
     if not 0 < min_lr < max_lr:
-        raise OptBenchError(f"--min-lr {min_lr:g} and --max-lr {max_lr:g}: need 0 < min-lr < max-lr (e.g. --min-lr "
-                            "1e-7 --max-lr 1).")
+        raise OptBenchError(f"--min_lr {min_lr:g} and --max_lr {max_lr:g}: need 0 < min_lr < max_lr (e.g. --min_lr "
+                            "1e-7 --max_lr 1).")
     if own.get("num_steps", 100) < 2:
-        raise OptBenchError(f"--num-steps must be >= 2, got {own['num_steps']} (default 100).")
+        raise OptBenchError(f"--num_steps must be >= 2, got {own['num_steps']} (default 100).")
     if not 0 <= own.get("smooth", 0.98) < 1:
         raise OptBenchError(f"--smooth must be in [0, 1), got {own['smooth']} (default 0.98).")
     if not own.get("diverge_factor", 4.0) > 1:
-        raise OptBenchError(f"--diverge-factor must be > 1, got {own['diverge_factor']} (default 4).")
+        raise OptBenchError(f"--diverge_factor must be > 1, got {own['diverge_factor']} (default 4).")
 
 
 class _Progress:
@@ -116,7 +120,7 @@ def _range_test(cfg: Any, own: dict[str, Any]) -> tuple[Any, Any]:
     dtype = torch.bfloat16 if targs.bf16 else torch.float16 if targs.fp16 else None
     num_steps = own.get("num_steps", 100)
     print(f"find-lr: {cfg.optim.optimizer}, lr {min_lr:.0e} -> {own.get('max_lr', 1.0):.0e} over {num_steps} steps "
-          "(stops early once the smoothed loss exceeds --diverge-factor x its best)", file=sys.stderr, flush=True)
+          "(stops early once the smoothed loss exceeds --diverge_factor x its best)", file=sys.stderr, flush=True)
     result = lr_range_test(
         model, opt, loader, min_lr=min_lr, max_lr=own.get("max_lr", 1.0), num_steps=num_steps,
         smooth=own.get("smooth", 0.98), diverge_factor=own.get("diverge_factor", 4.0),
@@ -171,10 +175,10 @@ def _parse(rest: list[str]) -> Any:
 def main(argv: list[str] | None = None) -> int:
     """Run the range test for a recipe, write ``lr_finder.json`` and ``lr_finder.png``, print the suggestions."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv or help_requested(argv):
         print(_USAGE)
         return 0 if argv else 2
-    own, rest = _split_own(argv)
+    own, rest = _split_own(recipe_first(argv))
     _check_own(own)
     from hf_optbench.config.hparams import resolve_hyperparameters
     from hf_optbench.rundir import write_json_atomic

@@ -7,28 +7,30 @@ import json
 from hf_optbench.cli import ArgumentParser
 from hf_optbench.measure import planner
 from hf_optbench.measure.planner import DEFAULT_VOCAB, PRECISIONS, format_plan, plan_memory
+from hf_optbench.models import size_names
 
 
 def main(argv: list[str] | None = None) -> int:
     """``hf-optbench memory``: print the plan (or ``--json``)."""
-    parser = ArgumentParser(prog="hf-optbench memory", description=planner.__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="gpt2", help="GPT-2 size (tiny ... gpt2-xl)")
+    parser = ArgumentParser(prog="hf-optbench memory", description=planner.__doc__.split("\n\n")[0],
+                            aliases={"--model": "--model_size"})
+    parser.add_argument("--model_size", default="gpt2", help=f"GPT-2 size: {size_names()}")
     parser.add_argument("--optimizer", default="adamw", help="registry name, e.g. adamw, lion, adamw_8bit")
     parser.add_argument("--precision", default="bf16", choices=PRECISIONS)
-    parser.add_argument("--zero-stage", type=int, default=0, choices=(0, 1, 2, 3))
-    parser.add_argument("--world-size", type=int, default=1)
-    parser.add_argument("--micro-batch-size", type=int, default=8)
-    parser.add_argument("--block-size", type=int, default=1024)
-    parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB,
+    parser.add_argument("--zero_stage", type=int, default=0, choices=(0, 1, 2, 3))
+    parser.add_argument("--world_size", type=int, default=1)
+    parser.add_argument("--micro_batch_size", type=int, default=8)
+    parser.add_argument("--block_size", type=int, default=1024)
+    parser.add_argument("--vocab_size", type=int, default=DEFAULT_VOCAB,
                         help="tokenizer length; padded to a multiple of 64 like build_model")
-    parser.add_argument("--n-positions", type=int, default=None, help="default: --block-size")
-    parser.add_argument("--attn-implementation", default="sdpa", choices=("sdpa", "eager", "flash_attention_2"))
-    parser.add_argument("--gradient-checkpointing", action="store_true")
-    parser.add_argument("--embedding-state-8bit", action="store_true",
+    parser.add_argument("--n_positions", type=int, default=None, help="default: --block_size")
+    parser.add_argument("--attn_implementation", default="sdpa", choices=("sdpa", "eager", "flash_attention_2"))
+    parser.add_argument("--gradient_checkpointing", action="store_true")
+    parser.add_argument("--embedding_state_8bit", action="store_true",
                         help="8-bit optimizers: quantise the embeddings' state too (default keeps it fp32)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     args = parser.parse_args(argv)
-    plan = plan_memory(args.model, args.optimizer, precision=args.precision, zero_stage=args.zero_stage,
+    plan = plan_memory(args.model_size, args.optimizer, precision=args.precision, zero_stage=args.zero_stage,
                        world_size=args.world_size, micro_batch_size=args.micro_batch_size,
                        block_size=args.block_size, vocab_size=args.vocab_size, n_positions=args.n_positions,
                        attn_implementation=args.attn_implementation,

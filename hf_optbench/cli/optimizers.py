@@ -7,6 +7,7 @@ from typing import Any
 
 from hf_optbench.cli import ArgumentParser
 from hf_optbench.config.checks import adam_family
+from hf_optbench.models import size_names
 from hf_optbench.optim.registry import CITATIONS, OPTIMIZERS, optimizer_defaults, size_class
 
 
@@ -30,25 +31,31 @@ def _table_row(r: dict[str, Any]) -> tuple[str, ...]:
     return (r["name"], r["implementation"], _fmt(d["learning_rate"]), _fmt(d["weight_decay"]), other, notes)
 
 
+DESCRIPTION = ("The registry's optimizers: name, implementation, the cited default hyperparameters for one model "
+               "size, and their sources.")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``hf-optbench optimizers [--size SIZE] [--json]``: names, implementations, cited defaults and sources."""
-    parser = ArgumentParser(prog="hf-optbench optimizers", description=main.__doc__)
-    parser.add_argument("--size", default="gpt2", help="model size whose defaults to show (default gpt2)")
+    """``hf-optbench optimizers [--model_size SIZE] [--json]``: print :data:`DESCRIPTION`'s table (the help shows
+    DESCRIPTION, plain text: argparse prints a description as it is)."""
+    parser = ArgumentParser(prog="hf-optbench optimizers", description=DESCRIPTION, aliases={"--size": "--model_size"})
+    parser.add_argument("--model_size", default="gpt2",
+                        help=f"model size whose defaults to show (default gpt2): {size_names()}")
     parser.add_argument("--json", action="store_true", help="print JSON (all fields, with full citations)")
     args = parser.parse_args(argv)
     rows = []
     family = adam_family()
     for name, spec in OPTIMIZERS.items():
-        d = optimizer_defaults(name, args.size)
+        d = optimizer_defaults(name, args.model_size)
         rows.append({"name": name, "implementation": spec.implementation, "package": spec.package,
                      "requires_cuda": spec.requires_cuda, "schedule_free": spec.schedule_free,
                      "needs_tuning": spec.needs_tuning, "description": spec.description, "defaults": d,
                      "takes_adam_arguments": name in family})
     if args.json:
-        print(json.dumps({"size": args.size, "size_class": size_class(args.size), "optimizers": rows},
+        print(json.dumps({"size": args.model_size, "size_class": size_class(args.model_size), "optimizers": rows},
                          indent=2, default=list))
         return 0
-    print(f"Defaults for model size '{args.size}' (size class {size_class(args.size)}); `--json` for citations.\n")
+    print(f"Defaults for model size '{args.model_size}' (size class {size_class(args.model_size)}); `--json` for citations.\n")
     header = ("name", "implementation", "lr", "wd", "betas / other", "notes")
     table = [_table_row(r) for r in rows]
     widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(len(header))]

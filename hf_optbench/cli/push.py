@@ -1,4 +1,4 @@
-"""``hf-optbench push RUN_DIR --repo-id ID [--public] [--dry-run]``: stage, check and upload a run to the Hub.
+"""``hf-optbench push RUN_DIR --repo_id ID [--public] [--dry_run]``: stage, check and upload a run to the Hub.
 
 The token comes from ``HF_TOKEN`` or ``hf auth login`` (never from the command line: it would land in the shell
 history and the process list); the work is done by :mod:`hf_optbench.publish.hub`. A token-like option (``--token``,
@@ -41,13 +41,13 @@ def _parser(secrets: list[str] | None = None) -> ArgumentParser:
                     "The token comes from HF_TOKEN or `hf auth login`, never from the command line.",
     )
     p.add_argument("run_dir", help="the run's output_dir (holds summary.json)")
-    p.add_argument("--repo-id", required=True, help="target repository, 'user-or-org/name'")
+    p.add_argument("--repo_id", required=True, help="target repository, 'user-or-org/name'")
     p.add_argument("--public", action="store_true", help="create the repository public (default: private)")
-    p.add_argument("--dry-run", action="store_true", help="stage and check the upload folder, upload nothing")
-    p.add_argument("--stage-dir", default=None,
+    p.add_argument("--dry_run", action="store_true", help="stage and check the upload folder, upload nothing")
+    p.add_argument("--stage_dir", default=None,
                    help="where to stage, kept afterwards (default: a temporary folder, removed; the run directory is "
                         "never written)")
-    p.add_argument("--commit-message", default=None, help="commit message on the Hub")
+    p.add_argument("--commit_message", default=None, help="commit message on the Hub")
     p.secrets = list(secrets or [])
     return p
 

@@ -96,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="hf-optbench report", description=(report.__doc__ or "").split("\n\n")[0])
     parser.add_argument("sweep_dir", help="a sweep's output_dir (or any folder of run directories)")
     parser.add_argument("--output", default=None, help="report directory (default: SWEEP_DIR/report)")
-    parser.add_argument("--target-loss", default=None,
+    parser.add_argument("--target_loss", default=None,
                         help="target loss for time-to-target: one number, or per size like tiny=6.1,mini=5.4")
-    parser.add_argument("--tuning-dir", default=None,
+    parser.add_argument("--tuning_dir", default=None,
                         help="a tuning sweep (runs at lr multipliers) whose tuning curves the report shows "
                              "(default: SWEEP_DIR/tuning when it exists)")
     args = parser.parse_args(argv)

@@ -19,16 +19,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="hf-optbench sweep", description=sweep.__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_file", help="sweep YAML (see recipes/sweeps/)")
-    parser.add_argument("--output-dir", default=None, help="sweep directory (default: the file's output_dir)")
-    parser.add_argument("--dry-run", action="store_true", help="validate and print each run's status and command")
-    parser.add_argument("--max-runs", type=int, default=None, help="start at most N runs, then stop")
-    parser.add_argument("--retry-failed", action="store_true", help="run failed/oom runs again (old dir moved aside)")
-    parser.add_argument("--rerun-changed", action="store_true",
+    parser.add_argument("--output_dir", default=None, help="sweep directory (default: the file's output_dir)")
+    parser.add_argument("--dry_run", action="store_true", help="validate and print each run's status and command")
+    parser.add_argument("--max_runs", type=int, default=None, help="start at most N runs, then stop")
+    parser.add_argument("--retry_failed", action="store_true", help="run failed/oom runs again (old dir moved aside)")
+    parser.add_argument("--rerun_changed", action="store_true",
                         help="run again the finished runs whose settings the edited sweep file changed (each old "
                              "dir moved aside to <run_id>.changed-N); without it such a sweep is refused")
     args = parser.parse_args(argv)
     if args.max_runs is not None and args.max_runs < 0:
-        raise OptBenchError(f"--max-runs must be >= 0, got {args.max_runs}.")
+        raise OptBenchError(f"--max_runs must be >= 0, got {args.max_runs}.")
 
     def _stop(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")

@@ -32,21 +32,18 @@ def _build_parser() -> ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train a byte-level BPE (or char-level) tokenizer from local files")
     t.add_argument("--input", nargs="+", required=True, help="files, globs or a directory (txt, jsonl, json.gz in the c4 layout, parquet)")
-    t.add_argument("--vocab-size", type=int, required=True, help="total vocabulary size including special tokens")
+    t.add_argument("--vocab_size", type=int, required=True, help="total vocabulary size including special tokens")
     t.add_argument("--output", required=True, help="directory to write (loads with AutoTokenizer.from_pretrained)")
-    t.add_argument(
-        "--keep-thai-marks",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="keep Unicode combining marks (Thai vowels/tones) inside letter runs; --no-keep-thai-marks = GPT-2's split",
-    )
-    t.add_argument("--char-level", action="store_true", help="one token per grapheme (code point with --no-keep-thai-marks)")
-    t.add_argument("--min-frequency", type=int, default=DEFAULT_MIN_FREQUENCY, help="BPE merge threshold (Flax recipe: 2)")
-    t.add_argument("--text-column", default="text", help="text column of json/jsonl/parquet input")
+    t.add_argument("--keep_thai_marks", action="store_true", default=True,
+                   help="keep Unicode combining marks (Thai vowels/tones) inside letter runs (the default)")
+    t.add_argument("--no_keep_thai_marks", dest="keep_thai_marks", action="store_false", help="GPT-2's split instead")
+    t.add_argument("--char_level", action="store_true", help="one token per grapheme (code point with --no_keep_thai_marks)")
+    t.add_argument("--min_frequency", type=int, default=DEFAULT_MIN_FREQUENCY, help="BPE merge threshold (Flax recipe: 2)")
+    t.add_argument("--text_column", default="text", help="text column of json/jsonl/parquet input")
     s = sub.add_parser("stats", help="tokens per (Thai) character of a tokenizer on local files")
     s.add_argument("--tokenizer", required=True, help="Hub id, local directory or builtin:<name>")
     s.add_argument("--input", nargs="+", required=True, help="files, globs or a directory")
-    s.add_argument("--text-column", default="text")
+    s.add_argument("--text_column", default="text")
     sub.add_parser("list", help="list the built-in tokenizers")
     return p
 

@@ -25,22 +25,17 @@ from hf_optbench.config.parse import TRAINING_DEFAULTS, ModelArguments, RunArgum
 
 # (title, dataclass, keys shown with their help); the group's other keys are listed by name below them.
 GROUPS: tuple[tuple[str, Any, tuple[str, ...]], ...] = (
-    ("model", ModelArguments, ("model_size", "n_positions", "attn_implementation")),
+    ("model", ModelArguments, ("model_size",)),
     ("optimizer and schedule", OptimizerArguments,
-     ("optimizer", "optimizer_kwargs", "schedule", "schedule_kwargs", "min_lr_ratio", "tuned_hparams_file")),
-    ("data", DataArguments,
-     ("data_source", "dataset_name", "dataset_config", "data_files", "txt_sample_by", "tokenizer_name", "block_size",
-      "max_train_tokens", "validation_fraction", "validation_blocks")),
-    ("measurement", BenchArguments,
-     ("target_losses", "eval_target_losses", "spike_threshold", "timing_warmup_steps", "measure_memory",
-      "stop_on_divergence")),
-    ("run directory", RunArguments, ("overwrite_output_dir", "require_clean_git", "write_model_card")),
+     ("optimizer", "optimizer_kwargs", "schedule", "tuned_hparams_file")),
+    ("data", DataArguments, ("data_source", "data_files", "tokenizer_name", "block_size", "validation_fraction")),
+    ("measurement", BenchArguments, ("target_losses", "target_smoothing_steps")),
+    ("run directory", RunArguments, ("overwrite_output_dir",)),
 )
 # The TrainingArguments fields a benchmark user sets; the other ~95 are behind --help-all.
 TRAINER_KEYS = ("output_dir", "max_steps", "learning_rate", "weight_decay", "max_grad_norm",
-                "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-                "warmup_steps", "eval_steps", "save_steps", "logging_steps", "bf16", "fp16", "torch_compile", "seed",
-                "report_to", "push_to_hub", "resume_from_checkpoint")
+                "per_device_train_batch_size", "gradient_accumulation_steps", "warmup_steps", "eval_steps",
+                "save_steps", "seed", "bf16", "report_to", "resume_from_checkpoint")
 # What our run puts in place of transformers' default (parse.parse_args, config.hparams).
 _OUR_DEFAULTS = {"output_dir": "runs/<optimizer>_<size>_s<seed>", "learning_rate": "cited",
                  "weight_decay": "cited", "max_grad_norm": "cited"}
@@ -50,10 +45,27 @@ _OUR_HELP = {
     "weight_decay": "Decoupled weight decay (on >=2-D tensors only). Unset: the optimizer's cited default.",
     "max_grad_norm": "Gradient clipping norm (0 = off). Unset: the optimizer's cited default.",
     "output_dir": "The run directory (config.yaml, metrics.jsonl, summary.json, checkpoints).",
-    "report_to": "Trackers: tensorboard wandb (or tensorboard,wandb; a YAML list in a recipe), all or none.",
+    "report_to": "Trackers: tensorboard, wandb (a list), all or none.",
+    "max_steps": "Optimizer steps: the run's budget.",
+    "gradient_accumulation_steps": "Micro-batches per optimizer step.",
+    "warmup_steps": "Warmup steps; a value below 1 is a fraction of max_steps.",
+    "eval_steps": "Optimizer steps between evaluations.",
+    "save_steps": "Optimizer steps between checkpoints.",
+    "resume_from_checkpoint": "true: continue from output_dir's last checkpoint; or a checkpoint's path.",
+}
+# One line for the keys whose first sentence is a paragraph; the whole text is in --help-all.
+_SHORT_HELP = {
+    "optimizer": "Registry name (`hf-optbench optimizers` lists them) or a dotted path (torch.optim.RAdam).",
+    "schedule": "gpt3_cosine, wsd, one_cycle, constant_with_warmup, constant or none.",
+    "tuned_hparams_file": "The file `hf-optbench tune` writes: its values replace the cited defaults.",
+    "data_source": "thai_sample (bundled), hub, local (data_files) or synthetic.",
+    "data_files": "data_source=local: files, globs or a directory (txt, jsonl, json.gz, parquet).",
+    "tokenizer_name": "Hub id, local directory or builtin:<name> (`hf-optbench tokenizer list`).",
+    "block_size": "Tokens per training example (documents packed, EOS between them).",
+    "validation_fraction": "Fraction of documents held out for evaluation.",
+    "target_losses": "Loss levels to time: steps, tokens and seconds until the smoothed loss reaches each.",
 }
 KEY_WIDTH = 28
-DEFAULT_WIDTH = 11
 
 
 def _first_sentence(text: str) -> str:
@@ -106,11 +118,16 @@ def training_fields_help(names: tuple[str, ...]) -> dict[str, tuple[Any, str]]:
     return out
 
 
-def _line(name: str, default: Any, help_: str, width: int) -> str:
-    head = f"  --{name.ljust(KEY_WIDTH)} {_fmt_default(default)[:DEFAULT_WIDTH].ljust(DEFAULT_WIDTH)} "
-    text = _first_sentence(help_)
-    room = max(20, width - len(head))
-    return head + (text if len(text) <= room else text[: room - 3].rstrip() + "...")
+def _lines(name: str, default: Any, help_: str, width: int) -> list[str]:
+    """One key: its name, then a short help and its default, wrapped at word boundaries under the help column
+    (nothing is cut)."""
+    text = _SHORT_HELP.get(name) or _first_sentence(help_)
+    shown = _fmt_default(default)
+    if shown not in ("-", "[]", "{}"):
+        text += f" [{shown}]"
+    head = f"  --{name.ljust(KEY_WIDTH)} "
+    return textwrap.wrap(text, width=max(width, len(head) + 30), initial_indent=head,
+                         subsequent_indent=" " * len(head), break_long_words=False, break_on_hyphens=False)
 
 
 def _wrapped(label: str, names: list[str], width: int) -> list[str]:
@@ -130,7 +147,7 @@ def short_help(prog: str = "hf-optbench run", width: int | None = None) -> str:
     for title, cls, shown in GROUPS:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         lines += ["", f"{title} ({cls.__name__}):"]
-        lines += [_line(name, *_own_field(fields[name]), width) for name in shown]
+        lines += [line for name in shown for line in _lines(name, *_own_field(fields[name]), width)]
         rest = [n for n in fields if n not in shown]
         if rest:
             lines += _wrapped("also:", rest, width)
@@ -139,7 +156,7 @@ def short_help(prog: str = "hf-optbench run", width: int | None = None) -> str:
     for name in TRAINER_KEYS:
         default, help_ = trainer.get(name, (None, ""))
         default = _OUR_DEFAULTS.get(name, TRAINING_DEFAULTS.get(name, default))
-        lines.append(_line(name, default, _OUR_HELP.get(name, help_), width))
+        lines += _lines(name, default, _OUR_HELP.get(name, help_), width)
     lines += _wrapped("AdamW family only (adamw*):", sorted(ADAM_KEYS), width)
     lines += _wrapped("refused (hf_optbench replaces them):", list(REPLACED_TRAINING_KEYS) + ["hub_token"], width)
     return "\n".join(lines)

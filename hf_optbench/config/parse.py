@@ -36,7 +36,7 @@ from hf_optbench.config.data_args import DataArguments
 from hf_optbench.config.optim_args import OptimizerArguments
 from hf_optbench.config.recipe_defaults import allow_lists, parse_with_defaults, recipe_defaults
 from hf_optbench.errors import OptBenchError, suggest
-from hf_optbench.models import check_block_size
+from hf_optbench.models import check_block_size, size_names
 from hf_optbench.rundir import FINISHED_STATUSES, read_summary
 from hf_optbench.yaml_file import load_yaml_mapping
 
@@ -47,8 +47,7 @@ class ModelArguments:
 
     model_size: str = field(
         default="tiny",
-        metadata={"help": "GPT-2 size: tiny, mini, midi (CPU shapes), gpt2 (124M, alias gpt2-base), gpt2-medium, "
-                          "gpt2-large, gpt2-xl."},
+        metadata={"help": f"GPT-2 size: {size_names()}."},
     )
     n_positions: int | None = field(
         default=None, metadata={"help": "Position-embedding rows; default: the data's block_size."}
@@ -117,6 +116,9 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "warmup_steps": 0.1,
     "disable_tqdm": True,
     "dataloader_drop_last": True,
+    # GPT-2 uses every parameter in every forward pass; transformers' default (None -> True without gradient
+    # checkpointing) costs DDP an extra graph traversal per step and a warning from torch's reducer on every run.
+    "ddp_find_unused_parameters": False,
 }
 
 

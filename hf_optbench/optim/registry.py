@@ -328,7 +328,12 @@ def manual_step_hook(opt: Any) -> Callable[..., None] | None:
 def optimizer_callbacks(opt: Any) -> list[Any]:
     """The TrainerCallbacks an optimizer needs (its spec's ``callbacks``: the train/eval switch for schedule-free
     ones, the Hessian estimate for Sophia-G). An optimizer not built from the registry (a dotted path) that follows
-    the schedule-free train/eval protocol gets the mode switch too. Add them last (after the measuring callbacks)."""
+    the schedule-free train/eval protocol gets the mode switch too. Add them last (after the measuring callbacks).
+    ``opt`` may be a registry name, for a Trainer that builds the optimizer itself (``trainer_optimizer(name)``):
+    its callbacks must be there before; a dotted path needs the built optimizer."""
+    if isinstance(opt, str):
+        spec = OPTIMIZERS.get(resolve_optimizer_name(opt))
+        return spec.callbacks() if spec is not None and spec.callbacks else []
     inner = innermost_optimizer(opt)
     spec = OPTIMIZERS.get(getattr(inner, "hf_optbench_name", None) or "")
     if spec is not None:

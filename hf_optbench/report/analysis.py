@@ -153,7 +153,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
 
 def _set_targets(an: Analysis, target_loss: float | dict[str, float] | None, baseline: str) -> None:
     """The targets per size: given (one for all, or per size), else fixed from the baseline's completed runs."""
-    from hf_optbench.report.targets import baseline_targets, given_target
+    from hf_optbench.report.targets import baseline_targets, given_target, merge_size_notes
 
     an.given_targets = target_loss is not None
     for size in an.sizes:
@@ -169,6 +169,7 @@ def _set_targets(an: Analysis, target_loss: float | dict[str, float] | None, bas
             an.target_notes += notes
             if not runs:
                 an.target_notes.append(f"{size}: no completed {baseline} run, so no target")
+    an.target_notes = merge_size_notes(an.target_notes)
 
 
 def _derive(an: Analysis, r: dict[str, Any]) -> None:

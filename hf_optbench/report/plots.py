@@ -1,21 +1,119 @@
-"""The report's plots (matplotlib, Agg backend: no display needed), one PNG each, drawn to be read, not decoded:
-every seed is its own thin line, token and parameter axes read 150k / 2.7M (matplotlib's EngFormatter), memory is on
-a log axis so a 0.01 MiB optimizer state shows beside a 600 MiB peak, and a panel where every value is 0 says so.
+"""Every figure of the report (matplotlib, Agg backend: no display needed), one PNG each, drawn to be read, not
+decoded: every seed is its own thin line, a parameter axis is ticked at the model sizes that were run and labelled
+as parameter counts (110k, 1.5M, 124M, 1.5B), token axes read 150k / 2.7M, memory is on a log axis so a 0.01 MiB
+optimizer state shows beside a 600 MiB peak, a panel where every value is 0 says so, and a question without a
+single point gets no panel (the figure names it in one line instead of drawing empty axes).
 
-:func:`write_plots` writes all of them and returns their paths by file name, the names the report embeds. The
-scaling and tuning plots are in :mod:`hf_optbench.report.plots_scaling`.
+The scaling plot shows each optimizer's paired ratio to the baseline against parameters, with the verdict's own
+intervals and no fitted line: a line through points whose intervals include 1 reads as a trend the statistics do
+not support. A filled marker is a difference beyond the equivalence margin (ahead/behind), a hollow one is not; the
+shaded band is the margin itself.
+
+:func:`write_plots` writes all of them and returns their paths by file name, the names the report embeds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_optbench.report.analysis import Analysis, group, window
-from hf_optbench.report.plot_style import MARKERS, colors, eng_axis, plt_, save
+from hf_optbench.report.analysis import BASELINE, Analysis, group, window
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_readable = "{:g}".format  # 0.002, 0.5, 2: a tick label as written, not 5x10^-1
+EMPTY_TEXT = {"loss_spikes_per_1k": "no loss spikes in any run", "diverged": "no run diverged"}
 
 
+# ------------------------------------------------------------------------------------------------------- style
+def plt_() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def colors(optimizers: Sequence[str]) -> dict[str, Any]:
+    cmap = plt_().get_cmap("tab10")
+    return {o: cmap(i % 10) for i, o in enumerate(optimizers)}
+
+
+def eng_axis(axis: Any) -> None:
+    """Tick labels like 150k, 1.5M (EngFormatter) instead of 150000 colliding with its neighbour."""
+    from matplotlib.ticker import EngFormatter
+
+    axis.set_major_formatter(EngFormatter(sep=""))
+
+
+def param_label(n: float) -> str:
+    """A parameter count as people write it: 25k, 227k, 1.54M, 124M, 1.56B (three significant digits)."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+def param_axis(ax: Any, counts: Iterable[float]) -> None:
+    """A log x axis ticked at the parameter counts plotted (the model sizes run), labelled as counts, no minor
+    labels. Why not matplotlib's log ticks: between two sizes 7x apart they label every minor tick (500k600k700k
+    running together), and an axis with nothing plotted reads 900m ... 10 as if it held parameters."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ticks = sorted({float(c) for c in counts if c and c > 0})
+    span = math.log10(ticks[-1] / ticks[0]) if ticks else 0.0
+    kept: list[float] = []
+    for t in ticks:  # a label needs about a tenth of the axis: sizes closer than that share the first one's
+        if not kept or math.log10(t / kept[-1]) >= 0.12 * span:
+            kept.append(t)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(kept))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: param_label(v)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    if len(ticks) == 1:  # one size: a decade around it, not matplotlib's default of 10^-1 ... 10^1 times nothing
+        ax.set_xlim(ticks[0] / 3, ticks[0] * 3)
+    else:
+        ax.margins(x=0.08)
+    ax.set_xlabel("parameters (the sizes run)")
+
+
+def minor_labels(axis: Any) -> None:
+    """Label a log axis's minor ticks when it spans few decades, where it would show one or two labels: all of
+    them under ~1.5 decades, the 2s and 5s under ~3 (more would collide). Call after plotting, when the limits are
+    known. Axes with fixed ticks (param_axis) are left as they are."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    low, high = axis.get_view_interval()
+    if axis.get_scale() != "log" or low <= 0 or isinstance(axis.get_major_locator(), FixedLocator):
+        return
+    decades = math.log10(high / low)
+
+    def two_and_five(v: float, _: Any) -> str:
+        return _readable(v) if round(v / 10 ** math.floor(math.log10(v) + 1e-9)) in (2, 5) else ""
+
+    if decades < 1.5:
+        axis.set_minor_formatter(FuncFormatter(lambda v, _: _readable(v)))
+    elif decades < 3:
+        axis.set_minor_formatter(FuncFormatter(two_and_five))
+    else:
+        axis.set_minor_formatter(NullFormatter())
+        return
+    axis.set_major_formatter(FuncFormatter(lambda v, _: _readable(v)))  # one style: 0.002 beside 0.001
+
+
+def save(fig: Any, path: Path, rect: tuple[float, float, float, float] | None = None) -> Path:
+    for ax in fig.axes:
+        minor_labels(ax.xaxis)
+        minor_labels(ax.yaxis)
+    fig.tight_layout(rect=rect)
+    fig.savefig(path, dpi=110)
+    plt_().close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- per size
 def _runs(an: Analysis, opt: str, size: str) -> list[dict[str, Any]]:
     return [r for r in an.ok() if r["optimizer"] == opt and r["model_size"] == size]
 
@@ -27,8 +125,6 @@ def _xy(rows: Sequence[Mapping[str, Any]], x_key: str, y_key: str) -> tuple[list
 
 def _smoothed(xs: Sequence[float], ys: Sequence[float], n: int) -> tuple[list[float], list[float]]:
     """Trailing mean of ``n`` (the recorder's target rule), cut at the first NaN/Inf (a divergence)."""
-    import math
-
     import pandas as pd
 
     end = next((i for i, y in enumerate(ys) if not math.isfinite(y)), len(ys))
@@ -96,9 +192,10 @@ def plot_lr_gradnorm(an: Analysis, size: str, path: Path) -> Path:
 
 def plot_memory(an: Analysis, path: Path) -> Path:
     """Parameters, gradients, optimizer state and peak as side-by-side bars per optimizer, one panel per size, on
-    a log axis (the state of a factored optimizer is ~1e-4 of a CPU peak that includes the runtime)."""
+    a log axis (the state of a factored optimizer is ~1e-4 of a CPU peak that includes the runtime). The legend is
+    the figure's, above the panels: inside one it covered the small bars' values."""
     plt = plt_()
-    fig, axes = plt.subplots(1, len(an.sizes), figsize=(4.6 * len(an.sizes), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(an.sizes), figsize=(4.6 * len(an.sizes), 4.6), squeeze=False)
     parts = (("param_bytes", "parameters"), ("grad_bytes", "gradients"), ("optimizer_state_bytes", "optimizer state"),
              ("peak_memory_bytes", "peak"))
     width = 0.8 / len(parts)
@@ -118,15 +215,14 @@ def plot_memory(an: Analysis, path: Path) -> Path:
         ax.set_title(size)
         ax.set_ylabel("MiB (log)")
         ax.grid(axis="y", alpha=0.3, which="both")
-    axes[0][0].legend(fontsize=7, loc="lower left")
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=len(parts), fontsize=8,
+               bbox_to_anchor=(0.5, 0.93), frameon=False)
     kinds = {r.get("peak_memory_kind") for r in an.ok() if r.get("peak_memory_kind")}
     fig.suptitle(f"memory per optimizer and size, mean over seeds (peak: {', '.join(sorted(kinds)) or 'n/a'})")
-    return save(fig, path)
+    return save(fig, path, rect=(0, 0, 1, 0.89))
 
 
-EMPTY_TEXT = {"loss_spikes_per_1k": "no loss spikes in any run", "diverged": "no run diverged"}
-
-
+# ------------------------------------------------------------------------------------------- against size
 def plot_by_params(an: Analysis, panels: Sequence[tuple[str, str]], title: str, path: Path,
                    log_y: bool = False, dodge: bool = False) -> Path:
     """One panel per (key, label): every seed as a dot and the seeds' mean as a line, against parameters; each
@@ -136,7 +232,7 @@ def plot_by_params(an: Analysis, panels: Sequence[tuple[str, str]], title: str, 
     col = colors(an.optimizers)
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
     for ax, (key, label) in zip(axes[0], panels, strict=True):
-        values = []
+        values, counts = [], []
         for k, opt in enumerate(an.optimizers):
             offset = 1.0 + 0.04 * (k - (len(an.optimizers) - 1) / 2) if dodge else 1.0
             xs, means = [], []
@@ -144,7 +240,8 @@ def plot_by_params(an: Analysis, panels: Sequence[tuple[str, str]], title: str, 
                 runs = [r for r in _runs(an, opt, size) if r.get(key) is not None and r.get("num_params")]
                 if not runs:
                     continue
-                x = float(runs[0]["num_params"]) * offset
+                counts.append(float(runs[0]["num_params"]))
+                x = counts[-1] * offset
                 ys = [float(r[key]) for r in runs]
                 values += ys
                 ax.scatter([x] * len(ys), ys, color=col[opt], marker=MARKERS[k % len(MARKERS)], s=14, alpha=0.6)
@@ -152,13 +249,14 @@ def plot_by_params(an: Analysis, panels: Sequence[tuple[str, str]], title: str, 
                 means.append(sum(ys) / len(ys))
             if xs:
                 ax.plot(xs, means, color=col[opt], marker=MARKERS[k % len(MARKERS)], lw=1, label=opt)
-        ax.set_xscale("log")
-        eng_axis(ax.xaxis)
+        param_axis(ax, counts)
         if log_y and values and min(values) > 0:
             ax.set_yscale("log")
-        if values and not any(values) and key in EMPTY_TEXT:
-            ax.text(0.5, 0.6, EMPTY_TEXT[key], transform=ax.transAxes, ha="center", fontsize=11, color="0.3")
-        ax.set_xlabel("parameters")
+        if values and key in EMPTY_TEXT:  # counts and fractions: from 0 up (not -0.04 ... 0.04 around all-zero)
+            top = max(1.0, max(values))
+            ax.set_ylim(-0.05 * top, 1.05 * top)
+            if not any(values):
+                ax.text(0.5, 0.6, EMPTY_TEXT[key], transform=ax.transAxes, ha="center", fontsize=11, color="0.3")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, which="both")
     if axes[0][0].get_legend_handles_labels()[0]:
@@ -167,10 +265,116 @@ def plot_by_params(an: Analysis, panels: Sequence[tuple[str, str]], title: str, 
     return save(fig, path)
 
 
+def _panel(ax: Any, an: Analysis, key: str, label: str, col: dict[str, Any]) -> None:
+    """One ratio metric's panel of the scaling plot (it has at least one point: see :func:`_scaling_keys`)."""
+    from matplotlib.ticker import FuncFormatter
+
+    from hf_optbench.measure.verdict import METRICS, RATIO_MARGIN
+
+    margin = next((m.margin for m in METRICS if m.key == key), RATIO_MARGIN)
+    values: list[float] = []
+    counts: list[float] = []
+    opts = [o for o in an.optimizers if o != BASELINE]
+    for k, v in enumerate(v for o in opts for v in an.verdicts if v.optimizer == o and v.metric.key == key):
+        offset = 1.0 + 0.05 * (k - (len(opts) - 1) / 2)
+        c, marker = col[v.optimizer], MARKERS[k % len(MARKERS)]
+        for i, p in enumerate(v.points):
+            x, y = p.num_params * offset, p.ratio()
+            counts.append(p.num_params)
+            values.append(y)
+            if math.isfinite(p.ci_low) and math.isfinite(p.ci_high):
+                lo, hi = p.interval()
+                ax.plot([x, x], [lo, hi], color=c, lw=1.2)
+                values += [lo, hi]
+            ax.plot(x, y, marker, color=c, mfc=c if p.significant else "white", mew=1.3, ms=7,
+                    label=f"{v.optimizer}: {v.verdict}" if i == 0 else None)
+        pts = [p for p in an.predicted if p["optimizer"] == v.optimizer] if key == "optimizer_state_bytes" else []
+        if pts:
+            ax.scatter([p["num_params"] for p in pts], [p["ratio"] for p in pts], facecolors="none",
+                       edgecolors=c, marker="s", s=30, label=f"{v.optimizer}: planner prediction")
+            values += [p["ratio"] for p in pts]
+            counts += [p["num_params"] for p in pts]
+    ax.axhspan(math.exp(-margin), math.exp(margin), color="0.85", zorder=0)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    param_axis(ax, counts)
+    if values and min(values) > 0 and max(values) / min(values) > 3:
+        ax.set_yscale("log")  # ratios spanning decades (factored state)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _readable(v)))  # 0.5, 2 rather than 5x10^-1
+    ax.set_ylabel(f"{label} / {BASELINE}")
+    ax.set_title(label, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6)
+
+
+def _scaling_keys(an: Analysis) -> tuple[list[tuple[str, str]], list[str]]:
+    """(key, label) of the ratio metrics of the memory and convergence questions that have a point to draw, and
+    the labels of those that have none (too few paired seeds, no target)."""
+    keys = list(dict.fromkeys((v.metric.key, v.metric.label) for v in an.verdicts
+                              if v.metric.mode == "ratio" and v.metric.question in ("memory", "convergence")))
+    drawn = {v.metric.key for v in an.verdicts if v.points}
+    drawn |= {"optimizer_state_bytes"} if an.predicted else set()
+    return [k for k in keys if k[0] in drawn], [label for key, label in keys if key not in drawn]
+
+
+def plot_scaling(an: Analysis, path: Path) -> Path | None:
+    """One panel per ratio metric with a point to draw (see the module doc); None when none has one."""
+    from hf_optbench.measure.verdict import ALPHA
+
+    keys, empty = _scaling_keys(an)
+    if not keys:
+        return None
+    plt = plt_()
+    col = colors(an.optimizers)
+    ncols = 2 if len(keys) == 4 else min(3, len(keys))  # 2 x 2 rather than 3 + 1
+    nrows = math.ceil(len(keys) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.2 * nrows + 0.4), squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax, (key, label) in zip(axes.flat, keys, strict=False):  # spare axes are hidden
+        _panel(ax, an, key, label, col)
+    title = (f"ratio to {BASELINE} vs model size: mean paired ratio, bar = {1 - ALPHA / 2:.1%} paired t interval; "
+             "filled = beyond the margin (grey band), hollow = not; no fitted line")
+    if empty:
+        title += f"\nno panel for {', '.join(empty)}: no size has the paired seeds or target it needs (see the report)"
+    fig.suptitle(title, fontsize=10)
+    return save(fig, path)
+
+
+def plot_tuning(an: Analysis, size: str, path: Path) -> Path | None:
+    """Final loss (mean over seeds, bar = sd) against learning rate (log x) per optimizer at one size; the best
+    learning rate starred, the cited default (multiplier 1) ringed. None when the size has no tuning point."""
+    from hf_optbench.report.tuning_curves import curve_frame
+
+    frame, key = curve_frame([r for r in an.tuning if r.get("model_size") == size])
+    if frame.empty or frame["loss"].notna().sum() == 0:
+        return None
+    plt = plt_()
+    col = colors(sorted(frame["optimizer"].unique(), key=lambda o: (o != BASELINE, o)))
+    fig, ax = plt.subplots(figsize=(6.5, 4.4))
+    for opt, part in frame.groupby("optimizer"):
+        part = part.sort_values("learning_rate")
+        ax.errorbar(part["learning_rate"], part["loss"], yerr=part["loss_sd"].fillna(0.0), fmt="o-", color=col[opt],
+                    capsize=3, ms=4, lw=1, label=str(opt))
+        best = part[part["best"]]
+        ax.plot(best["learning_rate"], best["loss"], "*", color=col[opt], ms=14, mec="black", mew=0.6)
+        default = part[part["lr_multiplier"] == 1.0]
+        ax.plot(default["learning_rate"], default["loss"], "o", ms=13, mfc="none", mec=col[opt], mew=1.2)
+        for row in part[part["bad"] > 0].itertuples():
+            ax.annotate(f"{int(row.bad)} diverged/failed", (row.learning_rate, row.loss if row.loss == row.loss
+                        else part["loss"].max()), fontsize=6, color=col[opt])
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate (log)")
+    ax.set_ylabel(key.replace("_", " "))
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title(f"{size}: {key.replace('_', ' ')} vs learning rate (star = best, ring = cited default)", fontsize=9)
+    return save(fig, path)
+
+
+# ------------------------------------------------------------------------------------------------- all of them
 def write_plots(an: Analysis, out: Path) -> dict[str, Path]:
     """Every plot the analysis supports, written into ``out``: {file name: path}. {} without a finished run."""
-    from hf_optbench.report.plots_scaling import plot_scaling, plot_tuning
-
     files: dict[str, Path] = {}
     if an.ok():
         for size in an.sizes:
@@ -185,8 +389,8 @@ def write_plots(an: Analysis, out: Path) -> dict[str, Path]:
             an, (("loss_spikes_per_1k", "loss spikes per 1k steps"), ("diverged", "diverged (1) or not (0)")),
             "stability (dots = seeds, line = mean over seeds; optimizers offset sideways)", out / "stability.png",
             dodge=True)
-    if an.verdicts:
-        files["scaling.png"] = plot_scaling(an, out / "scaling.png")
+    if an.verdicts and (scaling := plot_scaling(an, out / "scaling.png")) is not None:
+        files["scaling.png"] = scaling
     for size in sorted({str(r.get("model_size")) for r in an.tuning if r.get("model_size")}):
         path = plot_tuning(an, size, out / f"tuning_{size}.png")
         if path is not None:

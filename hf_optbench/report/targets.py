@@ -4,7 +4,7 @@ Why not "the worst loss any run reached" (the old rule): that level sits at the 
 every optimizer arrives at the same step because the schedule ends, not because of the optimizer; it moves when an
 optimizer is added or dropped; and a diverged run has to be dropped to keep it reachable. Here the targets of a
 size come from the **baseline's reference runs only** (AdamW by default): the baseline's smoothed train loss at
-25 / 50 / 75 / 100 % of its step budget, averaged over its seeds (or one value given with ``--target-loss``). Adding
+25 / 50 / 75 / 100 % of its step budget, averaged over its seeds (or one value given with ``--target_loss``). Adding
 or dropping any other optimizer cannot move them.
 
 Why the smoothed *train* loss and not the eval loss: it is measured at every step, so a time to target is resolved
@@ -86,9 +86,12 @@ def budget(rec: Mapping[str, Any], train: Sequence[Mapping[str, Any]]) -> dict[s
 def baseline_targets(size: str, runs: Sequence[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]], int]],
                      baseline: str, fractions: Sequence[float] = FRACTIONS) -> tuple[list[Target], list[str]]:
     """Targets of one size from the baseline's completed runs ``(record, train rows, smoothing window)``: the mean
-    over seeds of the smoothed train loss at each fraction of the step budget. Returns (targets, notes)."""
+    over seeds of the smoothed train loss at each fraction of the step budget. Returns (targets, notes): one note
+    for the fractions that come before the smoothing window is full (a question these runs cannot answer, and
+    the setting that would), one per run that has no loss at a fraction's step for another reason."""
     notes: list[str] = []
     out = []
+    early: dict[str, tuple[int, int, int]] = {}  # fraction name -> (step, steps, window): window not yet full
     for f in fractions:
         values, seeds, where = [], [], None
         for rec, train, window in runs:
@@ -97,6 +100,9 @@ def baseline_targets(size: str, runs: Sequence[tuple[Mapping[str, Any], Sequence
                 continue
             step = max(1, round(f * b["steps"]))
             v = smoothed_at(train, step, window)
+            if v is None and step < window:
+                early[target_name(f)] = (step, b["steps"], window)
+                continue
             if v is None:
                 notes.append(f"{size}: {rec['run_id']} has no smoothed loss at step {step}; not used for the "
                              f"{target_name(f)} target")
@@ -110,11 +116,37 @@ def baseline_targets(size: str, runs: Sequence[tuple[Mapping[str, Any], Sequence
         derivation = (f"{baseline}'s train loss (trailing mean of {window} steps) at step {step} of {total}, mean "
                       f"of {len(values)} seed(s) ({', '.join(f'{v:.4f}' for v in values)})")
         out.append(Target(size, target_name(f), statistics.fmean(values), derivation, f, step, tokens))
+    if early:
+        notes.append(f"{size}: {early_note(early)}")
     return out, notes
 
 
+def early_note(early: Mapping[str, tuple[int, int, int]]) -> str:
+    """Why targets are missing when the runs are short next to their smoothing window, and the setting that fits."""
+    names = list(early)
+    steps = sorted({s for s, _, _ in early.values()})
+    total = max(t for _, t, _ in early.values())
+    window = max(w for _, _, w in early.values())
+    verdict = (f", so time to target is not answered (the verdict uses the {VERDICT_TARGET} one)"
+               if VERDICT_TARGET in names else "")
+    return (f"no {' / '.join(names)} target{verdict}: these runs are {total} steps, and at step"
+            f"{'s' if len(steps) > 1 else ''} {' / '.join(map(str, steps))} the {window}-step smoothing window is not "
+            f"yet full (target_smoothing_steps <= {max(1, min(steps))} would fit)")
+
+
+def merge_size_notes(notes: Sequence[str]) -> list[str]:
+    """``"tiny: X"`` and ``"mini: X"`` as one ``"tiny, mini: X"``, in first-seen order: one line per reason, not
+    one per size."""
+    merged: dict[str, list[str]] = {}
+    for note in notes:
+        size, sep, text = note.partition(": ")
+        key = text if sep and " " not in size else note
+        merged.setdefault(key, []).append(size if sep and " " not in size else "")
+    return [f"{', '.join(sizes)}: {text}" if all(sizes) else text for text, sizes in merged.items()]
+
+
 def given_target(size: str, loss: float) -> Target:
-    return Target(size, GIVEN, float(loss), "given with --target-loss")
+    return Target(size, GIVEN, float(loss), "given with --target_loss")
 
 
 def time_to_each(train: Sequence[Mapping[str, Any]], targets: Sequence[Target], window: int,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hf_optbench.config.argv import help_requested, recipe_first
 from hf_optbench.config.hparams import resolve_hyperparameters
 from hf_optbench.config.parse import RunConfig, parse_args
 from hf_optbench.errors import OptBenchError
@@ -358,13 +359,13 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point for ``python -m hf_optbench.run`` and ``accelerate launch -m hf_optbench.run``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    argv = argv[1:] if argv[:1] == ["--config"] else argv  # `--config RUN_DIR/config.yaml`: a recipe like any other
-    if argv and argv[0] in ("-h", "--help", "--help-all"):
+    if help_requested(argv):  # `RECIPE --help` too
         from hf_optbench.config.help import print_run_help
 
-        return print_run_help(full=argv[0] == "--help-all", prog="python -m hf_optbench.run")
+        return print_run_help(full=help_requested(argv) == "full", prog="python -m hf_optbench.run")
     lock = None
     try:
+        argv = recipe_first(argv)  # `--config RECIPE` anywhere on the line: a recipe like any other
         preflight(argv)
         cfg = parse_args(argv)
         lock = own_output_dir(cfg)  # before any data or model work; released when the run ends

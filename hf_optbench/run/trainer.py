@@ -20,6 +20,7 @@ own extension points survive that re-initialisation:
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError
@@ -93,7 +94,22 @@ def _with_train_begin_hook(optimizer: Any, sources: dict[str, str] | None) -> An
 def trainer_optimizer(optimizer: Any, **build_kwargs: Any) -> tuple[type, dict[str, Any]]:
     """The ``optimizer_cls_and_kwargs`` pair for a stock Trainer: ``optimizer`` is a registry name (``build_kwargs``
     as ``hf_optbench.build_optimizer`` takes them: ``model_size``, ``lr``, ``weight_decay``, constructor arguments)
-    or an optimizer already built over the Trainer's model."""
+    or an optimizer already built over the Trainer's model.
+
+    A name whose optimizer needs Trainer callbacks (schedule-free's train/eval switch: without it checkpoints and the
+    final model hold the training iterate, not the averaged weights; Sophia-G's Hessian estimate) warns, naming
+    them: the Trainer builds the optimizer inside ``train()``, after its callbacks are fixed, so this pair cannot
+    add them. Pass ``callbacks=optimizer_callbacks(name)`` to the Trainer (``hf_optbench.optimizer_callbacks``)."""
+    if isinstance(optimizer, str):
+        from hf_optbench.optim.registry import optimizer_callbacks
+
+        needed = [type(c).__name__ for c in optimizer_callbacks(optimizer)]
+        if needed:
+            warnings.warn(
+                f"trainer_optimizer({optimizer!r}): this optimizer needs the Trainer callback(s) {', '.join(needed)}, "
+                f"which optimizer_cls_and_kwargs cannot add: pass Trainer(..., callbacks=[..., "
+                f"*optimizer_callbacks({optimizer!r})]) (from hf_optbench import optimizer_callbacks).",
+                UserWarning, stacklevel=2)
     return OptimizerFactory, {"optimizer": optimizer, **build_kwargs}
 
 

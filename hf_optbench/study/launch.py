@@ -52,7 +52,7 @@ from hf_optbench.study.sweep_state import (
     started_here,
     sweep_identity,
 )
-from hf_optbench.study.worker_client import WarmWorker, WorkerUnavailable, unavailable_reason
+from hf_optbench.study.worker_client import WarmWorker, WorkerPool, WorkerUnavailable, unavailable_reason
 
 
 def build_command(spec: SweepSpec, run: RunSpec, run_dir: Path, resume: bool) -> list[str]:
@@ -141,16 +141,20 @@ def prepare_run_dir(spec: SweepSpec, run: RunSpec, state: Path, rows: list[dict[
 WORKER_LOG = "worker.log"  # the warm worker's own stderr, in the sweep directory
 
 
-def start_worker(spec: SweepSpec, progress: Progress) -> WarmWorker | None:
-    """The warm worker for this sweep's runs, or None (plain subprocesses) with the reason said once."""
+def start_worker(spec: SweepSpec, progress: Progress, pool: WorkerPool | None = None) -> WarmWorker | None:
+    """The warm worker for this sweep's runs, or None (plain subprocesses) with the reason said once. With a
+    ``pool`` (a whole sweep), an idle worker of an earlier phase or round is taken when one fits."""
     reason = unavailable_reason(spec.launcher)
     if reason is None:
         env = {**os.environ, **{str(k): str(v) for k, v in mapping(spec.launcher.get("env"), "launcher.env").items()},
                "PYTHONUNBUFFERED": "1"}
+        if pool is not None and (worker := pool.take(env, os.getcwd())) is not None:
+            return worker
+        log = pool.log_path if pool is not None else str(spec.output_dir / WORKER_LOG)
         try:
-            worker = WarmWorker.start(env, os.getcwd(), str(spec.output_dir / WORKER_LOG), kill_tree)
+            worker = WarmWorker.start(env, os.getcwd(), log, kill_tree)
             progress.say(f"warm worker ready (pid {worker.proc.pid}, imports {worker.info.get('import_s')} s): "
-                         "each run is a fresh fork of it")
+                         "each run is a fresh fork of it" + (", for the whole sweep" if pool is not None else ""))
             return worker
         except WorkerUnavailable as exc:
             reason = str(exc)
@@ -160,11 +164,14 @@ def start_worker(spec: SweepSpec, progress: Progress) -> WarmWorker | None:
 
 
 def _slot_loop(spec: SweepSpec, slot: Slot, queue: deque[RunSpec], state: Path, rows: list[dict[str, Any]],
-               progress: Progress, flight: Flight, after_each: Callable[[], None]) -> None:
+               progress: Progress, flight: Flight, after_each: Callable[[], None],
+               pool: WorkerPool | None = None) -> None:
     """One slot's runs, one after another, taken from the queue the slots share. The calling thread is pinned to
-    the slot's cores first, so its warm worker, the worker's forks and the run subprocesses inherit them."""
+    the slot's cores first, so its warm worker, the worker's forks and the run subprocesses inherit them (a worker
+    taken from ``pool`` was started on the same cores). The worker goes back to ``pool`` (when given) for the next
+    phase, else it ends with the slot."""
     slot.pin()
-    worker = start_worker(spec, progress)
+    worker = start_worker(spec, progress, pool)
     try:
         while True:
             with flight.lock:
@@ -176,17 +183,20 @@ def _slot_loop(spec: SweepSpec, slot: Slot, queue: deque[RunSpec], state: Path, 
             with flight.refresh_lock:
                 after_each()
     finally:
-        if worker is not None:
+        if worker is not None and pool is not None:
+            pool.give(worker)
+        elif worker is not None:
             worker.close()
 
 
 def _run_slots(spec: SweepSpec, slots: list[Slot], queue: deque[RunSpec], state: Path, rows: list[dict[str, Any]],
-               progress: Progress, flight: Flight, after_each: Callable[[], None]) -> None:
+               progress: Progress, flight: Flight, after_each: Callable[[], None],
+               pool: WorkerPool | None = None) -> None:
     """Each slot in a thread of its own; this (the main) thread waits, and it is where Ctrl-C and SIGTERM arrive:
     then, or when a slot fails, every run in flight is stopped, the slots end, and the exception goes on up."""
     def guarded(slot: Slot) -> None:
         try:
-            _slot_loop(spec, slot, queue, state, rows, progress, flight, after_each)
+            _slot_loop(spec, slot, queue, state, rows, progress, flight, after_each, pool)
         except SweepStopping:
             pass
         except BaseException as exc:  # handed to the main thread, which re-raises it
@@ -210,10 +220,11 @@ def _run_slots(spec: SweepSpec, slots: list[Slot], queue: deque[RunSpec], state:
 
 
 def run_local(spec: SweepSpec, todo: list[RunSpec], state: Path, rows: list[dict[str, Any]], progress: Progress,
-              after_each: Callable[[], None] = lambda: None) -> None:
+              after_each: Callable[[], None] = lambda: None, pool: WorkerPool | None = None) -> None:
     """The runs on this machine, up to ``launcher.jobs`` at once (:func:`plan_slots`: each slot pinned to its own
     cores or GPU); ``after_each`` (the sweep's summary.csv refresh) after each run. One slot runs in this thread,
-    as a sequential sweep always has. What a killed sweep left running is stopped before anything starts."""
+    as a sequential sweep always has. What a killed sweep left running is stopped before anything starts. ``pool``:
+    the sweep's warm workers, kept across its phases (else each call starts and ends its own)."""
     if not todo:
         return
     slots = plan_slots(spec.launcher, len(todo))
@@ -223,10 +234,10 @@ def run_local(spec: SweepSpec, todo: list[RunSpec], state: Path, rows: list[dict
         check_run_dir_free(spec.run_dir(run), run.run_id)
     queue, flight = deque(todo), Flight(kill_tree)
     if len(slots) == 1:
-        _slot_loop(spec, slots[0], queue, state, rows, progress, flight, after_each)
+        _slot_loop(spec, slots[0], queue, state, rows, progress, flight, after_each, pool)
         return
     progress.say(f"{len(slots)} runs at once:" + ",".join(slot.describe() for slot in slots))
-    _run_slots(spec, slots, queue, state, rows, progress, flight, after_each)
+    _run_slots(spec, slots, queue, state, rows, progress, flight, after_each, pool)
 
 
 def _launch(worker: WarmWorker | None, cmd: list[str], log: str, env: dict[str, str], timeout_s: float | None,

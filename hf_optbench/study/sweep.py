@@ -1,7 +1,7 @@
 """Sweeps: a base recipe x a matrix of optimizers, model sizes, seeds (and learning-rate multipliers), one
 process per run, restartable.
 
-    hf-optbench sweep recipes/sweeps/cpu_demo.yaml [--dry-run] [--max-runs N] [--retry-failed] [--output-dir DIR]
+    hf-optbench sweep recipes/sweeps/cpu_demo.yaml [--dry_run] [--max_runs N] [--retry_failed] [--output_dir DIR]
 
 Sweep file (YAML)::
 
@@ -64,7 +64,7 @@ runs on its own.
 Why one process per run: allocator caches and leftovers of a previous optimizer would skew the next run's memory
 figures (peak memory is a per-process maximum: CUDA's max_memory_allocated, or the process's peak RSS on CPU). Why the state file: a sweep is killed (pre-emption, Ctrl-C, OOM killer) and must restart
 without redoing or duplicating finished runs. The run's own ``summary.json`` decides whether it finished
-(completed/diverged; failed/oom are final too unless ``--retry-failed``); ``sweep_state.jsonl`` records every
+(completed/diverged; failed/oom are final too unless ``--retry_failed``); ``sweep_state.jsonl`` records every
 attempt, one JSON line per event written with a single O_APPEND write. An unfinished run directory is resumed
 from its last ``checkpoint-*`` (``--resume_from_checkpoint true``) or moved aside to ``<run_id>.incomplete-<n>``;
 nothing is ever deleted. A restart stops only processes its own sweep started (start rows carry the sweep's id and
@@ -97,7 +97,7 @@ from hf_optbench.rundir import (
     write_text_atomic,
 )
 from hf_optbench.study.kept_runs import changed_runs, check_summaries, keep_current, kept_entries
-from hf_optbench.study.launch import build_command, run_local
+from hf_optbench.study.launch import WORKER_LOG, build_command, run_local
 from hf_optbench.study.slurm import run_slurm
 from hf_optbench.study.sweep_spec import (
     RunSpec,
@@ -108,6 +108,7 @@ from hf_optbench.study.sweep_spec import (
     validate_runs,
 )
 from hf_optbench.study.sweep_state import Progress, attempt_number, sweep_identity, sweep_lock
+from hf_optbench.study.worker_client import WorkerPool
 
 
 def _redacted_copy(spec: SweepSpec, secrets: list[str]) -> str:
@@ -229,16 +230,20 @@ def _todo(spec: SweepSpec, retry_failed: bool, retry_once: bool, rerun_changed: 
 
 
 def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any,
-               sweep_copy: bool, retry_once: bool = False, rerun_changed: bool = False) -> tuple[dict[str, int], int]:
+               sweep_copy: bool, retry_once: bool = False, rerun_changed: bool = False,
+               progress: Progress | None = None, pool: WorkerPool | None = None, before: int = 0,
+               later: list[RunSpec] | None = None) -> tuple[dict[str, int], int]:
     """Run (or continue) one phase's runs; (counts by status, runs launched). ``retry_once``: a run that failed on
     its only attempt runs once more (the tuning phase: a grid point lost to a crash must not silently move the
-    tuned value)."""
+    tuned value). ``progress`` and ``pool``: the whole sweep's (one count and ETA, warm workers kept), with
+    ``before`` runs of earlier phases and ``later`` runs of later ones to count."""
     todo = _todo(spec, retry_failed, retry_once, rerun_changed, out_stream)
     _write_manifest(spec, sweep_copy, relaunch={r.run_id for r in todo})
     state = spec.output_dir / STATE_FILE
     rows = read_state(state)
     done = len(spec.runs) - len(todo)
-    progress = Progress(len(spec.runs), done, out_stream)
+    progress = progress or Progress(len(spec.runs), done, out_stream)
+    progress.begin_phase(before, done, len(spec.runs), later or [])
     progress.say(f"{spec.name}: {len(spec.runs)} runs, {done} already finished, {len(todo)} to run "
                  f"-> {spec.output_dir}")
     if max_runs is not None:
@@ -246,7 +251,7 @@ def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_st
     if todo and spec.launcher["executor"] == "slurm":
         run_slurm(spec, todo, state, rows, progress)
     elif todo:
-        run_local(spec, todo, state, rows, progress, after_each=lambda: _refresh_summary(spec))
+        run_local(spec, todo, state, rows, progress, after_each=lambda: _refresh_summary(spec), pool=pool)
     rows = read_state(state)
     _refresh_summary(spec)
     counts = _counts(spec, rows)
@@ -255,11 +260,12 @@ def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_st
 
 
 def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any,
-                          rerun_changed: bool = False) -> tuple[dict[str, int], int | None, bool]:
+                          rerun_changed: bool = False, progress: Progress | None = None,
+                          pool: WorkerPool | None = None) -> tuple[dict[str, int], int | None, bool]:
     """The tuning phase as a loop: run its pending runs, let the tuner add the runs its finished results call for
     (a step beyond an edge holding the best, the weight-decay grid: study.tuning_grid.extend_tuning), repeat until
     it adds none. (counts, max_runs left, finished). A tuning run that failed (a crash, a killed worker) runs once
-    more before its point counts; ``--retry-failed`` also applies to the first pass. A run that fails twice is
+    more before its point counts; ``--retry_failed`` also applies to the first pass. A run that fails twice is
     final, its point counts as a rise of the loss, and the tuned file and the report say so
     (study.tuning.tune_phase)."""
     from hf_optbench.study.tuning_grid import extend_tuning
@@ -271,7 +277,8 @@ def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: b
 
     while True:
         counts, launched = _run_phase(spec.tuning, max_runs, retry_failed, out_stream, sweep_copy=False,
-                                      retry_once=True, rerun_changed=rerun_changed)
+                                      retry_once=True, rerun_changed=rerun_changed, progress=progress, pool=pool,
+                                      later=_unfinished(spec))
         max_runs = None if max_runs is None else max_runs - launched
         if set(counts) - {"completed", "diverged", "failed", "oom"}:  # stopped early: tune and compare later
             return counts, max_runs, False
@@ -281,6 +288,12 @@ def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: b
         if not extend_tuning(spec, say):
             return counts, max_runs, True
         retry_failed = False
+
+
+def _unfinished(spec: SweepSpec) -> list[RunSpec]:
+    """The phase's runs still to run (for the sweep's ETA while an earlier phase runs)."""
+    rows = read_state(spec.output_dir / STATE_FILE)
+    return [run for run in spec.runs if finished_status(spec.run_dir(run), rows, run.run_id) is None]
 
 
 def _failed_once(spec: SweepSpec) -> list[str]:
@@ -319,16 +332,19 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
             resolve_grid(phase)
     if dry_run:
         return _dry_run(spec, out_stream)
-    with sweep_lock(spec.output_dir):
+    # one progress count and ETA, and one set of warm workers, for every phase of the sweep
+    with sweep_lock(spec.output_dir), WorkerPool(str(spec.output_dir / WORKER_LOG)) as pool:
+        progress = Progress(0, 0, out_stream)
         counts: dict[str, int] = {}
         if spec.tuning is not None:
             _todo(spec.tuning, retry_failed, True, rerun_changed, out_stream)  # a refusal before anything is written
             _write_manifest(spec)  # the whole sweep's file and matrix, before its first (tuning) run
             counts, max_runs, finished = _tune_until_bracketed(spec, max_runs, retry_failed, out_stream,
-                                                               rerun_changed)
+                                                               rerun_changed, progress, pool)
             if not finished:  # stopped early: compare later
                 return _add(counts, {"pending": len(spec.runs)})
             _tune_then_attach(spec, out_stream)
+        before = len(spec.tuning.runs) if spec.tuning is not None else 0
         compared, _ = _run_phase(spec, max_runs, retry_failed, out_stream, sweep_copy=True,
-                                 rerun_changed=rerun_changed)
+                                 rerun_changed=rerun_changed, progress=progress, pool=pool, before=before)
         return _add(counts, compared)

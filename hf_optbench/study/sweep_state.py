@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
+from hf_optbench.machine import gpu_visible
 from hf_optbench.run.lock import check_not_busy
 from hf_optbench.run.summary import CONCURRENT_RUNS_ENV, CPUS_ENV, SLOT_ENV
 from hf_optbench.rundir import FINISHED_STATUSES, MANIFEST_FILE, RUN_LOCK_FILE, read_summary
 from hf_optbench.study.budget import world_size
 from hf_optbench.study.sweep_spec import RunSpec
-from hf_optbench.study.worker_client import gpu_visible
 
 OOM_PATTERN = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory", re.I)
 
@@ -285,25 +285,35 @@ def _hms(seconds: float) -> str:
 
 class Progress:
     """Runs done/total, the current run, elapsed and ETA on the terminal (one line per event: logs stay
-    readable when the output is a file). ETA: the mean duration of this invocation's runs of the same model
-    size (else of all runs) times what is left, over the runs at once."""
+    readable when the output is a file). One for the whole sweep: the count, the clock and the ETA run on across
+    its phases (every tuning round, then the comparison) instead of starting again at each. ETA: the mean
+    duration of this invocation's runs of the same model size (else of all runs) times what is left in the whole
+    sweep (this phase's queue and the later phases' runs), over the runs at once."""
 
     def __init__(self, total: int, done: int, stream: Any = None) -> None:
         self.total, self.done, self.stream = total, done, stream or sys.stdout
         self.t0 = time.monotonic()
         self.durations: dict[str, list[float]] = {}
+        self.later: list[RunSpec] = []  # runs of later phases still to run: counted in the ETA
         self.jobs = 1  # runs at once (the local executor's slots): the ETA divides by it
         self._lock = threading.Lock()  # slots report from threads of their own: one whole line at a time
+
+    def begin_phase(self, before: int, done: int, total: int, later: Sequence[RunSpec] = ()) -> None:
+        """A phase (or a tuning round) starts: ``before`` runs of earlier phases, all finished; ``done`` of this
+        phase's ``total`` finished already; ``later``: the runs of later phases still to run."""
+        with self._lock:
+            self.done, self.total, self.later = before + done, before + total + len(later), list(later)
 
     def eta(self, pending: Sequence[RunSpec]) -> float | None:
         with self._lock:
             durations = {k: list(v) for k, v in self.durations.items()}
+            left = [*pending, *self.later]
         everything = [d for ds in durations.values() for d in ds]
         if not everything:
             return None
         mean_all = sum(everything) / len(everything)
         return sum((sum(durations[r.model_size]) / len(durations[r.model_size]))
-                   if r.model_size in durations else mean_all for r in pending) / max(1, self.jobs)
+                   if r.model_size in durations else mean_all for r in left) / max(1, self.jobs)
 
     def say(self, msg: str) -> None:
         with self._lock:
@@ -312,7 +322,7 @@ class Progress:
 
     def started(self, run: RunSpec, pending: Sequence[RunSpec], note: str = "") -> None:
         eta = self.eta(pending)
-        self.say(f"running {run.run_id}{note} (ETA {_hms(eta) if eta is not None else '?'})")
+        self.say(f"running {run.run_id}{note} (sweep ETA {_hms(eta) if eta is not None else '?'})")
 
     def ended(self, run: RunSpec, status: str, duration: float, detail: str = "") -> None:
         with self._lock:

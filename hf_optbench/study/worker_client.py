@@ -10,15 +10,16 @@ off: ``HF_OPTBENCH_WARM_WORKER=0`` in the environment (or in ``launcher.env``), 
 
 from __future__ import annotations
 
-import glob
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hf_optbench.machine import gpu_visible
 from hf_optbench.publish.redact import redact_argv
 from hf_optbench.study.worker import Channel
 
@@ -29,13 +30,6 @@ _OFF = ("0", "false", "no", "off")
 
 class WorkerUnavailable(Exception):
     """The warm worker cannot run this (or any further) run: the caller starts a plain subprocess instead."""
-
-
-def gpu_visible(env: dict[str, str] | None = None) -> bool:
-    """Whether a run could see a GPU, from device files and CUDA_VISIBLE_DEVICES alone (no CUDA initialisation)."""
-    env = dict(os.environ) if env is None else env
-    hidden = env.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1")
-    return (not hidden and bool(glob.glob("/dev/nvidia[0-9]*"))) or os.path.exists("/dev/kfd")
 
 
 def unavailable_reason(launcher: dict[str, Any], environ: dict[str, str] | None = None) -> str | None:
@@ -87,6 +81,7 @@ class WarmWorker:
         self.chan = Channel(proc.stdout.fileno(), proc.stdin.fileno())  # type: ignore[union-attr]
         self.info: dict[str, Any] = {}
         self.last_cpu_s: float | None = None
+        self.key: tuple[Any, ...] = ()  # what it was started with (WorkerPool.key)
 
     @classmethod
     def start(cls, env: dict[str, str], cwd: str, stderr_path: str, kill_tree: Callable[..., Any],
@@ -98,6 +93,7 @@ class WarmWorker:
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env, cwd=cwd,
                                     start_new_session=True)  # terminal signals reach the sweep, which stops runs
         worker = cls(proc, kill_tree)
+        worker.key = WorkerPool.key(env, cwd)
         try:
             msg = worker.chan.recv(ready_timeout_s)
             if not msg or msg.get("event") != "ready":
@@ -189,3 +185,57 @@ class WarmWorker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+class WorkerPool:
+    """The warm workers of one whole sweep: a slot takes a worker started with the same environment, directory and
+    cores when one is idle, and gives it back after its runs, so the tuning rounds and the comparison all fork from
+    the worker the first round started. Why: each round used to start (and pay the imports of) its own worker, six
+    times in the smoke sweep; a worker holds nothing of a run (each run is a fresh fork of it), so one
+    that served a round serves the next the same. ``close`` ends every worker (``with WorkerPool(...) as pool``)."""
+
+    def __init__(self, log_path: str) -> None:
+        self.log_path = log_path  # every worker's stderr, in the sweep's top directory
+        self._idle: dict[tuple[Any, ...], list[WarmWorker]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(env: dict[str, str], cwd: str) -> tuple[Any, ...]:
+        """What a worker was started with: environment, directory and the cores of the thread that started it
+        (a fork inherits them, and the torch thread count a fresh process there would take: a worker of a slot
+        pinned to one core cannot serve an unpinned run). A sweep whose phases run at the same number of runs at
+        once (``jobs: 1``; or every round with at least ``jobs`` runs) keeps its first workers to the end."""
+        cpus = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
+        return tuple(sorted(env.items())), cwd, cpus
+
+    def take(self, env: dict[str, str], cwd: str) -> WarmWorker | None:
+        """An idle, live worker started with ``env`` and ``cwd`` on this thread's cores, or None."""
+        with self._lock:
+            idle = self._idle.get(self.key(env, cwd), [])
+            while idle:
+                worker = idle.pop()
+                if worker.alive:
+                    return worker
+                worker.close()
+        return None
+
+    def give(self, worker: WarmWorker) -> None:
+        """Back into the pool; a worker that died is closed instead."""
+        if not worker.alive:
+            worker.close()
+            return
+        with self._lock:
+            self._idle.setdefault(worker.key, []).append(worker)
+
+    def close(self) -> None:
+        with self._lock:
+            workers = [w for idle in self._idle.values() for w in idle]
+            self._idle.clear()
+        for worker in workers:
+            worker.close()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

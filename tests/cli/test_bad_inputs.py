@@ -150,9 +150,9 @@ CASES = [
     c("sweep-unknown-optimizer", ["sweep", "{T}/sweep_adamq.yaml", "--dry-run"], "adamq"),
     c("sweep-output-under-a-file", ["sweep", "{T}/sweep.yaml", "--dry-run", "--output-dir", "{T}/afile/sw"],
       "output_dir"),
-    c("sweep-max-runs-negative", ["sweep", "{T}/sweep.yaml", "--max-runs=-1"], "--max-runs"),
+    c("sweep-max-runs-negative", ["sweep", "{T}/sweep.yaml", "--max-runs=-1"], "--max_runs"),
     c("sweep-timeout-not-a-number", ["sweep", "{T}/sweep_timeout.yaml", "--dry-run"], "timeout_s"),
-    c("sweep-max-runs-not-int", ["sweep", "{T}/sweep.yaml", "--max-runs", "x"], "--max-runs"),
+    c("sweep-max-runs-not-int", ["sweep", "{T}/sweep.yaml", "--max-runs", "x"], "--max_runs"),
     # -- sweep: matrix values that ran wrong or failed only at launch -----------------------------------------
     c("sweep-seed-empty", ["sweep", "{T}/sweep_seed_empty.yaml", "--dry-run"], "'seed' is empty"),
     c("sweep-seed-negative", ["sweep", "{T}/sweep_seed_negative.yaml", "--dry-run"], "matrix seed"),
@@ -186,15 +186,15 @@ CASES = [
     # -- memory / optimizers ------------------------------------------------------------------------------
     c("memory-unknown-size", ["memory", "--model", "gpt7"], "gpt7"),
     c("memory-unknown-optimizer", ["memory", "--optimizer", "adamq"], "adamq"),
-    c("memory-zero-stage", ["memory", "--zero-stage", "5"], "--zero-stage"),
+    c("memory-zero-stage", ["memory", "--zero-stage", "5"], "--zero_stage"),
     c("memory-world-size", ["memory", "--world-size", "0"], "world_size"),
-    c("memory-wrong-type", ["memory", "--micro-batch-size", "big"], "--micro-batch-size"),
+    c("memory-wrong-type", ["memory", "--micro-batch-size", "big"], "--micro_batch_size"),
     c("optimizers-unknown-size", ["optimizers", "--size", "huge"], "huge"),
     c("optimizers-unknown-flag", ["optimizers", "--bogus"], "--bogus"),
     # -- find-lr ------------------------------------------------------------------------------------------
-    c("find-lr-bad-float", ["find-lr", "{Q}", *OUT, "--min-lr", "abc"], "--min-lr"),
-    c("find-lr-steps", ["find-lr", "{Q}", *OUT, "--num-steps", "0"], "--num-steps"),
-    c("find-lr-range", ["find-lr", "{Q}", *OUT, "--min-lr", "1", "--max-lr", "1e-3"], "--max-lr"),
+    c("find-lr-bad-float", ["find-lr", "{Q}", *OUT, "--min-lr", "abc"], "--min_lr"),
+    c("find-lr-steps", ["find-lr", "{Q}", *OUT, "--num-steps", "0"], "--num_steps"),
+    c("find-lr-range", ["find-lr", "{Q}", *OUT, "--min-lr", "1", "--max-lr", "1e-3"], "--max_lr"),
     c("find-lr-smooth", ["find-lr", "{Q}", *OUT, "--smooth", "1.5"], "--smooth"),
     c("find-lr-output-file", ["find-lr", "{Q}", *OUT, "--output", "{T}/afile"], "--output"),
     c("find-lr-unknown-key", ["find-lr", "{Q}", *OUT, "--lerning_rate", "1"], "learning_rate"),
@@ -226,7 +226,7 @@ CASES = [
     # -- push ---------------------------------------------------------------------------------------------
     c("push-missing-dir", ["push", "{T}/missing", "--repo-id", "me/run", "--dry-run"], "missing"),
     c("push-corrupt-summary", ["push", "{T}/badrun", "--repo-id", "me/run", "--dry-run"], "summary.json"),
-    c("push-no-repo-id", ["push", "{T}/badrun"], "--repo-id"),
+    c("push-no-repo-id", ["push", "{T}/badrun"], "--repo_id"),
     c("push-token-flag", ["push", "{T}/badrun", "--repo-id", "me/run", "--token", "hf_SECRETVALUE"], "--token",
       absent="hf_SECRETVALUE"),
 ]

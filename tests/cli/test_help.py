@@ -15,16 +15,19 @@ from hf_optbench import cli
 from hf_optbench.config.help import GROUPS, TRAINER_KEYS
 
 
-def test_short_run_help_fits_a_screen_and_imports_no_torch() -> None:
+def _run_help(columns: int) -> tuple[int, list[str], str]:
     code = ("import io, sys, contextlib; from hf_optbench.cli import main; buf = io.StringIO()\n"
             "with contextlib.redirect_stdout(buf): rc = main(['run', '--help'])\n"
             "heavy = [m for m in ('torch', 'transformers', 'datasets') if m in sys.modules]\n"
             "print(repr((rc, heavy, buf.getvalue())))")
-    # COLUMNS=80: the narrowest terminal the help lays out for, where wrapping makes it longest
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "COLUMNS": "80"})
+                          env={**os.environ, "COLUMNS": str(columns)})
     assert proc.returncode == 0, proc.stderr
-    rc, heavy, text = eval(proc.stdout)  # noqa: S307 - our own repr()
+    return eval(proc.stdout)  # noqa: S307 - our own repr()
+
+
+def test_short_run_help_fits_a_screen_and_imports_no_torch() -> None:
+    rc, heavy, text = _run_help(100)  # a 100 x 80 terminal
     assert rc == 0 and heavy == []
     lines = text.splitlines()
     assert len(lines) < 80, len(lines)
@@ -38,6 +41,47 @@ def test_short_run_help_fits_a_screen_and_imports_no_torch() -> None:
     assert "--help-all" in text
 
 
+def test_short_run_help_wraps_instead_of_cutting() -> None:
+    """At 80 columns (the narrowest it lays out for) every line fits and each shown key's help and default are
+    whole: before, "flax-commun" (a default cut to its column) and "lio..." (a help cut to the line)."""
+    from hf_optbench.config.help import _SHORT_HELP
+
+    _, _, text = _run_help(80)
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert not [line for line in text.splitlines()[1:] if line.rstrip().endswith("...")]
+    joined = " ".join(text.split())  # wrapped lines joined back
+    assert "[flax-community/gpt2-base-thai]" in joined
+    for key, short in _SHORT_HELP.items():
+        assert f"--{key} {short}" in joined, key
+
+
+def test_every_size_is_listed_where_sizes_are_listed(capsys) -> None:
+    """From the one size table (models._SIZE_ROWS): `nano` was missing from `run --help`."""
+    from hf_optbench.config.help import short_help
+    from hf_optbench.models import GPT2_SIZES
+
+    texts = {"run": " ".join(short_help(width=100).split())}
+    for argv in (["memory", "--help"], ["optimizers", "--help"]):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        texts[argv[0]] = " ".join(capsys.readouterr().out.split())
+    for name, text in texts.items():
+        missing = [size for size in GPT2_SIZES if size not in text]
+        assert not missing, (name, missing)
+
+
+def test_validate_help_explains_full(capsys) -> None:
+    assert cli.main(["validate", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--full" in text and "TrainingArguments" in text and "--config" in text
+
+
+def test_optimizers_help_has_no_rst_markup(capsys) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["optimizers", "--help"])
+    assert "``" not in capsys.readouterr().out
+
+
 def test_short_help_reads_trainer_defaults_and_help_from_source() -> None:
     from transformers import TrainingArguments
 
@@ -46,7 +90,7 @@ def test_short_help_reads_trainer_defaults_and_help_from_source() -> None:
     got = training_fields_help(TRAINER_KEYS)
     fields = {f.name: f for f in dataclasses.fields(TrainingArguments)}
     assert set(got) == set(TRAINER_KEYS)
-    for name in ("seed", "bf16", "max_steps", "torch_compile"):
+    for name in ("seed", "bf16", "max_steps", "save_steps"):
         assert got[name][0] == fields[name].default, name
         assert got[name][1] == fields[name].metadata.get("help", ""), name
 

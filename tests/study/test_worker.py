@@ -330,3 +330,63 @@ def test_same_seed_same_losses_through_the_worker_and_a_subprocess(tmp_path: Pat
 def test_a_gpu_machine_keeps_the_plain_subprocess() -> None:
     """fork after CUDA is broken: where a GPU is visible the sweep never forks a run."""
     assert "GPU" in (unavailable_reason({"type": "python", "executor": "local"}) or "")
+
+
+TUNED_RUN = r'''
+import argparse, json, math, os, pathlib, sys
+p = argparse.ArgumentParser()
+p.add_argument("recipe")
+for k in ("--output_dir", "--optimizer", "--model_size", "--tuned_hparams_file"):
+    p.add_argument(k)
+p.add_argument("--seed", type=int)
+p.add_argument("--learning_rate", type=float)
+a, _ = p.parse_known_args()
+out = pathlib.Path(a.output_dir)
+print("fake run", a.optimizer, flush=True)
+lr = a.learning_rate
+if lr is None:
+    import yaml
+    lr = yaml.safe_load(open(a.tuned_hparams_file))[a.optimizer][a.model_size]["learning_rate"]
+best = float(os.environ["FAKE_BEST_LR"])
+(out / "summary.json").write_text(json.dumps({
+    "status": "completed", "optimizer": a.optimizer, "model_size": a.model_size, "seed": a.seed, "num_params": 1000,
+    "steps": 4, "learning_rate": lr, "final_eval_loss": 4.0, "error": None,
+    "final_tuning_loss": 3.0 + math.log2(lr / best) ** 2 if a.learning_rate is not None else None,
+    "hyperparameter_sources": {"learning_rate": "user"}}))
+'''
+
+
+def test_one_warm_worker_serves_every_round_and_phase_and_one_count_runs_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tune, then compare: the best rate sits at the first grid's edge, so the tuner adds a round; the worker the
+    first round started forks every run of every round and of the comparison (before: one worker per round, each
+    paying the imports again), it ends with the sweep, and the progress count and ETA run on across the phases
+    (before: "[sweep 0/6 ...] ... (ETA ?)" again at each round)."""
+    from hf_optbench.optim.registry import optimizer_defaults
+
+    fake = tmp_path / "tuned_run.py"
+    fake.write_text(TUNED_RUN)
+    _use_fake(monkeypatch, fake)
+    best = optimizer_defaults("adamw", "tiny")["learning_rate"] * 2
+    path = _sweep(tmp_path, ("adamw",), env={"FAKE_BEST_LR": str(best)}, jobs=1)  # as recipes/sweeps/smoke_cpu.yaml
+    spec = yaml.safe_load(path.read_text())
+    spec["matrix"]["seed"] = [1, 2]
+    spec["tune"] = {"lr_multipliers": [0.5, 1, 2], "seed": [0]}
+    path.write_text(yaml.safe_dump(spec))
+    log = io.StringIO()
+    assert run_sweep(path, stream=log) == {"completed": 4 + 2}  # x0.5, x1, x2, then x4; two compared seeds
+    text = log.getvalue()
+    out = tmp_path / "out"
+    assert text.count("warm worker ready") == 1, text
+    rows = read_state(out / "tuning" / "sweep_state.jsonl") + read_state(out / "sweep_state.jsonl")
+    assert {r["launched_via"] for r in rows if r["event"] == "end"} == {"warm_worker"}
+    workers = {line.rsplit("[warm worker ", 1)[1].rstrip("]") for log_file in out.glob("**/stdout.log")
+               for line in log_file.read_text().splitlines() if "[warm worker " in line}
+    assert len(workers) == 1 and all(_gone(int(pid)) for pid in workers)  # one worker, ended with the sweep
+    counts = [line.split("]")[0] for line in text.splitlines() if line.startswith("[sweep ") and "running " in line]
+    assert counts[0].startswith("[sweep 0/5 ")  # the first grid (3) and the comparison (2): the whole sweep
+    done = [int(c.split()[1].split("/")[0]) for c in counts]
+    assert done == list(range(6)), counts  # 0..5 across the tuning rounds and the comparison: never reset
+    assert text.count("ETA ?") == 1  # only before the first run of the sweep
+    assert "[sweep 3/6 " in text and "[sweep 4/6 " in text  # the added round grew the whole sweep's total
+    assert (out / "worker.log").is_file() and not (out / "tuning" / "worker.log").exists()

@@ -1,0 +1,82 @@
+"""The report's figures (issue 33 item 3), looked at as a reader would: a parameter axis ticked at the sizes run and
+labelled as parameter counts, no empty panel in the scaling plot (the questions without a point named in one
+line instead), and one note, not one per run and target, when the runs are too short for their smoothing window."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hf_optbench.report import plots
+from hf_optbench.report.analysis import analyse
+from hf_optbench.report.targets import merge_size_notes
+
+from fixtures.sweep_fixture import build_fixture_sweep
+
+
+def test_parameter_counts_read_as_people_write_them() -> None:
+    assert [plots.param_label(n) for n in (25_000, 107_904, 809_984, 124_439_808, 1_557_611_200)] == \
+        ["25k", "108k", "810k", "124M", "1.56B"]
+
+
+def test_a_parameter_axis_is_ticked_at_the_sizes_and_never_crowded() -> None:
+    plt = plots.plt_()
+    fig, ax = plt.subplots(figsize=(5, 4))
+    counts = [108e3, 810e3, 124e6, 355e6, 774e6, 1.56e9]
+    ax.plot(counts, [1] * len(counts), "o")
+    plots.param_axis(ax, counts)
+    fig.canvas.draw()
+    ticks = list(ax.get_xticks())
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    plt.close(fig)
+    assert labels == [plots.param_label(t) for t in ticks] and set(ticks) <= set(counts)
+    assert ticks[:3] == [108e3, 810e3, 124e6]  # 355M would touch 124M's label: left unlabelled
+    gaps = [math.log10(b / a) for a, b in zip(ticks, ticks[1:], strict=False)]
+    assert min(gaps) >= 0.12 * math.log10(counts[-1] / counts[0])
+    assert not ax.xaxis.get_minor_ticks() or all(not t.label1.get_text() for t in ax.xaxis.get_minor_ticks())
+
+
+def _short_runs(tmp_path: Path) -> Path:
+    """A sweep of 30-step runs with the default 20-step smoothing: no 25 % or 50 % target (the smoke sweep as it
+    was)."""
+    root = build_fixture_sweep(tmp_path / "s", optimizers=("adamw", "lion"), sizes=("tiny", "mini"),
+                               seeds=(0, 1, 2), steps=30)
+    for config in root.glob("runs/*/config.yaml"):
+        config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "target_smoothing_steps": 20}))
+    return root
+
+
+def test_too_short_runs_get_one_note_naming_the_setting_that_fits(tmp_path: Path) -> None:
+    an = analyse(_short_runs(tmp_path))
+    assert [t.name for t in an.targets["tiny"]] == ["75%", "100%"]
+    assert len(an.target_notes) == 1, an.target_notes  # before: 8 "Note:" lines, one per run and target
+    note = an.target_notes[0]
+    assert note.startswith("tiny, mini: no 25% / 50% target") and "target_smoothing_steps <= 8" in note
+    assert "not answered" in note
+
+
+def test_notes_merge_by_size_and_keep_the_rest() -> None:
+    assert merge_size_notes(["tiny: x", "mini: x", "tiny: y", "a note without a size"]) == \
+        ["tiny, mini: x", "tiny: y", "a note without a size"]
+
+
+def test_the_scaling_plot_draws_no_empty_panel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    figures: list[Any] = []
+    monkeypatch.setattr(plots, "save", lambda fig, path, rect=None: figures.append(fig) or path)
+    an = analyse(_short_runs(tmp_path))
+    assert plots.plot_scaling(an, tmp_path / "scaling.png") is not None
+    (fig,) = figures
+    fig.canvas.draw()
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    titles = [ax.get_title() for ax in shown]
+    assert "optimizer state" in titles and "tokens to target loss" not in titles
+    assert "no panel for tokens to target loss, seconds to target loss" in fig._suptitle.get_text()
+    assert all(ax.lines or ax.collections for ax in shown)  # every panel drawn holds something
+    for ax in shown:  # before: an empty panel's axis read "900m, 1 ... 10" as parameters
+        labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        assert labels and all(label[-1] in "kMB" for label in labels), labels
+    plots.plt_().close(fig)
