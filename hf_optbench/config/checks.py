@@ -232,7 +232,9 @@ def check_run_inputs(cfg: Any) -> None:  # a RunConfig (config.parse imports thi
 def check_betas_length(optimizer: str, kwargs: dict[str, Any]) -> None:
     """A registry optimizer's betas (and Muon's adamw_betas) are two numbers: torch indexes betas[1] only at the
     first step. Dotted-path classes may take another length and are left to their constructor."""
-    if "." in optimizer:
+    from hf_optbench.optim.dotted import is_dotted_path
+
+    if is_dotted_path(optimizer):
         return
     for key in ("betas", "adamw_betas"):
         betas = kwargs.get(key)

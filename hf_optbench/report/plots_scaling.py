@@ -12,8 +12,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from hf_optbench.report.analysis import BASELINE, Analysis
+from hf_optbench.report.analysis import Analysis
 from hf_optbench.report.plot_style import MARKERS, colors, eng_axis, plt_, save
+from hf_optbench.rundir import BASELINE
 
 
 def _panel(ax: Any, an: Analysis, key: str, label: str, col: dict[str, Any]) -> list[float]:

@@ -104,7 +104,9 @@ def build_summary(cfg: RunConfig, prepared: Any, record: dict[str, Any], *, sche
 
 def record_failure(summary: dict[str, Any], exc: BaseException, started: float) -> None:
     """Status, error and traceback of a run that raised: an out-of-memory error is a result ("oom"), not a bug."""
-    summary["status"] = "oom" if "out of memory" in str(exc).lower() else "failed"
+    from hf_optbench.rundir import lost_status
+
+    summary["status"] = lost_status(exc)
     summary["error"] = f"{type(exc).__name__}: {exc}"
     summary["traceback"] = traceback.format_exc(limit=20)
     summary["train_runtime_s"] = time.time() - started
