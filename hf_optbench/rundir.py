@@ -211,7 +211,19 @@ def finished_status(run_dir: Path, rows: Sequence[dict[str, Any]], run_id: str) 
 RUN_LOCK_FILE = "run.lock"  # the flock that makes one process the owner of a run directory (hf_optbench.run.lock)
 SEGMENTS_FILE = "train_segments.json"  # one entry per training process of the run (hf_optbench.run.segments)
 TORN_CHECKPOINTS_DIR = "torn_checkpoints"  # checkpoints a kill tore mid-save, kept out of checkpoint-* rotation
-IDENTITY_FILE = "run_identity.json"  # the settings that decide the result; a resume must match (run.identity)
+# The plan's identity of the run, recorded for readers (the report compares runs by it); a resume checks the stamp
+# in the checkpoint it loads instead (hf_optbench.run.identity), never this file.
+IDENTITY_FILE = "run_identity.json"
+
+
+def read_identity(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The identity recorded in a run directory's ``run_identity.json``, or None (none written, or unreadable)."""
+    try:
+        data = json.loads((Path(run_dir) / IDENTITY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ident = data.get("identity") if isinstance(data, dict) else None
+    return ident if isinstance(ident, dict) else None
 
 
 def read_segments(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -41,7 +41,7 @@ TRAINER_KEYS = ("output_dir", "max_steps", "learning_rate", "weight_decay", "max
                 "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
                 "warmup_steps", "eval_steps", "save_steps", "logging_steps", "bf16", "fp16", "torch_compile", "seed",
                 "report_to", "push_to_hub", "resume_from_checkpoint")
-# What our run puts in place of transformers' default (parse.parse_args, config.hparams).
+# What our run puts in place of transformers' default (parse.parse_args, run.plan).
 _OUR_DEFAULTS = {"output_dir": "runs/<optimizer>_<size>_s<seed>", "learning_rate": "cited",
                  "weight_decay": "cited", "max_grad_norm": "cited"}
 _OUR_HELP = {

@@ -14,7 +14,7 @@ directory holding runs of several sweeps (or runs started by hand) would otherwi
   ones included, the schedule and its arguments, and the optimizer's constructor values.
 
 A setting a run does not record (an older run directory) is not compared for that run. Values come from
-summary.json and, where the run wrote one, its ``run_identity.json`` (:mod:`hf_optbench.run.identity`).
+summary.json and, where the run wrote one, its ``run_identity.json`` (the plan identity, :mod:`hf_optbench.run.plan`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
-from hf_optbench.run.identity import read_identity
+from hf_optbench.rundir import read_identity
 
 # (name shown, how to read it from a record's summary and identity)
 _Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
@@ -36,7 +36,7 @@ EVERY_RUN: tuple[tuple[str, _Getter], ...] = (
     ("block_size", lambda s, i: s.get("block_size", i.get("block_size"))),
     ("data source", lambda s, i: (s.get("data") or {}).get("source")),
     ("tokenizer", lambda s, i: (s.get("data") or {}).get("tokenizer", i.get("tokenizer_name"))),
-    ("dataset", lambda s, i: [i.get(k) for k in ("data_source", "dataset_name", "dataset_config", "data_files")]
+    ("dataset", lambda s, i: [i.get(k) for k in ("data_source", "dataset_name", "dataset_config", "data_content")]
      if i else None),
 )
 PER_SIZE: tuple[tuple[str, _Getter], ...] = (
@@ -48,7 +48,7 @@ BUDGET: tuple[tuple[str, _Getter], ...] = (("max_steps", lambda s, i: s.get("max
 _OPTIMIZER_STATE = {"initial_lr", "k", "weight_sum", "lr_max", "step", "train_mode"}
 # Keys of the identity that are not a hyperparameter of the pooled runs (the seed varies, the rest is above).
 _NOT_POOLED = {"seed", "data_seed", "max_steps", "world_size", "zero_stage", "block_size", "n_positions", "model_size",
-               "optimizer"}
+               "optimizer", "schedule_resolved"}  # the schedule's steps follow max_steps (the ladder's differ)
 
 
 def _pooled(summary: Mapping[str, Any], ident: Mapping[str, Any]) -> dict[str, Any]:

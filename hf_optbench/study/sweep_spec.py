@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 SWEEP_KEYS = {"base", "output_dir", "overrides", "matrix", "per_optimizer", "per_model_size", "launcher", "name",
               "description", "tune", "budget", "ladder"}
 TUNING_METRIC = "final_tuning_loss"  # summary.json: loss on the held-out tuning split (DataArguments.tuning_blocks)
-# Keys that would beat or bypass the tuned value (an explicit value wins in config.hparams.resolve_hyperparameters).
+# Keys that would beat or bypass the tuned value (an explicit value wins in run.plan.resolve_optimization).
 TUNED_KEYS = ("learning_rate", "tuned_hparams_file")
 MATRIX_KEYS = {"optimizer", "model_size", "seed", "lr_multipliers"}
 LAUNCHER_KEYS = {"type", "accelerate_config", "command", "executor", "slurm", "timeout_s", "env", "validate",
@@ -321,18 +321,18 @@ def _check_run(spec: SweepSpec, run: RunSpec, cfg: RunConfig) -> None:
             "tuning sweep, then `hf-optbench tune`), or give the sweep a 'tune:' section, which tunes every size "
             "it compares.")
     if is_dotted_path(run.optimizer):  # a dotted path has no cited learning rate: refused here, not when it launches
-        from hf_optbench.config.hparams import resolve_hyperparameters
+        from hf_optbench.run.plan import resolve_optimization
 
-        resolve_hyperparameters(cfg)
+        resolve_optimization(cfg)
 
 
 def _set_grid_lr(run: RunSpec, cfg: RunConfig) -> None:
     """A grid run's learning rate: its multiplier x the rate the run would otherwise use (its cited default)."""
-    from hf_optbench.config.hparams import resolve_hyperparameters
+    from hf_optbench.run.plan import resolve_optimization
 
     if run.lr_multiplier is None or run.learning_rate is not None:
         return
-    run.learning_rate = float(resolve_hyperparameters(cfg)["learning_rate"]["value"]) * run.lr_multiplier
+    run.learning_rate = float(resolve_optimization(cfg)[0].learning_rate.value) * run.lr_multiplier
     run.args = run.args + ["--learning_rate", f"{run.learning_rate:.6g}"]
 
 
