@@ -51,6 +51,7 @@ _OUR_HELP = {
     "max_grad_norm": "Gradient clipping norm (0 = off). Unset: the optimizer's cited default.",
     "output_dir": "The run directory (config.yaml, metrics.jsonl, summary.json, checkpoints).",
     "report_to": "Trackers: tensorboard wandb (or tensorboard,wandb; a YAML list in a recipe), all or none.",
+    "resume_from_checkpoint": "true (the newest), a checkpoint path, or force (unstamped).",
 }
 KEY_WIDTH = 28
 DEFAULT_WIDTH = 11
