@@ -225,8 +225,9 @@ def _check_value(key: str, entry: Sourced) -> None:
         raise OptBenchError(f"{key} {value!r}{where} must be {rule}. Fix it where it was set, or set --{key}.")
 
 
-def _dotted_defaults(cfg: RunConfig) -> dict[str, Any]:
-    """A dotted path has no citation: its learning rate must be set, its weight decay is the class's default."""
+def _dotted_defaults(cfg: RunConfig) -> tuple[dict[str, Any], bool]:
+    """(defaults, whether the class takes a weight decay) of a dotted path: it has no citation, so its learning rate
+    must be set; its weight decay is the class's own default."""
     import inspect
 
     from hf_optbench.optim.dotted import constructor_defaults
@@ -238,10 +239,10 @@ def _dotted_defaults(cfg: RunConfig) -> dict[str, Any]:
         )
     named = constructor_defaults(cfg.optim.optimizer)
     wd = named.get("weight_decay", inspect.Parameter.empty)
-    out: dict[str, Any] = {"sources": {}, "source": "the class's own default", "_takes_wd": "weight_decay" in named}
+    out: dict[str, Any] = {"sources": {}, "source": "the class's own default"}
     if wd is not inspect.Parameter.empty and wd is not None:
         out["weight_decay"] = float(wd)
-    return out
+    return out, "weight_decay" in named
 
 
 def _constructor(cfg: RunConfig, spec: OptimizerSpec | None, cited: Mapping[str, Any]) -> dict[str, Sourced]:
@@ -251,7 +252,8 @@ def _constructor(cfg: RunConfig, spec: OptimizerSpec | None, cited: Mapping[str,
     from hf_optbench.optim.registry import constructor_kwargs
 
     user = cfg.optim.kwargs()
-    user.update(adam_constructor(cfg.training, cfg.explicit, tuple(cited.get("betas", (0.9, 0.999)))))
+    if "betas" in cited:  # adam_* are refused at parse for every optimizer without Adam's betas
+        user.update(adam_constructor(cfg.training, cfg.explicit, tuple(cited["betas"])))
     check_optimizer_values(user)
     check_betas_length(cfg.optim.optimizer, user)
     values = constructor_kwargs(spec, cited, user) if spec is not None else dict(user)
@@ -362,12 +364,12 @@ def resolve_optimization(cfg: RunConfig) -> tuple[OptimizerPlan, Sourced, dict[s
     from hf_optbench.optim.tuned import lookup_tuned
 
     spec = OPTIMIZERS.get(cfg.optim.optimizer)  # canonical since OptimizerArguments resolved it
-    cited = cited_defaults(spec, SIZE_CLASS[cfg.model.model_size]) if spec is not None else _dotted_defaults(cfg)
+    cited, takes_wd = (cited_defaults(spec, SIZE_CLASS[cfg.model.model_size]), True) if spec is not None \
+        else _dotted_defaults(cfg)
     tuned_file = cfg.optim.tuned_hparams_file
     tuned = lookup_tuned(tuned_file, cfg.optim.optimizer, cfg.model.model_size) if tuned_file else {}
     lr, wd, mgn = (_training_value(cfg, k, tuned, tuned_file, cited)
                    for k in ("learning_rate", "weight_decay", "max_grad_norm"))
-    takes_wd = spec is not None or cited["_takes_wd"]
     if spec is None and "weight_decay" not in cfg.explicit and "weight_decay" not in cited:
         wd = Sourced(0.0, "the class's default (none given)" if takes_wd else "none: the class takes no weight decay")
     for key, entry in (("learning_rate", lr), ("weight_decay", wd), ("max_grad_norm", mgn)):
