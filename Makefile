@@ -49,7 +49,7 @@ test: setup
 #     / gloo tests in test_api.py, measure/test_recorder.py, measure/test_metrics.py)
 #   - kill-and-resume from checkpoints (test_checkpoint_resume.py), the run lock across processes (test_run_lock.py),
 #     resume identity refusals through real runs (run/test_identity.py), recorded = constructed through real runs and
-#     trackers (run/test_what_ran.py, test_tracking.py, a two-tracker recipe in config/test_parse.py)
+#     trackers (run/test_plan.py, measure/test_tracking.py, a two-tracker recipe in config/test_parse.py)
 #   - real sweeps: through the warm worker, accelerate, two runs at once, kill-and-resume, tuning-bracket extension,
 #     speedup report, secrets (study/test_sweep.py, test_worker.py, test_parallel_sweep.py, test_tuning_bracket.py,
 #     test_speedup_report.py, test_protocol.py), three `report` processes at once (test_report_concurrency.py)

@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             steps = args.muon_steps if name == "muon" else args.steps
             warm = args.warmup
             times = time_steps(opt, args.device, warm, steps)
-        results.append({"row": row, "implementation": describe_optimizer(opt),
+        results.append({"row": row, "implementation": describe_optimizer(opt, model=model),
                         "median_s": statistics.median(times), "min_s": min(times), "steps": steps,
                         "state_bytes": state_bytes(opt), "state_bytes_per_param": state_bytes(opt) / n_params})
         print(f"  {row}: {results[-1]['median_s']:.3f} s/step", file=sys.stderr, flush=True)

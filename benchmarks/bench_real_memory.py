@@ -120,7 +120,7 @@ def measure_one(size: str, optimizer: str, out: str, *, steps: int, block_size: 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         opt = build_optimizer(optimizer, model, model_size=size)
-    rec["implementation"] = describe_optimizer(opt)  # updated after each step
+    rec["implementation"] = describe_optimizer(opt, model=model)  # updated after each step
     rec["rss_after_optimizer_build_kb"] = _proc_kb("VmRSS")
     if callable(getattr(opt, "train", None)):
         opt.train()  # schedule-free optimizers step only in train mode
@@ -143,7 +143,7 @@ def measure_one(size: str, optimizer: str, out: str, *, steps: int, block_size: 
         rec["losses"].append(float(loss.detach()))
         sb = SB.optimizer_state_bytes(opt, params)
         rec.update(steps_done=len(rec["step_seconds"]),
-                   implementation=describe_optimizer(opt),  # after stepping: some builders resolve lazily
+                   implementation=describe_optimizer(opt, model=model),  # after stepping: the state dtypes
                    state={"total": sb.total, "by_dtype": sb.by_dtype, "by_name": sb.by_name,
                           "num_tensors": sb.num_tensors, "master_bytes": sb.master_bytes},
                    maxrss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,

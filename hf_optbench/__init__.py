@@ -33,6 +33,7 @@ _EXPORTS = {
     "attach_callbacks": "measure.recorder",
     "plan_memory": "measure.planner",
     "parse_args": "config.parse",
+    "resolve_plan": "run.plan",
     "trainer_optimizer": "run.trainer",
     "schedule_training_args": "run.trainer",
     "eval_metric_kwargs": "run.eval_metrics",

@@ -72,6 +72,16 @@ def check_block_size(block_size: int, n_positions: int) -> None:
         )
 
 
+def tokens_per_step(args: Any, block_size: int, world_size: int | None = None) -> int:
+    """Tokens one optimizer step trains on over all processes: micro-batch x accumulation x processes x block size
+    (``args``: TrainingArguments or anything with ``per_device_train_batch_size`` and
+    ``gradient_accumulation_steps``; ``world_size`` defaults to ``args.world_size``). The one owner of the product:
+    the run's plan, the sweep's budget, the recorder's MFU and Sophia-G's Hessian estimate use it."""
+    processes = args.world_size if world_size is None else world_size
+    return int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps) * int(processes) \
+        * int(block_size)
+
+
 def padded_vocab_size(vocab_size: int, multiple: int) -> int:
     """``vocab_size`` rounded up to ``multiple`` (nanoGPT pads GPT-2's 50257 to 50304 for faster matmuls)."""
     if multiple <= 1:

@@ -29,10 +29,36 @@ TUNED_FILE = "tuned_hparams.yaml"  # what a sweep's tuning phase selected; every
 STDOUT_FILE = "stdout.log"  # a sweep run's console output
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' own, in the run directory and each checkpoint
 
-# A run's final status in summary.json. FINISHED: the run did what it was asked (a divergence is a result, not a
-# failure). FINAL: it will not change on its own (a sweep does not re-launch it unless asked).
+# A sweep directory's layout: the copied sweep file, one run directory per matrix point under RUNS_DIR, and for a
+# sweep with a ``tune:`` section the tuning phase's own sweep directory under TUNING_DIR.
+SWEEP_COPY_FILE = "sweep.yaml"
+# The optimizer every other is compared against: the sweep's ladder, the report's targets and speedups, the verdict.
+# Tuned AdamW, as in the benchmarks the project follows (Marin's optimizer sweep; Kaddour et al. 2023).
+BASELINE = "adamw"
+RUNS_DIR = "runs"
+TUNING_DIR = "tuning"
+
+# A run's final status in summary.json: the one owner of its classification (the run, the sweep state, the records
+# and the tuner read these). FINISHED: the run did what it was asked (a divergence is a result, not a failure).
+# LOST: it ended without a result. FINAL: it will not change on its own (a sweep does not re-launch it unless asked).
 FINISHED_STATUSES = ("completed", "diverged")
-FINAL_STATUSES = ("completed", "diverged", "failed", "oom")
+LOST_STATUSES = ("failed", "oom")
+FINAL_STATUSES = FINISHED_STATUSES + LOST_STATUSES
+# What an out-of-memory error says (torch's CUDA "out of memory"/OutOfMemoryError, the CPU allocator's ENOMEM): such a
+# run ended for want of memory, a result of its size and optimizer ("oom"), not a bug ("failed").
+OOM_PATTERN = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory", re.I)
+
+
+def lost_status(*texts: object) -> str:
+    """"oom" when any of ``texts`` (an error message, a log tail) says the run ran out of memory, else "failed"."""
+    return "oom" if any(OOM_PATTERN.search(str(t)) for t in texts if t) else "failed"
+
+
+def runs_root(sweep_dir: str | os.PathLike[str]) -> Path:
+    """Where a sweep directory keeps its run directories (``RUNS_DIR``); a directory without one is itself a
+    directory of runs."""
+    d = Path(sweep_dir)
+    return d / RUNS_DIR if (d / RUNS_DIR).is_dir() else d
 
 
 @contextmanager
@@ -239,7 +265,19 @@ def finished_status(run_dir: Path, rows: Sequence[dict[str, Any]], run_id: str) 
 RUN_LOCK_FILE = "run.lock"  # the flock that makes one process the owner of a run directory (hf_optbench.run.lock)
 SEGMENTS_FILE = "train_segments.json"  # one entry per training process of the run (hf_optbench.run.segments)
 TORN_CHECKPOINTS_DIR = "torn_checkpoints"  # checkpoints a kill tore mid-save, kept out of checkpoint-* rotation
-IDENTITY_FILE = "run_identity.json"  # the settings that decide the result; a resume must match (run.identity)
+# The plan's identity of the run, recorded for readers (the report compares runs by it); a resume checks the stamp
+# in the checkpoint it loads instead (hf_optbench.run.identity), never this file.
+IDENTITY_FILE = "run_identity.json"
+
+
+def read_identity(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The identity recorded in a run directory's ``run_identity.json``, or None (none written, or unreadable)."""
+    try:
+        data = json.loads((Path(run_dir) / IDENTITY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ident = data.get("identity") if isinstance(data, dict) else None
+    return ident if isinstance(ident, dict) else None
 
 
 def read_segments(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -20,15 +20,10 @@ from transformers.optimization import get_scheduler
 
 import hf_optbench
 from hf_optbench.errors import OptBenchError
-from hf_optbench.optim.registry import OPTIMIZERS, build_optimizer, optimizer_callbacks
+from hf_optbench.optim.registry import OPTIMIZERS, build_optimizer, optimizer_callbacks, spec_of
 from hf_optbench.optim.schedules import build_scheduler
 from hf_optbench.optim.unwrap import innermost_optimizer
-from hf_optbench.run.trainer import (
-    OptimizerFactory,
-    schedule_training_args,
-    stock_trainer_kwargs,
-    trainer_optimizer,
-)
+from hf_optbench.run.trainer import OptimizerFactory, schedule_training_args, trainer_optimizer
 
 from fixtures.launch import run_launch
 from fixtures.models import tiny_model, token_data
@@ -71,7 +66,8 @@ def test_readme_api_example_runs_verbatim(tmp_path, monkeypatch) -> None:
     trainer, recorder, args = namespace["trainer"], namespace["recorder"], namespace["args"]
     assert type(trainer) is Trainer
     inner = innermost_optimizer(trainer.optimizer)
-    assert type(inner).__module__.startswith("lion_pytorch") and inner.hf_optbench_name == "lion"
+    assert type(inner).__module__.startswith("lion_pytorch") and spec_of(inner).name == "lion"
+    assert not [k for k in vars(inner) if k.startswith("hf_optbench")]  # nothing stamped on the optimizer
     assert recorder.status == "completed"
     out = Path(args.output_dir)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -109,7 +105,7 @@ def test_stock_trainer_runs_every_cpu_optimizer(name: str, tmp_path) -> None:
     for callback in optimizer_callbacks(build_optimizer(name, tiny_model(), model_size="tiny")):
         trainer.add_callback(callback)  # schedule-free's train/eval switch, Sophia's Hessian estimate
     trainer.train()
-    assert innermost_optimizer(trainer.optimizer).hf_optbench_name == name
+    assert spec_of(trainer.optimizer).name == name
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)), "nothing trained"
 
 
@@ -126,7 +122,7 @@ def test_stock_trainer_runs_every_cuda_optimizer(name: str, tmp_path) -> None:
                       data_collator=default_data_collator,
                       optimizer_cls_and_kwargs=trainer_optimizer(name, model_size="tiny"))
     trainer.train()
-    assert innermost_optimizer(trainer.optimizer).hf_optbench_name == name
+    assert spec_of(trainer.optimizer).name == name
 
 
 @pytest.mark.parametrize("name, kwargs", [
@@ -158,25 +154,14 @@ def test_one_cycle_has_no_transformers_type_and_says_what_to_do() -> None:
         schedule_training_args("one_cycle", num_training_steps=10)
 
 
-def test_stock_trainer_kwargs_make_training_args_show_what_runs(tmp_path) -> None:
-    """Lion + gpt3_cosine: args.optim / lr_scheduler_type name them (what trackers and the TensorBoard args text
-    show), the Trainer builds the schedule; one_cycle stays an object, labelled."""
+def test_the_factory_hands_back_the_built_optimizer_and_stamps_nothing(tmp_path) -> None:
+    """trainer_optimizer(opt): the Trainer gets the very optimizer built over its model, with no attribute added
+    (what ran is read from the object at train begin, hf_optbench.optim.held)."""
     model = tiny_model()
     opt = build_optimizer("lion", model, model_size="tiny")
-    args = args_for(tmp_path, 10, warmup_steps=0.1)
-    given = stock_trainer_kwargs(args, opt, build_scheduler("gpt3_cosine", opt, num_training_steps=10,
-                                                             warmup_steps=0.1))
-    shown = json.loads(args.to_json_string())
-    assert shown["optim"] == "hf_optbench:lion"
-    assert shown["lr_scheduler_type"] == "cosine_with_min_lr"
-    assert shown["lr_scheduler_kwargs"] == {"min_lr_rate": 0.1, "num_cycles": 0.5}
-    assert given["optimizers"] == (None, None)
-    factory, kwargs = given["optimizer_cls_and_kwargs"]
-    assert factory()(model, **kwargs) is opt  # the built optimizer, handed back over the same parameters
-
-    cycle = build_scheduler("one_cycle", opt, num_training_steps=10)
-    given = stock_trainer_kwargs(args, opt, cycle)
-    assert given["optimizers"] == (None, cycle) and args.lr_scheduler_type == "hf_optbench:one_cycle"
+    factory, kwargs = trainer_optimizer(opt)
+    assert factory()(model, **kwargs) is opt
+    assert not [k for k in vars(opt) if k.startswith("hf_optbench")]
 
 
 def test_factory_refuses_a_built_optimizer_over_other_parameters() -> None:
@@ -193,6 +178,7 @@ _ZERO2_SCRIPT = textwrap.dedent(
     import json, os, sys
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments, default_data_collator
+    from hf_optbench.optim.registry import spec_of
     from hf_optbench.optim.unwrap import optimizer_chain
     from hf_optbench.run.trainer import schedule_training_args, trainer_optimizer
 
@@ -213,7 +199,7 @@ _ZERO2_SCRIPT = textwrap.dedent(
         inner = chain[-1]
         json.dump({"deepspeed": trainer.is_deepspeed_enabled, "world_size": args.world_size,
                    "chain": [type(o).__module__ + "." + type(o).__name__ for o in chain],
-                   "name": getattr(inner, "hf_optbench_name", None),
+                   "name": spec_of(inner).name,
                    "state_names": sorted({k for s in inner.state.values() for k in s}),
                    "lrs": [r["learning_rate"] for r in trainer.state.log_history if "loss" in r]},
                   open(os.path.join(out, "rank0.json"), "w"))

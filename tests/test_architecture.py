@@ -30,7 +30,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ]
 # The package facade (lazy public API) and `python -m hf_optbench` may reach every layer.
 FACADES = {"hf_optbench", "hf_optbench.__main__"}
-MAX_MODULE_LINES = 400
+# 400 lines split single concerns over several modules (run/summary + what_ran + provenance, the tuning and table
+# modules); 600 lets one concern stay in one module, and a module past it still has to say why.
+MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 # "module" or "module:function" -> the one-line reason it is larger.
 SIZE_EXCEPTIONS: dict[str, str] = {}

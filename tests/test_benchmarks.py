@@ -202,3 +202,17 @@ def test_bench_startup_runs(capsys):
     rows = {r["command"]: r for r in _json_out(capsys.readouterr().out)}
     assert rows["hf-optbench --help"]["heavy_modules_imported"] == ""  # the start-up target's premise
     assert rows["hf-optbench validate RECIPE"]["heavy_modules_imported"] == ""
+
+
+@pytest.mark.slow
+def test_profile_run_counts_one_name_resolution_and_nothing_stamped(capsys):
+    """benchmarks/profile_run.py, the measure of issue 30, on a 2-step quickstart run: the optimizer's name resolved
+    once, the recipe read once, one plan, and no hf_optbench_* attribute on the optimizer or the scheduler."""
+    import profile_run
+
+    recipe = str(BENCH.parent / "recipes" / "quickstart_cpu.yaml")
+    assert profile_run.main(["--json", "--", recipe, "--max_steps", "2", "--save_strategy", "no",
+                             "--write_model_card", "false"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["calls"]["resolve_optimizer_name"] == got["calls"]["load_recipe"] == got["calls"]["resolve_plan"] == 1
+    assert got["stamped_attributes"] == [] and got["functions_run"] > 0

@@ -17,8 +17,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+
+from hf_optbench.config.parse import ResumeRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "recipes/quickstart_cpu.yaml"
@@ -239,13 +242,29 @@ def test_torn_checkpoint_is_moved_out_of_the_checkpoint_namespace(runs: dict) ->
     assert not list(partial.glob("checkpoint-*.*"))
 
 
+STUB_PLAN = SimpleNamespace(resume=ResumeRequest("latest"), plan_hash="h", identity={"learning_rate": 1e-3})
+
+
 def _fake_checkpoint(out: Path, step: int, complete: bool) -> Path:
+    """A checkpoint-N folder with readable weights (a tensor holding N) and, when complete, a trainer_state.json
+    stamped with :data:`STUB_PLAN` (transformers writes it last)."""
+    import torch
+    from safetensors.torch import save_file
+
     ck = out / f"checkpoint-{step}"
     ck.mkdir(parents=True)
-    (ck / "model.safetensors").write_bytes(b"weights of step %d" % step)
+    save_file({"w": torch.full((2,), float(step))}, str(ck / "model.safetensors"))
     if complete:
-        (ck / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+        stamp = {"plan_hash": STUB_PLAN.plan_hash, "identity": STUB_PLAN.identity}
+        (ck / "trainer_state.json").write_text(json.dumps(
+            {"global_step": step, "stateful_callbacks": {"PlanStamp": {"args": {"stamp": stamp}, "attributes": {}}}}))
     return ck
+
+
+def _weights_step(ck: Path) -> float:
+    from safetensors.torch import load_file
+
+    return float(load_file(str(ck / "model.safetensors"))["w"][0])
 
 
 def test_a_torn_checkpoint_survives_save_total_limit_rotation(tmp_path: Path) -> None:
@@ -253,30 +272,30 @@ def test_a_torn_checkpoint_survives_save_total_limit_rotation(tmp_path: Path) ->
     left there as checkpoint-12.incomplete was counted and deleted by the resumed run's next save."""
     from transformers.trainer_utils import rotate_checkpoints
 
-    from hf_optbench.run.output import resolve_resume_checkpoint
+    from hf_optbench.run.identity import choose_checkpoint
 
     out = tmp_path / "run"
     _fake_checkpoint(out, 4, complete=True)
     _fake_checkpoint(out, 8, complete=True)
     _fake_checkpoint(out, 12, complete=False)
-    assert resolve_resume_checkpoint(out) == str(out / "checkpoint-8")
+    assert choose_checkpoint(STUB_PLAN, out).checkpoint == out / "checkpoint-8"
     _fake_checkpoint(out, 12, complete=True)  # the resumed run saves again
     _fake_checkpoint(out, 16, complete=True)
     rotate_checkpoints(str(out), save_total_limit=1)
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-16"]
     kept = list((out / "torn_checkpoints").glob("checkpoint-12.*"))
-    assert len(kept) == 1 and (kept[0] / "model.safetensors").read_bytes() == b"weights of step 12"
+    assert len(kept) == 1 and _weights_step(kept[0]) == 12
 
 
 def test_the_same_step_torn_twice_keeps_both_copies(tmp_path: Path) -> None:
     """A second torn copy of the same step crashed the resume with `OSError: Directory not empty`."""
-    from hf_optbench.run.output import resolve_resume_checkpoint
+    from hf_optbench.run.identity import choose_checkpoint
 
     out = tmp_path / "run"
     _fake_checkpoint(out, 4, complete=True)
     for _ in range(2):
         _fake_checkpoint(out, 8, complete=False)
-        assert resolve_resume_checkpoint(out) == str(out / "checkpoint-4")
+        assert choose_checkpoint(STUB_PLAN, out).checkpoint == out / "checkpoint-4"
     kept = sorted((out / "torn_checkpoints").iterdir())
     assert len(kept) == 2 and all((k / "model.safetensors").is_file() for k in kept)
     assert not (out / "checkpoint-8").exists()
@@ -291,3 +310,77 @@ def test_resuming_a_finished_run_is_a_no_op_that_says_so(runs: dict, tmp_path: P
     assert "already holds a finished run (status 'completed', 12 steps): nothing to resume" in proc.stderr
     assert {name: (done / name).read_bytes() for name in before} == before
     assert not (done / f"checkpoint-{STEPS + SAVE_EVERY}").exists()
+
+
+def test_a_finished_run_resumed_with_overwrite_does_not_train_past_its_end(runs: dict, tmp_path: Path) -> None:
+    """Issue 32 item 1: `--resume_from_checkpoint true --overwrite_output_dir true` on a finished run trained step
+    max_steps + 1, wrote its checkpoint and relabelled summary.json; it is a no-op that says so."""
+    done = tmp_path / "done"
+    shutil.copytree(runs["full"], done)
+    before = {name: (done / name).read_bytes() for name in ("summary.json", "metrics.jsonl", "config.yaml")}
+    proc = _run(done, "--resume_from_checkpoint", "true", "--overwrite_output_dir", "true")
+    assert "nothing to resume" in proc.stderr
+    assert {name: (done / name).read_bytes() for name in before} == before
+    assert not (done / f"checkpoint-{STEPS + 1}").exists()
+
+
+def test_a_run_stopped_after_its_last_checkpoint_is_not_trained_past_its_end(runs: dict, tmp_path: Path) -> None:
+    """Issue 32 item 1, second variant: summary.json missing (a kill between the last checkpoint and the summary
+    write) and the newest checkpoint at max_steps: exit 2 in one line naming the checkpoint, nothing trained."""
+    done = tmp_path / "done"
+    shutil.copytree(runs["full"], done)
+    (done / "summary.json").unlink()
+    rows = (done / "metrics.jsonl").read_bytes()
+    proc = subprocess.run(_cmd(done, "--resume_from_checkpoint", "true"), cwd=ROOT, env=_env(), capture_output=True,
+                          text=True, timeout=300)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert f"checkpoint-{STEPS}" in lines[0] and "nothing is left to train" in lines[0]
+    assert not (done / f"checkpoint-{STEPS + 1}").exists() and not (done / "summary.json").exists()
+    assert (done / "metrics.jsonl").read_bytes() == rows
+
+
+def _zero_header(path: Path) -> None:
+    with open(path, "r+b") as fh:
+        fh.write(b"\0" * 8)
+
+
+def _truncate(path: Path) -> None:
+    with open(path, "r+b") as fh:
+        fh.truncate(path.stat().st_size // 2)
+
+
+@pytest.mark.parametrize("damage", ["model.safetensors header zeroed", "optimizer.pt truncated"])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(runs: dict, tmp_path: Path, damage: str) -> None:
+    """Issue 32 (unclear): the newest checkpoint's weights header zeroed, or its optimizer.pt truncated, was a
+    traceback on resume. The run now says so in one line, resumes from the previous complete checkpoint (set the
+    damaged one aside, never deleted) and ends with the uninterrupted run's losses."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["full"], run)
+    (run / "summary.json").unlink()  # stopped before its summary: a resume is due
+    newest, previous = run / f"checkpoint-{STEPS}", run / f"checkpoint-{STEPS - SAVE_EVERY}"
+    (_zero_header if "header" in damage else _truncate)(newest / damage.split()[0])
+    proc = _run(run, "--resume_from_checkpoint", "true")
+    said = [line for line in proc.stderr.splitlines() if "is damaged" in line]
+    assert len(said) == 1 and damage.split()[0] in said[0] and f"resuming from {previous.name}" in said[0], said
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["resumed_from"]["step"] == STEPS - SAVE_EVERY
+    assert summary["resumed_from"]["skipped_damaged"][0].startswith(f"checkpoint-{STEPS}:")
+    full = {r["step"]: r["loss"] for r in _train_rows(runs["full"])}
+    assert {r["step"]: r["loss"] for r in _train_rows(run)} == full
+    assert len(list((run / "torn_checkpoints").glob(f"checkpoint-{STEPS}.*"))) == 1
+
+
+def test_no_readable_checkpoint_is_exit_2_naming_them(runs: dict, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(runs["full"], run)
+    (run / "summary.json").unlink()
+    for ckpt in run.glob("checkpoint-*"):
+        _zero_header(ckpt / "model.safetensors")
+    proc = subprocess.run(_cmd(run, "--resume_from_checkpoint", "true"), cwd=ROOT, env=_env(), capture_output=True,
+                          text=True, timeout=300)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert "no checkpoint is readable" in lines[0] and f"checkpoint-{STEPS} (model.safetensors" in lines[0]
+    assert {p.name for p in run.glob("checkpoint-*")} == {f"checkpoint-{STEPS - SAVE_EVERY}",
+                                                           f"checkpoint-{STEPS}"}  # nothing moved

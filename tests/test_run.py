@@ -127,14 +127,17 @@ def test_tuned_learning_rate_file_drives_the_run_unless_the_user_sets_one(tmp_pa
 
 
 def _with_tuning(monkeypatch, pick) -> None:
-    """A stand-in for the data side's tuning split: ``pick(bundle)`` becomes ``bundle.tuning``."""
-    real_prepare = run_mod.prepare
+    """A stand-in for the data side's tuning split: ``pick(bundle)`` becomes ``bundle.tuning`` (before the run
+    checks the splits against the batch)."""
+    from hf_optbench.data import pipeline
 
-    def prepare(cfg):
-        prepared = real_prepare(cfg)
-        return dataclasses.replace(prepared, bundle=dataclasses.replace(prepared.bundle, tuning=pick(prepared.bundle)))
+    real = pipeline.prepare_data
 
-    monkeypatch.setattr(run_mod, "prepare", prepare)
+    def prepare_data(data_args, **kwargs):
+        bundle = real(data_args, **kwargs)
+        return dataclasses.replace(bundle, tuning=pick(bundle))
+
+    monkeypatch.setattr(pipeline, "prepare_data", prepare_data)
 
 
 def test_final_tuning_loss_is_recorded_and_kept_out_of_the_eval_metrics(tmp_path: Path, monkeypatch) -> None:
@@ -160,6 +163,28 @@ def test_tuning_split_smaller_than_one_eval_batch_is_refused(tmp_path: Path, mon
     err = capsys.readouterr().err
     assert rc == 2 and "tuning split holds 1 block" in err and "tuning_blocks" in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("accumulation, needle", [
+    ("1000", "fewer than one optimizer step"),  # 1000 x 4 blocks of a split of fewer
+    ("5", "39 micro-batches per epoch, not a multiple of gradient_accumulation_steps 5"),  # a partial last step
+])
+def test_a_batch_the_split_cannot_hold_whole_is_refused_before_the_model(accumulation: str, needle: str,
+                                                                         tmp_path: Path, monkeypatch,
+                                                                         capsys) -> None:
+    """Issue 30 item 8: --gradient_accumulation_steps 1000 on a split of a few micro-batches completed, recording
+    3,072,000 tokens seen of a 4,992-token split (transformers steps on the micro-batches an epoch holds). Refused
+    from the data's size, before the model is built."""
+    from hf_optbench import models
+
+    def _boom(*a, **k):
+        raise AssertionError("the model must not be built")
+
+    monkeypatch.setattr(models, "build_model", _boom)
+    rc = run_mod.main([QUICK, "--output_dir", str(tmp_path / "run"), *FAST, "--max_steps", "200",
+                       "--gradient_accumulation_steps", accumulation])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err
 
 
 def _has_bf16_device() -> bool:
@@ -189,7 +214,7 @@ def test_bf16_recipe_without_a_bf16_device_names_the_hardware_and_the_override(t
 def test_the_suggested_override_passes_the_hardware_check() -> None:
     from hf_optbench.run.preflight import check_hardware, light_settings
 
-    values, where = light_settings([LARGE, "--bf16", "false", "--torch_compile=false"])
+    values, where, _ = light_settings([LARGE, "--bf16", "false", "--torch_compile=false"])
     assert values["bf16"] == "false" and where["bf16"] == "the command line"
     check_hardware(values, where)  # no error: bf16 is off whatever the machine
 
@@ -200,10 +225,10 @@ def test_precision_flags_are_read_with_the_parsers_precedence() -> None:
     from hf_optbench.run.preflight import check_hardware, light_settings
 
     # a bare flag is true, as HfArgumentParser reads it; the command line beats the recipe's use_cpu: true
-    values, where = light_settings([QUICK, "--bf16", "--use_cpu", "false"])
+    values, where, _ = light_settings([QUICK, "--bf16", "--use_cpu", "false"])
     with pytest.raises(OptBenchError, match="the command line sets bf16 true"):
         check_hardware(values, where)
-    values, where = light_settings([QUICK, "--bf16", "true"])
+    values, where, _ = light_settings([QUICK, "--bf16", "true"])
     check_hardware(values, where)  # bf16 on the CPU: transformers allows it with the recipe's use_cpu
 
 
@@ -216,7 +241,7 @@ def test_fp16_on_a_cpu_is_refused_with_the_override() -> None:
 
     if torch.accelerator.is_available():
         pytest.skip("this machine has an accelerator")
-    values, where = light_settings([QUICK, "--fp16", "true"])
+    values, where, _ = light_settings([QUICK, "--fp16", "true"])
     with pytest.raises(OptBenchError, match="--fp16 false"):
         check_hardware(values, where)
 

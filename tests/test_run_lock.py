@@ -123,7 +123,7 @@ def test_only_the_launch_main_process_takes_the_lock(tmp_path: Path, monkeypatch
     holder = acquire_run_lock(out)
     try:
         monkeypatch.setenv("RANK", "1")
-        assert preflight.preflight([QUICK, "--output_dir", str(out)]) is None
+        assert preflight.preflight([QUICK, "--output_dir", str(out)])["model_size"] == "tiny"  # the recipe, read once
         monkeypatch.setenv("RANK", "0")
         with pytest.raises(OptBenchError, match=f"pid {os.getpid()} "):
             preflight.preflight([QUICK, "--output_dir", str(out)])

@@ -63,7 +63,7 @@ def _worker(out_dir: str, names: list[str]) -> None:
             measured = optimizer_state_bytes(wrapped, list(acc.unwrap_model(engine).parameters()))
             results[name] = {"state": measured.total, "master": measured.master_bytes,
                              "by_name": measured.by_name, "by_dtype": measured.by_dtype,
-                             "impl": describe_optimizer(wrapped)}
+                             "impl": describe_optimizer(wrapped, model=model)}
         except Exception as exc:  # noqa: BLE001 - recorded for the test to judge (Muon's failure is expected)
             results[name] = {"error": f"{type(exc).__name__}: {exc}"}
         acc.free_memory()

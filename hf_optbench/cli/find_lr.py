@@ -96,24 +96,25 @@ class _Progress:
               f"  ({now - self.start:.0f} s)", file=self.stream, flush=True)
 
 
-def _range_test(cfg: Any, own: dict[str, Any]) -> tuple[Any, Any]:
-    """(LRFinderResult, the optimizer it stepped) on the recipe's model and a seeded, shuffled train loader."""
+def _range_test(plan: Any, own: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(LRFinderResult, the optimizer it stepped, the model) on the recipe's model and a seeded, shuffled train loader."""
     import torch
     from torch.utils.data import DataLoader
 
-    from hf_optbench.optim.registry import build_optimizer
+    from hf_optbench.optim.registry import build_resolved
     from hf_optbench.run.lr_finder import lr_range_test
     from hf_optbench.run.train import prepare
 
+    cfg = plan.args
     targs = cfg.training
     print(f"find-lr: building the data and the {cfg.model.model_size} model of {cfg.recipe_path or 'the defaults'}",
           file=sys.stderr, flush=True)
-    prepared = prepare(cfg)
+    prepared = prepare(plan)
     model = prepared.model.to(targs.device)
     min_lr = own.get("min_lr", 1e-7)
-    opt = build_optimizer(cfg.optim.optimizer, model, lr=min_lr, weight_decay=targs.weight_decay,
-                          model_size=cfg.model.model_size, embedding_state_32bit=cfg.optim.embedding_state_32bit,
-                          **cfg.optim.kwargs())
+    opt, _ = build_resolved(plan.optimizer.spec or plan.optimizer.name, model, lr=min_lr,
+                            weight_decay=plan.optimizer.weight_decay.value, ctor=plan.optimizer.constructor_values(),
+                            embedding_state_32bit=plan.optimizer.embedding_state_32bit)
     gen = torch.Generator().manual_seed(targs.seed)
     loader = DataLoader(prepared.train_dataset, batch_size=targs.per_device_train_batch_size, shuffle=True,
                         collate_fn=prepared.data_collator, generator=gen, drop_last=True)
@@ -124,18 +125,20 @@ def _range_test(cfg: Any, own: dict[str, Any]) -> tuple[Any, Any]:
     result = lr_range_test(
         model, opt, loader, min_lr=min_lr, max_lr=own.get("max_lr", 1.0), num_steps=num_steps,
         smooth=own.get("smooth", 0.98), diverge_factor=own.get("diverge_factor", 4.0),
-        accumulation_steps=targs.gradient_accumulation_steps, max_grad_norm=targs.max_grad_norm or None,
+        accumulation_steps=targs.gradient_accumulation_steps, max_grad_norm=plan.max_grad_norm.value or None,
         autocast_dtype=dtype, restore=False, on_step=_Progress(num_steps),
     )
-    return result, opt
+    return result, opt, model
 
 
-def _record(cfg: Any, hparams: dict[str, Any], result: Any, opt: Any) -> dict[str, Any]:
+def _record(plan: Any, result: Any, opt: Any, model: Any) -> dict[str, Any]:
     """lr_finder.json: the curve and suggestions, with what they were measured on."""
     from hf_optbench.optim.registry import describe_optimizer
 
+    cfg = plan.args
     targs = cfg.training
-    return {"optimizer": cfg.optim.optimizer, "optimizer_impl": describe_optimizer(opt),
+    hparams = plan.hyperparameters()
+    return {"optimizer": cfg.optim.optimizer, "optimizer_impl": describe_optimizer(opt, model=model),
             "model_size": cfg.model.model_size, "recipe": cfg.recipe_path,
             "micro_batch_size": targs.per_device_train_batch_size,
             "gradient_accumulation_steps": targs.gradient_accumulation_steps,
@@ -180,15 +183,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     own, rest = _split_own(recipe_first(argv))
     _check_own(own)
-    from hf_optbench.config.hparams import resolve_hyperparameters
+    from hf_optbench.run.plan import resolve_plan
     from hf_optbench.rundir import write_json_atomic
 
     cfg = _parse(rest)
-    hparams = resolve_hyperparameters(cfg)  # weight decay / clipping as the run would use them
+    plan = resolve_plan(cfg)  # weight decay / clipping / constructor values as the run would use them
     out = _output_dir(cfg, own)
-    result, opt = _range_test(cfg, own)
+    result, opt, model = _range_test(plan, own)
     out.mkdir(parents=True, exist_ok=True)
-    record = _record(cfg, hparams, result, opt)
+    record = _record(plan, result, opt, model)
     write_json_atomic(out / "lr_finder.json", record)
     png = result.plot(out / "lr_finder.png", title=f"LR range test: {cfg.optim.optimizer}, {cfg.model.model_size}")
     stop = f", stopped at step {result.diverged_at_step + 1}" if result.diverged_at_step is not None else ""

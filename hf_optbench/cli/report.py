@@ -18,9 +18,11 @@ from hf_optbench.rundir import (
     MANIFEST_FILE,
     STATE_FILE,
     SUMMARY_FILE,
+    TUNING_DIR,
     finished_status,
     read_state,
     read_summary,
+    runs_root,
 )
 
 
@@ -61,7 +63,7 @@ def check_sweep_dir(sweep_dir: str) -> None:
                 f"{manifest} is corrupt ({type(exc).__name__}: {exc}). Restore it, or write it again with "
                 "`hf-optbench sweep SWEEP.yaml --dry-run` from the sweep's file."
             ) from None
-    root = d / "runs" if (d / "runs").is_dir() else d
+    root = runs_root(d)
     for summary in sorted(root.glob(f"*/{SUMMARY_FILE}")):
         read_summary(summary.parent, required=True)  # OptBenchError naming the file
     _check_finished_runs_have_summaries(d, root)
@@ -107,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         check_sweep_dir(args.sweep_dir)
         check_writable_dir(args.output or Path(args.sweep_dir) / "report", "--output")
         tuning_dir = args.tuning_dir
-        if tuning_dir is None and (Path(args.sweep_dir) / "tuning").is_dir():
-            tuning_dir = Path(args.sweep_dir) / "tuning"
+        if tuning_dir is None and (Path(args.sweep_dir) / TUNING_DIR).is_dir():
+            tuning_dir = Path(args.sweep_dir) / TUNING_DIR
         if tuning_dir is not None:  # its runs picked the learning rates the report states: checked like the sweep's
             check_sweep_dir(str(tuning_dir))
         files = report.build_report(args.sweep_dir, args.output, targets, tuning_dir=tuning_dir)

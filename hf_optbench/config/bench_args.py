@@ -12,6 +12,11 @@ from dataclasses import dataclass, field
 
 from hf_optbench.errors import OptBenchError
 
+# A single step's loss can dip below a target by noise alone; a trailing mean makes "reached" mean "reached and
+# stayed". 20 steps is our choice: long enough to average out batch noise at micro-batch 8, short next to the 200+
+# step runs of the CPU recipes. The one owner of the default: the recorder and the report (a run that recorded none).
+TARGET_SMOOTHING_STEPS = 20
+
 
 @dataclass
 class BenchArguments:
@@ -28,11 +33,8 @@ class BenchArguments:
         default_factory=list,
         metadata={"help": "Loss levels timed on the eval loss; empty = the same as target_losses."},
     )
-    # A single step's loss can dip below a target by noise alone; a trailing mean makes "reached" mean "reached
-    # and stayed". 20 steps is our choice: long enough to average out batch noise at micro-batch 8, short next to
-    # the 200+ step runs of the CPU recipes.
     target_smoothing_steps: int = field(
-        default=20,
+        default=TARGET_SMOOTHING_STEPS,
         metadata={"help": "Train-loss targets count as reached when the mean of the last N step losses is <= target."},
     )
     # Spike rule (metrics.SpikeDetector): value > rolling median of the previous `spike_window` values +

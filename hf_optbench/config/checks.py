@@ -39,7 +39,7 @@ ADAM_KEYS = {"adam_beta1": "betas", "adam_beta2": "betas", "adam_epsilon": "eps"
 # The other optimizer/schedule fields the stock Trainer reads, and what honours them once our optimizer and schedule
 # replace its own (tests/config/test_training_args.py checks this list against transformers' source).
 HONOURED_TRAINING_KEYS = {
-    "learning_rate": "the optimizer's learning rate (run.build_optimization; unset: the cited default)",
+    "learning_rate": "the optimizer's learning rate (run.plan; unset: the cited default)",
     "weight_decay": "the decay of the >=2-D parameter group (optim.spec.param_groups; unset: the cited default)",
     "warmup_steps": "the schedule's warmup (optim.schedules.build_scheduler)",
     "gradient_accumulation_steps": "the Trainer's own loop",
@@ -116,10 +116,10 @@ def check_positive_ints(training: Any) -> None:
             raise OptBenchError(f"{key} must be positive, got {value!r}. Fix --{key} (e.g. --{key} 50).")
 
 
-def apply_adam_arguments(optim: Any, model_size: str, training: Any, explicit: set[str]) -> None:
-    """Honour adam_beta1/adam_beta2/adam_epsilon for the AdamW family: they become the optimizer's ``betas`` /
-    ``eps`` (a beta left unset keeps the registry's cited value). For any other optimizer they would be ignored,
-    so they are refused, naming ``optimizer_kwargs``."""
+def check_adam_arguments(optim: Any, training: Any, explicit: set[str]) -> None:
+    """adam_beta1/adam_beta2/adam_epsilon are honoured for the AdamW family only (:func:`adam_constructor`): for any
+    other optimizer they would be ignored, so they are refused, naming ``optimizer_kwargs``; they may not set what
+    optimizer_kwargs sets too; and their values are Adam's (betas in [0, 1), eps >= 0)."""
     set_keys = sorted(k for k in ADAM_KEYS if k in explicit)
     if not set_keys:
         return
@@ -137,18 +137,21 @@ def apply_adam_arguments(optim: Any, model_size: str, training: Any, explicit: s
                 f"'{key}' and optimizer_kwargs '{ADAM_KEYS[key]}' both set the optimizer's {ADAM_KEYS[key]}: keep "
                 "one of them."
             )
-    from hf_optbench.optim.registry import optimizer_defaults
+    check_optimizer_values(adam_constructor(training, explicit, (0.0, 0.0)))
 
-    cited = optimizer_defaults(optim.optimizer, model_size)
+
+def adam_constructor(training: Any, explicit: set[str], cited_betas: tuple[float, float]) -> dict[str, Any]:
+    """The AdamW-family constructor values adam_beta1/adam_beta2/adam_epsilon set (a beta left unset keeps
+    ``cited_betas``' value): ``betas`` and ``eps``, only those the user set. Read by the run's plan, which records
+    them with source "user"; nothing is written back into the parsed arguments."""
+    out: dict[str, Any] = {}
     if "adam_beta1" in explicit or "adam_beta2" in explicit:
-        b1, b2 = cited["betas"]
-        kwargs["betas"] = [training.adam_beta1 if "adam_beta1" in explicit else b1,
-                           training.adam_beta2 if "adam_beta2" in explicit else b2]
+        b1, b2 = cited_betas
+        out["betas"] = [training.adam_beta1 if "adam_beta1" in explicit else b1,
+                        training.adam_beta2 if "adam_beta2" in explicit else b2]
     if "adam_epsilon" in explicit:
-        kwargs["eps"] = training.adam_epsilon
-    check_optimizer_values(kwargs)
-    optim._kwargs = kwargs
-    optim.optimizer_kwargs = json.dumps(kwargs, sort_keys=True)
+        out["eps"] = training.adam_epsilon
+    return out
 
 
 def check_writable_dir(path: str | os.PathLike[str], key: str) -> None:
@@ -232,7 +235,9 @@ def check_run_inputs(cfg: Any) -> None:  # a RunConfig (config.parse imports thi
 def check_betas_length(optimizer: str, kwargs: dict[str, Any]) -> None:
     """A registry optimizer's betas (and Muon's adamw_betas) are two numbers: torch indexes betas[1] only at the
     first step. Dotted-path classes may take another length and are left to their constructor."""
-    if "." in optimizer:
+    from hf_optbench.optim.dotted import is_dotted_path
+
+    if is_dotted_path(optimizer):
         return
     for key in ("betas", "adamw_betas"):
         betas = kwargs.get(key)
@@ -257,7 +262,7 @@ def check_init_from(init_from: str) -> None:
 
 def check_tuned_file(path: str) -> None:
     """A tuned-values file is UTF-8 YAML/JSON mapping registry optimizers to model sizes to values, with a finite
-    learning rate > 0 and weight decay >= 0: a typo ('tinyy', 'adamq') would otherwise be skipped silently and the
+    learning rate > 0 and weight decay and max_grad_norm >= 0 (what the command line accepts): a typo ('tinyy', 'adamq') would otherwise be skipped silently and the
     run fall back to the cited default, and a bad value fail only for the optimizer that reads it."""
     from hf_optbench.models import resolve_size
     from hf_optbench.optim.registry import resolve_optimizer_name
@@ -280,7 +285,7 @@ def check_tuned_file(path: str) -> None:
                 raise OptBenchError(f"tuned_hparams_file '{path}' ({opt}): {exc}") from None
             if not isinstance(values, dict):
                 raise OptBenchError(f"tuned_hparams_file '{path}': {opt}/{size} must be a mapping. {fix}")
-            for key in ("learning_rate", "weight_decay"):
+            for key in ("learning_rate", "weight_decay", "max_grad_norm"):
                 if key in values and not tuned_number_ok(key, values[key]):
                     raise OptBenchError(f"tuned_hparams_file '{path}': {opt}/{size} {key} is {values[key]!r}, not a "
                                         f"finite number {'> 0' if key == 'learning_rate' else '>= 0'}. {fix}")

@@ -36,7 +36,7 @@ GROUPS: tuple[tuple[str, Any, tuple[str, ...]], ...] = (
 TRAINER_KEYS = ("output_dir", "max_steps", "learning_rate", "weight_decay", "max_grad_norm",
                 "per_device_train_batch_size", "gradient_accumulation_steps", "warmup_steps", "eval_steps",
                 "save_steps", "seed", "bf16", "report_to", "resume_from_checkpoint")
-# What our run puts in place of transformers' default (parse.parse_args, config.hparams).
+# What our run puts in place of transformers' default (parse.parse_args, run.plan).
 _OUR_DEFAULTS = {"output_dir": "runs/<optimizer>_<size>_s<seed>", "learning_rate": "cited",
                  "weight_decay": "cited", "max_grad_norm": "cited"}
 _OUR_HELP = {
@@ -51,7 +51,7 @@ _OUR_HELP = {
     "warmup_steps": "Warmup steps; a value below 1 is a fraction of max_steps.",
     "eval_steps": "Optimizer steps between evaluations.",
     "save_steps": "Optimizer steps between checkpoints.",
-    "resume_from_checkpoint": "true: continue from output_dir's last checkpoint; or a checkpoint's path.",
+    "resume_from_checkpoint": "true (the newest), a checkpoint path, or force (unstamped).",
 }
 # One line for the keys whose first sentence is a paragraph; the whole text is in --help-all.
 _SHORT_HELP = {

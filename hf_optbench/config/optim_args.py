@@ -85,7 +85,7 @@ class OptimizerArguments:
     )
 
     def __post_init__(self) -> None:
-        from hf_optbench.optim.registry import check_optimizer_kwargs, resolve_optimizer_name
+        from hf_optbench.optim.registry import OPTIMIZERS, check_optimizer_kwargs, resolve_optimizer_name
         from hf_optbench.optim.schedules import check_schedule_kwargs
 
         self.optimizer = resolve_optimizer_name(self.optimizer)
@@ -94,7 +94,7 @@ class OptimizerArguments:
         # normalise so the resolved config.yaml holds canonical JSON
         self.optimizer_kwargs = json.dumps(self._kwargs, sort_keys=True)
         self.schedule_kwargs = json.dumps(self._schedule_kwargs, sort_keys=True)
-        check_optimizer_kwargs(self.optimizer, self._kwargs)
+        check_optimizer_kwargs(OPTIMIZERS.get(self.optimizer), self._kwargs)  # None (a dotted path): at build
         check_schedule_kwargs(self.schedule, self._schedule_kwargs)
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise OptBenchError(

@@ -25,7 +25,7 @@ from typing import Any
 from hf_optbench.config.bench_args import BenchArguments
 from hf_optbench.config.checks import (
     REPLACED_TRAINING_KEYS,
-    apply_adam_arguments,
+    check_adam_arguments,
     check_data_files,
     check_finite,
     check_optimizer_values,
@@ -122,6 +122,46 @@ TRAINING_DEFAULTS: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class ResumeRequest:
+    """``resume_from_checkpoint`` parsed once (TrainingArguments keeps it a string, so ``"false"`` is truthy):
+    ``mode`` "no", "latest" (the newest complete checkpoint in output_dir) or "path" (``path``, any directory);
+    ``force`` resumes a checkpoint that carries no verifiable identity (``force`` or ``force:PATH``)."""
+
+    mode: str = "no"
+    path: str | None = None
+    force: bool = False
+
+    @property
+    def requested(self) -> bool:
+        return self.mode != "no"
+
+
+# HfArgumentParser's string_to_bool spellings, "none" and "" for no, "latest" for the newest checkpoint.
+_RESUME_NO = frozenset({"", "false", "no", "f", "n", "0", "none"})
+_RESUME_LATEST = frozenset({"true", "yes", "t", "y", "1", "latest"})
+
+
+def parse_resume(value: Any) -> ResumeRequest:
+    """``--resume_from_checkpoint`` (a bool from a recipe, a string from the command line) as a :class:`ResumeRequest`:
+    false/no/0/none -> no resume, true/yes/1/latest -> the newest checkpoint, force[:PATH], else a checkpoint path."""
+    if value is None or value is False:
+        return ResumeRequest()
+    if value is True:
+        return ResumeRequest("latest")
+    text = str(value).strip()
+    low = text.lower()
+    force = low == "force" or low.startswith("force:")
+    if force:
+        text = text[len("force:"):].strip() if ":" in low else ""
+        low = text.lower()
+    if low in _RESUME_NO and not force:
+        return ResumeRequest()
+    if low in _RESUME_LATEST or (force and not text):
+        return ResumeRequest("latest", force=force)
+    return ResumeRequest("path", os.path.expanduser(text), force=force)
+
+
 RECIPE_FIX = ("Pass a YAML file of key: value lines (see recipes/quickstart_cpu.yaml), or leave the recipe out to "
               "run on the defaults.")
 
@@ -140,6 +180,7 @@ class RunConfig:
     training: Any  # transformers.TrainingArguments
     explicit: set[str] = field(default_factory=set)
     recipe_path: str | None = None
+    resume: ResumeRequest = field(default_factory=ResumeRequest)
 
     def to_dict(self) -> dict[str, Any]:
         """All resolved values, flat, as a recipe would hold them (secrets removed by the writer)."""
@@ -278,7 +319,7 @@ def make_help_parser(prog: str = "hf-optbench run") -> Any:
     return _make_parser(prog=prog, usage=f"{prog} [RECIPE.yaml] [--key value ...]")
 
 
-def parse_args(argv: list[str] | None = None) -> RunConfig:
+def parse_args(argv: list[str] | None = None, *, recipe: dict[str, Any] | None = None) -> RunConfig:
     """Parse ``[RECIPE.yaml] [--key value ...]`` into a validated :class:`RunConfig`.
 
     Raises OptBenchError (exit code 2 in the CLI) for: a missing or malformed recipe, an unknown key, a key
@@ -287,7 +328,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     recipe_path, cli_tokens = _split_argv(argv)
-    recipe = load_recipe(recipe_path) if recipe_path else {}
+    recipe = recipe if recipe is not None else load_recipe(recipe_path) if recipe_path else {}  # preflight's
     explicit = check_keys(recipe, cli_tokens, recipe_path)
 
     parser = _make_parser()
@@ -305,7 +346,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     if "output_dir" not in explicit:  # a readable, collision-free default instead of transformers' one
         training.output_dir = str(Path("runs") / f"{optim.optimizer}_{model.model_size}_s{training.seed}")
     cfg = RunConfig(model=model, run=run, data=data, optim=optim, bench=bench, training=training,
-                    explicit=explicit, recipe_path=recipe_path)
+                    explicit=explicit, recipe_path=recipe_path, resume=parse_resume(training.resume_from_checkpoint))
     _validate(cfg)
     return cfg
 
@@ -313,15 +354,15 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
 def _validate(cfg: RunConfig) -> None:
     """Cross-field checks that need no model or data."""
     from hf_optbench.config.checks import check_run_inputs, zero_stage
-    from hf_optbench.optim.registry import check_zero_compatible, is_schedule_free, resolve_optimizer_name
+    from hf_optbench.optim.registry import OPTIMIZERS, check_zero_compatible
     from hf_optbench.optim.schedules import SCHEDULES
 
-    resolve_optimizer_name(cfg.optim.optimizer)  # raises OptBenchError listing the names
-    check_zero_compatible(cfg.optim.optimizer, zero_stage(cfg.training))  # e.g. Muon cannot run on flat partitions
+    spec = OPTIMIZERS.get(cfg.optim.optimizer)  # resolved once, by OptimizerArguments (None: a dotted path)
+    check_zero_compatible(spec, zero_stage(cfg.training))  # e.g. Muon cannot run on flat partitions
     if cfg.optim.schedule not in SCHEDULES:
         hint = suggest(cfg.optim.schedule, SCHEDULES, cutoff=0.6)
         raise OptBenchError(f"unknown schedule '{cfg.optim.schedule}'.{hint} Choose one of: {', '.join(SCHEDULES)}.")
-    if "schedule" in cfg.explicit and cfg.optim.schedule != "none" and is_schedule_free(cfg.optim.optimizer):
+    if "schedule" in cfg.explicit and cfg.optim.schedule != "none" and spec is not None and spec.schedule_free:
         raise OptBenchError(
             f"optimizer '{cfg.optim.optimizer}' is schedule-free (its warmup is inside the optimizer), but schedule "
             f"'{cfg.optim.schedule}' was set: drop the schedule key or set it to none."
@@ -331,7 +372,7 @@ def _validate(cfg: RunConfig) -> None:
     check_finite((cfg.model, cfg.data, cfg.optim, cfg.bench, t), cfg.explicit,
                  {"optimizer_kwargs": cfg.optim.kwargs(), "schedule_kwargs": cfg.optim.schedule_kwargs_dict()})
     check_optimizer_values(cfg.optim.kwargs())
-    apply_adam_arguments(cfg.optim, cfg.model.model_size, t, cfg.explicit)
+    check_adam_arguments(cfg.optim, t, cfg.explicit)
     check_data_files(cfg.data.data_files)
     check_run_inputs(cfg)  # seeds, workers, betas length, dotted path, init_from, the tuned file
     for key in ("learning_rate", "weight_decay", "max_grad_norm"):
@@ -355,7 +396,7 @@ def check_output_dir(cfg: RunConfig) -> None:
     unfinished one."""
     out = Path(cfg.training.output_dir)
     check_writable_dir(out, "output_dir")
-    resuming = bool(cfg.training.resume_from_checkpoint)
+    resuming = cfg.resume.requested
     if not cfg.run.overwrite_output_dir:
         status = (read_summary(out) or {}).get("status")  # None when missing or unreadable
         if status in FINISHED_STATUSES and not resuming:

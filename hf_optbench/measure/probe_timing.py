@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from hf_optbench.measure.flops import device_peak_flops, flops_per_token, model_flops_utilization
 from hf_optbench.measure.metrics import median_and_p90
 from hf_optbench.measure.probe_base import Probe, Record, RunContext
+from hf_optbench.models import tokens_per_step
 
 if TYPE_CHECKING:
     import torch
@@ -64,12 +65,12 @@ class TimingProbe(Probe):
         else:
             self.peak_flops = device_peak_flops(self.device_name, self.precision)
         config = getattr(model, "config", None)
-        tokens_per_step = ctx.tokens_per_step
-        if self.flops_per_token is None and tokens_per_step and getattr(config, "model_type", None) == "gpt2":
+        per_step = ctx.tokens_per_step
+        if self.flops_per_token is None and per_step and getattr(config, "model_type", None) == "gpt2":
             # the block size is implied by the tokens per step and the batch arguments
-            seqs = args.per_device_train_batch_size * args.gradient_accumulation_steps * ctx.world_size
-            if seqs > 0 and tokens_per_step % seqs == 0:
-                self.flops_per_token = flops_per_token(config, tokens_per_step // seqs)
+            seqs = tokens_per_step(args, 1, ctx.world_size)  # sequences per step
+            if seqs > 0 and per_step % seqs == 0:
+                self.flops_per_token = flops_per_token(config, per_step // seqs)
 
     def replay(self, rows: Sequence[dict[str, Any]]) -> None:
         self._step_times += [float(r["step_time_s"]) for r in rows

@@ -23,8 +23,17 @@ figures::
 the ``optbench/`` keys; the recorder warns once at train begin when ``report_to`` is set and it was not placed
 before them. transformers has no callback-priority API, hence the explicit call.)
 
+What ran: at train begin the recorder reads the optimizer and the scheduler the Trainer holds (whoever built them:
+``trainer_optimizer``, ``Trainer(optimizers=(opt, sched))``, DeepSpeed's re-initialisation) with
+:func:`hf_optbench.optim.held.held_record`, sets the TrainingArguments fields hf_optbench replaces to what they hold
+(``optim``, ``learning_rate``, ``weight_decay``, the betas, ``lr_scheduler_type``) before the ``report_to``
+integrations record them, and attaches the ``hf_optbench`` tracker section after them
+(:mod:`hf_optbench.measure.tracking`); its summary.json then names the optimizer, its hyperparameters and groups,
+and the schedule. ``hf_optbench.run`` hands it the record rendered from its plan instead (``record=``), checked
+against the built optimizer.
+
 Contract with ``hf_optbench.run.train``: ``default_callbacks(bench_args, output_dir, *, tokens_per_step, flops_per_token=None,
-resume=False, write_summary=True)`` returns ``[OptBenchRecorder]``. The recorder owns
+resume=False, write_summary=True, record=None)`` returns ``[OptBenchRecorder]``. The recorder owns
 ``output_dir/metrics.jsonl`` (rows as in docs/ARCHITECTURE.md, through ``runlog.RunLog``: written by the world
 process zero only, buffered, flushed on eval/save/stop/end; ``summary()`` also flushes, so a caller's ``finally``
 keeps the rows of a crashed run) and writes ``summary.json`` at train end by merging ``summary()`` into whatever
@@ -49,7 +58,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,7 +74,6 @@ from hf_optbench.measure.runlog import RunLog
 from hf_optbench.rundir import METRICS_FILE, SUMMARY_FILE, read_summary, write_json_atomic
 
 if TYPE_CHECKING:
-    from torch.optim.lr_scheduler import LRScheduler
     from transformers import Trainer, TrainerControl, TrainerState
 
 LOG_PREFIX = "optbench/"
@@ -80,12 +88,13 @@ def default_callbacks(
     flops_per_token: float | None = None,
     resume: bool = False,
     write_summary: bool = True,
+    record: Mapping[str, Any] | None = None,
 ) -> list[TrainerCallback]:
     """The benchmark's callbacks for one run: ``[OptBenchRecorder]`` (see the module docstring)."""
     return [
         OptBenchRecorder(
             output_dir, bench_args, tokens_per_step=tokens_per_step, flops_per_token=flops_per_token, resume=resume,
-            write_summary=write_summary,
+            write_summary=write_summary, record=record,
         )
     ]
 
@@ -128,6 +137,8 @@ class OptBenchRecorder(TrainerCallback):
         resume: keep the rows up to the resumed step and append (also automatic when the Trainer resumes).
         write_summary: write ``summary.json`` at train end; False when the caller writes it (``hf_optbench.run``
             does, once, with ``summary()`` merged into its own record), so that a run has one writer.
+        record: the record of what ran, from a run's plan (its trackers' ``hf_optbench`` section); None: read from
+            the optimizer and scheduler the Trainer holds at train begin.
     """
 
     def __init__(
@@ -139,8 +150,12 @@ class OptBenchRecorder(TrainerCallback):
         flops_per_token: float | None = None,
         resume: bool = False,
         write_summary: bool = True,
+        record: Mapping[str, Any] | None = None,
     ) -> None:
         self.write_summary = write_summary
+        self.record = dict(record) if record is not None else None
+        self._held: dict[str, Any] | None = None  # the record read from the objects (no plan record given)
+        self._args_before: dict[str, Any] | None = None  # the caller's TrainingArguments fields, put back at the end
         self.bench = bench_args if bench_args is not None else BenchArguments()
         self.output_dir = Path(output_dir)
         self.resume = resume
@@ -190,10 +205,20 @@ class OptBenchRecorder(TrainerCallback):
 
     # ---------------------------------------------------------------------------------------------- train begin
 
+    def on_init_end(self, args, state, control, optimizer=None, lr_scheduler=None, model=None, **kwargs):
+        """A Trainer given ``optimizers=(opt, sched)`` holds them already: say what they hold in its arguments now,
+        before the report_to integrations record them at train begin, even when the recorder was passed as
+        ``Trainer(callbacks=[...])`` and so runs after them."""
+        if self.record is None and optimizer is not None:
+            from hf_optbench.optim.held import held_record
+
+            self._held = held_record(optimizer, lr_scheduler, model=model)
+            self._apply_to_args(args, self._held)
+
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         ctx = self.ctx
         self._check_placement(args)
-        self._record_what_ran(args, kwargs.get("optimizer"), kwargs.get("lr_scheduler"))
+        self._record_what_ran(args, kwargs.get("optimizer"), kwargs.get("lr_scheduler"), model)
         self.runlog.writer = bool(state.is_world_process_zero)
         if ctx.tokens_per_step is None and args.include_num_input_tokens_seen in (None, "no", False):
             ctx.warn_once(
@@ -238,15 +263,51 @@ class OptBenchRecorder(TrainerCallback):
                 "optbench/ figures. Call attach_callbacks(trainer, [recorder]) again after adding callbacks.",
             )
 
-    def _record_what_ran(self, args: Any, optimizer: Any, scheduler: LRScheduler | None) -> None:
-        """Run the optimizer's ``hf_optbench_train_begin`` hook (set by ``hf_optbench.run.trainer``'s factory),
-        here, before the report_to integrations record the TrainingArguments: it sets them to what ran."""
-        from hf_optbench.optim.unwrap import innermost_optimizer
+    def _record_what_ran(self, args: Any, optimizer: Any, scheduler: Any, model: Any) -> None:
+        """The record of what runs (a run's plan record, else read from the objects: the optimizer and scheduler
+        the Trainer holds now), into the TrainingArguments the report_to integrations record next (when read from
+        the objects) and the ``hf_optbench`` tracker section attached after them. Once per recorder."""
+        from hf_optbench.measure.tracking import TrackerConfigCallback, tracker_config
 
-        hook = getattr(innermost_optimizer(optimizer), "hf_optbench_train_begin", None) if optimizer else None
+        record = self.record
+        if record is None:
+            if optimizer is None:
+                return
+            from hf_optbench.optim.held import held_record
+
+            record = self._held = held_record(optimizer, scheduler, model=model)
+            self._apply_to_args(args, record)
         handler = self._handler() if self._handler is not None else None
-        if callable(hook) and handler is not None:
-            hook(args, handler, optimizer, scheduler)
+        if handler is not None and not any(isinstance(cb, TrackerConfigCallback) for cb in handler.callbacks):
+            extra = {"tokens_per_step": self.ctx.tokens_per_step} if self.record is None else {}
+            callback = TrackerConfigCallback(tracker_config(record, extra=extra))
+            callback._handler = weakref.ref(handler)
+            handler.callbacks.append(callback)  # after the integrations: their runs exist when it pushes
+
+    def _apply_to_args(self, args: Any, record: Mapping[str, Any]) -> None:
+        """Set the TrainingArguments fields hf_optbench replaces to what ``record`` says runs, in the Trainer's
+        arguments, which the integrations record and checkpoints save: the optimizer's
+        (:func:`hf_optbench.optim.held.training_args_fields`) and ``lr_scheduler_type``/``lr_scheduler_kwargs`` of
+        the schedule that runs (``hf_optbench:<name>`` where transformers has none). The caller's values are put
+        back at train end: a TrainingArguments reused by another Trainer that builds its own optimizer from
+        ``optim`` must still name one transformers knows."""
+        from transformers.trainer_utils import SchedulerType
+
+        from hf_optbench.optim.held import training_args_fields
+        from hf_optbench.optim.schedules import training_args_for_schedule
+
+        fields = training_args_fields(record)
+        schedule = record.get("schedule") or {}
+        if schedule:
+            sched = training_args_for_schedule(schedule)
+            fields["lr_scheduler_type"] = f"hf_optbench:{schedule.get('name')}" if sched is None else \
+                SchedulerType(sched["lr_scheduler_type"])
+            if sched is not None:
+                fields["lr_scheduler_kwargs"] = sched["lr_scheduler_kwargs"]
+        if self._args_before is None:
+            self._args_before = {key: getattr(args, key) for key in fields}
+        for key, value in fields.items():
+            setattr(args, key, value)
 
     # ---------------------------------------------------------------------------------------------- per step
 
@@ -318,6 +379,14 @@ class OptBenchRecorder(TrainerCallback):
     def on_train_end(self, args, state, control, optimizer=None, model=None, **kwargs):
         if not self.ctx.in_train:
             return
+        if self._held is not None and optimizer is not None:  # the state it holds now (8-bit dtypes, ZeRO partitions)
+            from hf_optbench.optim.registry import describe_optimizer
+
+            self._held["optimizer_impl"] = describe_optimizer(optimizer, model=model)
+        if self._args_before is not None:  # the integrations recorded what ran; the caller's object is theirs again
+            for key, value in self._args_before.items():
+                setattr(args, key, value)
+            self._args_before = None
         self.ctx.clock.stop()  # what follows (the train-end memory walk) is not training time
         for probe in self.probes:
             for row in probe.on_train_end(self.ctx, state, optimizer, model):
@@ -339,6 +408,14 @@ class OptBenchRecorder(TrainerCallback):
         """
         self.runlog.flush()
         out: dict[str, Any] = {}
+        if self._held is not None:  # the Python API path: what ran, read from the objects
+            held = self._held
+            hp = {k: v["value"] for k, v in held["hyperparameters"].items()}
+            out.update(optimizer=held["optimizer"], optimizer_impl=held["optimizer_impl"],
+                       learning_rate=hp.get("learning_rate"), weight_decay=hp.get("weight_decay"),
+                       hyperparameters=held["hyperparameters"], param_groups=held["param_groups"],
+                       schedule=held["schedule"].get("name"), schedule_resolved=held["schedule"],
+                       tokens_per_step=self.ctx.tokens_per_step)
         for probe in self.probes:
             out.update(probe.summary(self.ctx))
         return out
@@ -356,3 +433,4 @@ def _log_key(key: str) -> str:
 def _loggable(value: Any) -> bool:
     """A finite int/float (not a bool): what a report_to backend can plot."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and finite(value) is not None
+

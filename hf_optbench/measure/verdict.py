@@ -50,6 +50,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from hf_optbench.rundir import BASELINE
+
 VERDICTS = ("grows", "holds", "shrinks", "deficit vanishes", "behind", "level", "no difference",
             "insufficient data")
 VERDICT_MEANINGS = {
@@ -338,7 +340,7 @@ def classify(points: Sequence[SizeComparison], trend: str, all_level: bool) -> s
 
 
 def verdict_for(observations: Iterable[Observation], optimizer: str, spec: MetricSpec, *,
-                baseline: str = "adamw", alpha: float = ALPHA) -> Verdict:
+                baseline: str = BASELINE, alpha: float = ALPHA) -> Verdict:
     """The verdict for one optimizer and one metric from per-run observations of it and of the baseline."""
     notes: list[str] = []
     sizes = _collect(list(observations), optimizer, baseline, spec, notes)
@@ -369,7 +371,7 @@ def verdict_for(observations: Iterable[Observation], optimizer: str, spec: Metri
                    notes)
 
 
-def verdict(records: Sequence[Mapping[str, object]], *, baseline: str = "adamw",
+def verdict(records: Sequence[Mapping[str, object]], *, baseline: str = BASELINE,
             metrics: Sequence[MetricSpec] = METRICS, alpha: float = ALPHA) -> list[Verdict]:
     """All verdicts: every optimizer other than ``baseline`` x every metric.
 

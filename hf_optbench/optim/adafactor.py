@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.optim.adamw import adamw_base
-from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, per_tensor
+from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, per_tensor, with_note
 
 if TYPE_CHECKING:
     import torch
@@ -46,7 +46,7 @@ def adafactor_tensor_bytes(p: Any, s: int) -> int:
     return s * p.numel + 4
 
 
-def describe(opt: Any, built: str, flattened: bool) -> str:
+def describe(opt: Any, built: str, flattened: bool, **_: Any) -> str:
     """How many tensors really keep a factored second moment (``exp_avg_sq_row``): under ZeRO the optimizer holds
     1-D partitions, so none does."""
     held = [opt.state[p] for g in opt.param_groups for p in g["params"] if p in opt.state]
@@ -54,7 +54,7 @@ def describe(opt: Any, built: str, flattened: bool) -> str:
     if not held:
         return built
     where = ", ZeRO flat partitions" if flattened else ""
-    return f"{built[:-1]}, second moment factored on {factored} of {len(held)} tensors{where})"
+    return with_note(built, f"second moment factored on {factored} of {len(held)} tensors{where}")
 
 
 LAYOUT = StateLayout("adafactor", per_tensor(adafactor_tensor_bytes), per_tensor=True)

@@ -9,7 +9,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.optim import adamw, lion
-from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, TensorShape, trainable_params
+from hf_optbench.optim.spec import (
+    CitedDefaults,
+    OptimizerSpec,
+    StateLayout,
+    TensorShape,
+    trainable_params,
+    with_note,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -58,24 +65,24 @@ def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor:
         for weight in embeddings:
             manager.override_config(weight, "optim_bits", 32)
     opt = cls(groups, lr=lr, **ctor)
-    opt.hf_optbench_embedding_ids = frozenset(id(w) for w in embeddings)
     emb = "embedding fp32" if embedding_state_32bit else "embedding 8-bit"
     return opt, f"{spec.implementation}({emb} requested)"
 
 
-def describe(opt: Any, built: str, flattened: bool) -> str:
+def describe(opt: Any, built: str, flattened: bool, *, embedding_ids: frozenset[int] = frozenset()) -> str:
     """The implementation string from the dtypes the state really has (``state1``: uint8 when quantised, fp32
-    otherwise): the embeddings' when the optimizer holds them, the flat partitions' under ZeRO (where the
-    per-parameter embedding override cannot apply). Before the first step: what was requested."""
+    otherwise): the embeddings' (``embedding_ids``, from the model it was built over) when the optimizer holds them,
+    the flat partitions' under ZeRO (where the per-parameter embedding override cannot apply). Before the first
+    step: what was requested."""
     base = built.split("(", 1)[0]
     held = [(p, opt.state[p]["state1"].dtype) for g in opt.param_groups for p in g["params"]
             if p in opt.state and "state1" in opt.state[p]]
     if not held:
-        return f"{built[:-1]}, not yet stepped)"
+        return with_note(built, "not yet stepped")
     if flattened:
         n8 = sum(str(d) == "torch.uint8" for _, d in held)
         return f"{base}(ZeRO flat partitions: {n8} of {len(held)} 8-bit, no fp32 embedding state)"
-    emb = [str(d) == "torch.uint8" for p, d in held if id(p) in getattr(opt, "hf_optbench_embedding_ids", ())]
+    emb = [str(d) == "torch.uint8" for p, d in held if id(p) in embedding_ids]
     if not emb:
         return f"{base}(no embedding)"
     if all(emb) or not any(emb):

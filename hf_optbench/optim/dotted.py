@@ -59,14 +59,21 @@ def _import_optimizer_class(path: str) -> Any:
     return cls
 
 
+def constructor_defaults(path: str) -> dict[str, Any]:
+    """{argument: default} of the class at ``path``'s constructor (``inspect.empty`` where it has none), past
+    ``self`` and ``params``: what a run's plan reads to know, before building, whether the class takes a learning
+    rate and a weight decay and which decay it defaults to."""
+    params = inspect.signature(_import_optimizer_class(path).__init__).parameters
+    return {n: p.default for n, p in params.items() if n not in ("self", "params")
+            and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+
+
 def build_dotted(path: str, model: torch.nn.Module, lr: float | None, weight_decay: float | None,
                  kwargs: dict[str, Any]) -> tuple[Any, str]:
     """Import ``path``, check ``kwargs`` against its constructor (never dropped: a typo is an OptBenchError with a
     close match), and build it over GPT-3 groups when it takes ``weight_decay``."""
     cls = _import_optimizer_class(path)
-    params = inspect.signature(cls.__init__).parameters
-    named = [n for n, p in params.items() if n not in ("self", "params")
-             and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    named = constructor_defaults(path)
     for key in kwargs:
         if key not in named or key in ("lr", "weight_decay"):
             hint = " (set learning_rate / weight_decay instead)" if key in ("lr", "weight_decay") else \
@@ -77,8 +84,8 @@ def build_dotted(path: str, model: torch.nn.Module, lr: float | None, weight_dec
         raise OptBenchError(f"optimizer '{path}' has no cited default learning rate: set learning_rate "
                             "(`hf-optbench find-lr` suggests one).")
     if weight_decay is None:
-        wd_param = params.get("weight_decay")
-        weight_decay = wd_param.default if wd_param is not None and wd_param.default is not inspect._empty else 0.0
+        default = named.get("weight_decay", inspect.Parameter.empty)
+        weight_decay = default if default is not inspect.Parameter.empty else 0.0
     groups = param_groups(model, weight_decay) if "weight_decay" in named else [{"params": trainable_params(model)}]
     opt = cls(groups, lr=lr, **kwargs) if "lr" in named else cls(groups, **kwargs)
     return opt, f"{cls.__module__}.{cls.__qualname__}"

@@ -11,7 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.adamw import adamw_base, adamw_tensor_bytes, fused_ok
-from hf_optbench.optim.spec import CitedDefaults, OptimizerSpec, StateLayout, per_tensor, trainable_params
+from hf_optbench.optim.spec import (
+    EMBEDDING,
+    MATRIX,
+    VECTOR,
+    CitedDefaults,
+    GroupLayout,
+    OptimizerSpec,
+    StateLayout,
+    per_tensor,
+    trainable_params,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -71,12 +81,16 @@ def muon_tensor_bytes(p: Any, s: int) -> int:
 
 
 LAYOUT = StateLayout("muon", per_tensor(muon_tensor_bytes), per_tensor=True)
+# The groups build() makes: Muon's hidden matrices (at muon_lr when set), then the auxiliary AdamW's embeddings
+# (decayed) and vectors (not decayed).
+GROUPS = (GroupLayout("muon", (MATRIX,), lr_kwarg="muon_lr"), GroupLayout("adamw_decay", (EMBEDDING,)),
+          GroupLayout("adamw_no_decay", (VECTOR,), decay=False))
 
 SPECS = (
     OptimizerSpec("muon", "torch.optim.Muon+torch.optim.AdamW", build, defaults,
                   ("momentum", "nesterov", "ns_steps", "ns_coefficients", "adjust_lr_fn", "muon_lr",
                    "adamw_betas", "adamw_eps"),
                   "Muon (Jordan et al. 2024) on hidden 2-D matrices, AdamW on embeddings, head and 1-D tensors",
-                  LAYOUT, zero_incompatible="ZeRO hands the optimizer 1-D flat partitions and Muon orthogonalises 2-D "
+                  LAYOUT, groups=GROUPS, zero_incompatible="ZeRO hands the optimizer 1-D flat partitions and Muon orthogonalises 2-D "
                   "matrices (measured: torch.optim.Muon fails at step 1, 'Param gradient must be a 2D matrix')"),
 )

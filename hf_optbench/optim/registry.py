@@ -11,16 +11,19 @@ Public API (used by the run layer, config, study):
   **kwargs) -> torch.optim.Optimizer`` -- ``name`` is a registry name (``OPTIMIZERS``) or a dotted path to an
   optimizer class ("torch.optim.RAdam", "pytorch_optimizer.AdaBelief"). ``lr``/``weight_decay`` None -> the cited
   default for ``model_size`` (inferred from the parameter count when None). An argument the optimizer does not
-  take raises OptBenchError naming it (with a close match), never dropped.
+  take raises OptBenchError naming it (with a close match), never dropped. ``build_resolved`` is the same with
+  every value given (a run's plan), returning the builder's implementation string beside the optimizer.
 * ``optimizer_defaults(name, model_size) -> dict`` -- learning_rate, weight_decay, max_grad_norm, betas, ...,
-  ``source`` (one line) and ``sources`` ({key: citation}).
-* ``describe_optimizer(opt) -> str`` -- implementation string for summary.json.
+  ``source`` (one line) and ``sources`` ({key: citation}); ``cited_defaults(spec, size_class)`` for a spec in hand.
+* ``spec_of(optimizer)`` -- the registry entry of a built optimizer, read from its class (nothing is stamped on
+  the object); ``describe_optimizer(opt, model=...) -> str`` -- implementation string for summary.json.
 * ``is_schedule_free(name_or_opt) -> bool``; ``optimizer_callbacks(opt) -> list[TrainerCallback]`` (the
   schedule-free mode switch, Sophia-G's Hessian estimate: each spec's ``callbacks``); ``manual_step_hook(opt)``.
 * ``lr_grid(name, model_size, factors=(1/4, 1/2, 1, 2, 4)) -> list[float]`` -- the grid around the default (the
   tuning step's file is read by :mod:`hf_optbench.optim.tuned`).
-* ``resolve_optimizer_name(name)`` / ``check_optimizer_kwargs(name, kwargs)`` /
-  ``check_zero_compatible(name, zero_stage)`` -- cheap validation for config.
+* ``resolve_optimizer_name(name)`` / ``check_optimizer_kwargs(name_or_spec, kwargs)`` /
+  ``check_zero_compatible(name_or_spec, zero_stage)`` -- cheap validation for config. A run resolves the name once
+  (``config.optim_args``) and hands the spec on; the functions taking a name resolve it themselves.
 
 Only the standard library is imported at module level (config validation and ``hf-optbench optimizers`` stay
 fast); torch and the optimizer packages are imported when an optimizer is built. Size classes come from
@@ -33,6 +36,7 @@ import importlib
 import importlib.util
 import math
 import pkgutil
+import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -40,7 +44,15 @@ from typing import TYPE_CHECKING, Any
 from hf_optbench.errors import OptBenchError, suggest
 from hf_optbench.models import SIZE_CLASS
 from hf_optbench.optim.dotted import build_dotted, is_dotted_path
-from hf_optbench.optim.spec import TRAINING_KEYS, OptimizerSpec, param_groups, round3, trainable_params
+from hf_optbench.optim.spec import (
+    EMBEDDING,
+    TRAINING_KEYS,
+    OptimizerSpec,
+    param_groups,
+    round3,
+    tensor_roles,
+    trainable_params,
+)
 from hf_optbench.optim.unwrap import innermost_optimizer
 
 if TYPE_CHECKING:
@@ -48,7 +60,7 @@ if TYPE_CHECKING:
 
 
 # Modules of hf_optbench/optim/ that are not optimizer families; `*_impl` modules hold torch code of a family.
-_SHARED_MODULES = frozenset({"registry", "spec", "unwrap", "dotted", "schedules", "tuned"})
+_SHARED_MODULES = frozenset({"registry", "spec", "unwrap", "dotted", "schedules", "tuned", "held"})
 # The order `hf-optbench optimizers` lists the families in; families not named here follow alphabetically.
 _LISTING_ORDER = ("adamw", "lion", "bnb8bit", "adafactor", "sgd", "schedule_free", "muon", "sophia", "soap")
 
@@ -136,18 +148,20 @@ def size_class_for_params(num_params: int) -> str:
 
 def optimizer_defaults(name: str, model_size: str) -> dict[str, Any]:
     """Cited defaults of a registry optimizer for a model size: hyperparameters plus ``source`` (one line, the
-    citations joined) and ``sources`` ({key: citation}). Dotted paths have none: OptBenchError.
-
-    Each key's citation comes from the family's :class:`~hf_optbench.optim.spec.CitedDefaults`.
-    """
+    citations joined) and ``sources`` ({key: citation}). Dotted paths have none: OptBenchError."""
     canonical = resolve_optimizer_name(name)
     if canonical not in OPTIMIZERS:
         raise OptBenchError(
             f"optimizer '{name}' is a class path, not a registry entry: it has no cited defaults. Set learning_rate "
             "(and weight_decay) yourself, or run `hf-optbench find-lr` to pick one."
         )
-    cls = size_class(model_size)
-    cited = OPTIMIZERS[canonical].defaults(cls)
+    return cited_defaults(OPTIMIZERS[canonical], size_class(model_size))
+
+
+def cited_defaults(spec: OptimizerSpec, cls: str) -> dict[str, Any]:
+    """:func:`optimizer_defaults` of ``spec`` at size class ``cls``. Each key's citation comes from the family's
+    :class:`~hf_optbench.optim.spec.CitedDefaults`."""
+    cited = spec.defaults(cls)
     sources = {k: CITATIONS[cited.own if k in cited.own_keys else cited.cite] for k in cited.values}
     if cited.also:
         sources = {k: f"{v} | {CITATIONS[cited.also]}" for k, v in sources.items()}
@@ -163,48 +177,54 @@ def lr_grid(name: str, model_size: str, factors: tuple[float, ...] = (0.25, 0.5,
     return [round3(base * f) for f in factors]
 
 
-def check_optimizer_kwargs(name: str, kwargs: dict[str, Any]) -> None:
+def _spec(name_or_spec: str | OptimizerSpec | None) -> OptimizerSpec | None:
+    """The spec itself, or a name's (resolved: aliases allowed); None for a dotted path."""
+    if name_or_spec is None or isinstance(name_or_spec, OptimizerSpec):
+        return name_or_spec
+    return OPTIMIZERS.get(resolve_optimizer_name(name_or_spec))
+
+
+def check_optimizer_kwargs(name_or_spec: str | OptimizerSpec | None, kwargs: dict[str, Any]) -> None:
     """OptBenchError for an argument a registry optimizer does not take (dotted paths are checked at build)."""
-    canonical = resolve_optimizer_name(name)
-    spec = OPTIMIZERS.get(canonical)
+    spec = _spec(name_or_spec)
     if spec is None:
         return
     for key in kwargs:
         if key in spec.rejected_kwargs:
-            raise OptBenchError(f"optimizer_kwargs '{key}' for {canonical}: {key} {spec.rejected_kwargs[key]}.")
+            raise OptBenchError(f"optimizer_kwargs '{key}' for {spec.name}: {key} {spec.rejected_kwargs[key]}.")
         if key in ("lr", "weight_decay", "params"):
             raise OptBenchError(
-                f"optimizer_kwargs '{key}' for {canonical}: set it as TrainingArguments' "
+                f"optimizer_kwargs '{key}' for {spec.name}: set it as TrainingArguments' "
                 f"{'learning_rate' if key == 'lr' else key} (--{'learning_rate' if key == 'lr' else key}) instead."
             )
         if key not in spec.kwargs:
             raise OptBenchError(
-                f"optimizer_kwargs '{key}' is not an argument of {canonical} ({spec.implementation})."
+                f"optimizer_kwargs '{key}' is not an argument of {spec.name} ({spec.implementation})."
                 f"{suggest(key, list(spec.kwargs))} "
                 f"It takes: {', '.join(spec.kwargs) or 'nothing beyond learning_rate/weight_decay'}."
             )
 
 
-def check_zero_compatible(optimizer_name: str, zero_stage: int) -> None:
+def check_zero_compatible(name_or_spec: str | OptimizerSpec | None, zero_stage: int) -> None:
     """OptBenchError, before any work, for a registry optimizer that cannot run under DeepSpeed ZeRO stage >= 1
     (it hands the optimizer flat 1-D partitions; see measure/planner_zero.py). Dotted paths are not checked."""
-    canonical = resolve_optimizer_name(optimizer_name)
-    spec = OPTIMIZERS.get(canonical)
-    if not zero_stage or spec is None or not spec.zero_incompatible:
+    spec = _spec(name_or_spec) if zero_stage else None
+    if spec is None or not spec.zero_incompatible:
         return
     ok = [n for n, sp in OPTIMIZERS.items() if not sp.zero_incompatible and not sp.requires_cuda]
     raise OptBenchError(
-        f"optimizer '{canonical}' cannot run under DeepSpeed ZeRO-{zero_stage}: {spec.zero_incompatible}. Use a "
+        f"optimizer '{spec.name}' cannot run under DeepSpeed ZeRO-{zero_stage}: {spec.zero_incompatible}. Use a "
         f"DDP config (accelerate_configs/cpu_ddp2.yaml, a100x4_ddp.yaml) or an optimizer that runs on ZeRO's "
         f"flat partitions: {', '.join(ok)}."
     )
 
 
 def is_schedule_free(name_or_opt: Any) -> bool:
-    """True for a schedule-free optimizer (registry name or object; Accelerate's wrapper is looked through)."""
-    if isinstance(name_or_opt, str):
-        canonical = resolve_optimizer_name(name_or_opt)
-        return bool(OPTIMIZERS.get(canonical) and OPTIMIZERS[canonical].schedule_free)
+    """True for a schedule-free optimizer (registry name, spec or object; Accelerate's wrapper is looked
+    through)."""
+    if isinstance(name_or_opt, (str, OptimizerSpec)):
+        spec = _spec(name_or_opt)
+        return bool(spec and spec.schedule_free)
     opt = innermost_optimizer(name_or_opt)
     groups = getattr(opt, "param_groups", None) or [{}]
     return callable(getattr(opt, "eval", None)) and callable(getattr(opt, "train", None)) \
@@ -230,42 +250,36 @@ def _check_device(spec: OptimizerSpec, model: torch.nn.Module) -> None:
         )
 
 
-def _build_registered(spec: OptimizerSpec, model: torch.nn.Module, lr: float | None, weight_decay: float | None,
-                      model_size: str | None, embedding_state_32bit: bool,
-                      kwargs: dict[str, Any]) -> tuple[Any, str, float]:
-    """(optimizer, implementation string, learning rate) for a registry entry, cited defaults filled in."""
-    check_optimizer_kwargs(spec.name, kwargs)
-    _check_device(spec, model)
-    defaults = optimizer_defaults(spec.name, model_size_class(model, model_size))
-    lr = defaults["learning_rate"] if lr is None else float(lr)
-    weight_decay = defaults["weight_decay"] if weight_decay is None else float(weight_decay)
-    if not lr > 0:
-        raise OptBenchError(f"learning_rate must be positive, got {lr}.")
-    ctor = _constructor_kwargs(spec, defaults, kwargs)
-    try:
-        opt, impl = spec.builder(model, param_groups(model, weight_decay), lr, ctor, spec=spec,
-                                 weight_decay=weight_decay, embedding_state_32bit=embedding_state_32bit)
-    except OptBenchError:
-        raise
-    except (TypeError, ValueError) as exc:  # the library's own validation of a value
-        raise OptBenchError(f"optimizer '{spec.name}' rejected its arguments {ctor}: {exc}") from exc
-    return opt, impl, lr
-
-
-def _constructor_kwargs(spec: OptimizerSpec, defaults: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+def constructor_kwargs(spec: OptimizerSpec, defaults: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The constructor arguments a registry optimizer is built with: its cited values (``defaults``, from
+    :func:`cited_defaults`) overlaid by ``kwargs``; lists as tuples (JSON has none)."""
     ctor = {k: v for k, v in defaults.items() if k in spec.kwargs and k not in TRAINING_KEYS}
     ctor.update(kwargs)
     for key in ("betas", "adamw_betas", "ns_coefficients", "eps"):
-        if isinstance(ctor.get(key), list):  # JSON has no tuples
+        if isinstance(ctor.get(key), list):
             ctor[key] = tuple(ctor[key])
     return ctor
 
 
-def constructor_kwargs(name: str, model_size: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The constructor arguments ``build_optimizer`` gives a registry optimizer: its cited values for the size,
-    overlaid by ``kwargs``; a dotted path gets ``kwargs`` as they are."""
-    spec = OPTIMIZERS.get(resolve_optimizer_name(name))
-    return dict(kwargs) if spec is None else _constructor_kwargs(spec, optimizer_defaults(spec.name, model_size), kwargs)
+def build_resolved(spec: OptimizerSpec | str, model: torch.nn.Module, *, lr: float, weight_decay: float | None,
+                   ctor: dict[str, Any], embedding_state_32bit: bool = True) -> tuple[Any, str]:
+    """(optimizer, the builder's implementation string) with every value given: a registry ``spec`` is built with
+    exactly ``ctor`` (its cited values already in: a run's plan resolved them), a dotted path (``spec`` a str)
+    through :func:`~hf_optbench.optim.dotted.build_dotted`. Nothing is filled in and nothing is stamped on the
+    optimizer."""
+    if not any(True for _ in trainable_params(model)):
+        raise OptBenchError("the model has no trainable parameters to optimize.")
+    if isinstance(spec, str):
+        return build_dotted(spec, model, lr, weight_decay, dict(ctor))
+    _check_device(spec, model)
+    ctor = dict(ctor)  # builders pop and add keys (Muon's muon_lr, AdamW's fused)
+    try:
+        return spec.builder(model, param_groups(model, weight_decay or 0.0), lr, ctor, spec=spec,
+                            weight_decay=weight_decay, embedding_state_32bit=embedding_state_32bit)
+    except OptBenchError:
+        raise
+    except (TypeError, ValueError) as exc:  # the library's own validation of a value
+        raise OptBenchError(f"optimizer '{spec.name}' rejected its arguments {ctor}: {exc}") from exc
 
 
 def build_optimizer(
@@ -282,46 +296,72 @@ def build_optimizer(
 
     ``lr`` / ``weight_decay`` None take the cited default for ``model_size`` (the size class is inferred from the
     parameter count when ``model_size`` is None). ``kwargs`` are constructor arguments; one the optimizer does not
-    take raises OptBenchError. ``embedding_state_32bit`` applies to the bitsandbytes optimizers. The result carries
-    ``hf_optbench_impl`` (see :func:`describe_optimizer`) and ``hf_optbench_name``.
+    take raises OptBenchError. ``embedding_state_32bit`` applies to the bitsandbytes optimizers. What it built is
+    read back from the object (:func:`spec_of`, :func:`describe_optimizer`).
     """
     canonical = resolve_optimizer_name(name)
-    if not any(True for _ in trainable_params(model)):
-        raise OptBenchError("the model has no trainable parameters to optimize.")
-    if canonical not in OPTIMIZERS:
-        opt, impl = build_dotted(canonical, model, lr, weight_decay, dict(kwargs))
-    else:
-        opt, impl, lr = _build_registered(OPTIMIZERS[canonical], model, lr, weight_decay, model_size,
-                                          embedding_state_32bit, kwargs)
-    opt.hf_optbench_impl = impl
-    opt.hf_optbench_name = canonical
-    # the tensors it was built on: describe_optimizer sees whether DeepSpeed ZeRO swapped them for flat partitions
-    opt.hf_optbench_param_ids = frozenset(id(p) for p in trainable_params(model))
-    opt.hf_optbench_lr = lr  # the learning_rate asked for (groups may differ: Muon's own muon_lr)
-    return opt
+    spec = OPTIMIZERS.get(canonical)
+    if spec is None:
+        return build_resolved(canonical, model, lr=lr, weight_decay=weight_decay, ctor=kwargs)[0]
+    check_optimizer_kwargs(spec, kwargs)
+    defaults = cited_defaults(spec, model_size_class(model, model_size))
+    lr = defaults["learning_rate"] if lr is None else float(lr)
+    weight_decay = defaults["weight_decay"] if weight_decay is None else float(weight_decay)
+    if not lr > 0:
+        raise OptBenchError(f"learning_rate must be positive, got {lr}.")
+    return build_resolved(spec, model, lr=lr, weight_decay=weight_decay, ctor=constructor_kwargs(spec, defaults, kwargs),
+                          embedding_state_32bit=embedding_state_32bit)[0]
 
 
-def describe_optimizer(opt: Any) -> str:
+def spec_of(optimizer: Any) -> OptimizerSpec | None:
+    """The registry entry of a built optimizer (inside any wrapper), read from its class: a family's own class
+    (``hf_optbench.optim.<family>_impl``) belongs to that family's single spec, a library class to the spec whose
+    ``implementation`` names it. None for a class no entry names (a dotted path) or several do."""
+    cls = type(innermost_optimizer(optimizer))
+    found = [spec for spec in OPTIMIZERS.values() if _names_class(spec, cls)]
+    return found[0] if len(found) == 1 else None
+
+
+def _names_class(spec: OptimizerSpec, cls: type) -> bool:
+    family = spec.builder.__module__
+    if cls.__module__ == f"{family}_impl":
+        return sum(1 for s in OPTIMIZERS.values() if s.builder.__module__ == family) == 1
+    module_name, _, name = spec.implementation.rpartition(".")
+    module = sys.modules.get(module_name)  # a class of a package never imported cannot be this object's
+    return module is not None and getattr(module, name, None) is cls
+
+
+def describe_optimizer(opt: Any, *, built: str | None = None, model: torch.nn.Module | None = None) -> str:
     """Implementation string for summary.json, e.g. "torch.optim.AdamW(fused=True)", "bitsandbytes.optim.
-    AdamW8bit(embedding state fp32)"; for optimizers not built here, module.Class. It states what the optimizer
-    holds now: the spec's ``describe`` reads the state's dtypes, and "[ZeRO flat partitions]" marks an optimizer
-    whose parameters DeepSpeed replaced with flat 1-D partitions."""
+    AdamW8bit(embedding fp32)"; for optimizers not in the registry, module.Class. ``built``: the builder's string
+    (:func:`build_resolved`), else it is composed from the object. It states what the optimizer holds now: the
+    spec's ``describe`` reads the state's dtypes, and, given the ``model`` it was built over, "[ZeRO flat
+    partitions]" marks an optimizer whose parameters DeepSpeed replaced with flat 1-D partitions."""
     inner = innermost_optimizer(opt)
-    impl = getattr(inner, "hf_optbench_impl", None)
-    if not impl:
-        return f"{type(inner).__module__}.{type(inner).__qualname__}"
-    built_ids = getattr(inner, "hf_optbench_param_ids", frozenset())
+    spec = spec_of(inner)
+    if spec is None:
+        return built or f"{type(inner).__module__}.{type(inner).__qualname__}"
+    impl = built or _implementation(spec, inner)
+    model_ids = {id(p) for p in trainable_params(model)} if model is not None else set()
     held = {id(p) for g in getattr(inner, "param_groups", []) for p in g.get("params", [])}
-    flattened = bool(built_ids) and bool(held) and not (held & built_ids)
-    spec = OPTIMIZERS.get(getattr(inner, "hf_optbench_name", None) or "")
-    if spec is not None and spec.describe is not None:
-        return spec.describe(inner, impl, flattened)
+    flattened = bool(model_ids) and bool(held) and not (held & model_ids)
+    if spec.describe is not None:
+        embeddings = frozenset(k for k, role in tensor_roles(model).items() if role == EMBEDDING) \
+            if model is not None else frozenset()
+        return spec.describe(inner, impl, flattened, embedding_ids=embeddings)
     return f"{impl} [ZeRO flat partitions]" if flattened else impl
+
+
+def _implementation(spec: OptimizerSpec, inner: Any) -> str:
+    """The spec's implementation with the kernel the object chose (torch's ``fused`` / ``foreach`` defaults)."""
+    defaults = getattr(inner, "defaults", {}) or {}
+    mode = "fused=True" if defaults.get("fused") else "foreach=True" if defaults.get("foreach") else None
+    return f"{spec.implementation}({mode})" if mode else spec.implementation
 
 
 def manual_step_hook(opt: Any) -> Callable[..., None] | None:
     """What a loop outside the Trainer runs after each step (the spec's ``manual_step``: Sophia-G's Hessian)."""
-    spec = OPTIMIZERS.get(getattr(innermost_optimizer(opt), "hf_optbench_name", None) or "")
+    spec = spec_of(opt)
     return spec.manual_step if spec is not None else None
 
 
@@ -334,11 +374,10 @@ def optimizer_callbacks(opt: Any) -> list[Any]:
     if isinstance(opt, str):
         spec = OPTIMIZERS.get(resolve_optimizer_name(opt))
         return spec.callbacks() if spec is not None and spec.callbacks else []
-    inner = innermost_optimizer(opt)
-    spec = OPTIMIZERS.get(getattr(inner, "hf_optbench_name", None) or "")
+    spec = spec_of(opt)
     if spec is not None:
         return spec.callbacks() if spec.callbacks else []
-    if not is_schedule_free(inner):
+    if not is_schedule_free(opt):
         return []
     from hf_optbench.optim import schedule_free
 

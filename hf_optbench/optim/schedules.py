@@ -3,11 +3,14 @@
 Public API:
 
 * ``SCHEDULES`` -- name -> (description, accepted schedule_kwargs); standard library only, for config validation.
+* ``resolve_schedule(name, *, num_training_steps, warmup_steps, min_lr_ratio=0.1, schedule_free=False,
+  **kwargs) -> dict``: the schedule and its resolved parameters, checked, without building anything (a run's plan
+  holds it). ``warmup_steps``: an int (or integral float >= 1) is a number of steps, a float in [0, 1) a fraction
+  of ``num_training_steps`` (transformers 5's TrainingArguments convention).
 * ``build_scheduler(name, optimizer, *, num_training_steps, warmup_steps, min_lr_ratio=0.1, **kwargs)
-  -> torch.optim.lr_scheduler.LRScheduler``. ``warmup_steps``: an int (or integral float >= 1) is a number of
-  steps, a float in [0, 1) a fraction of ``num_training_steps`` (transformers 5's TrainingArguments convention).
-  The returned scheduler carries ``hf_optbench_schedule``: the schedule and its resolved parameters, for
-  summary.json (:func:`describe_scheduler`).
+  -> torch.optim.lr_scheduler.LRScheduler``: the same, built over ``optimizer``.
+* ``describe_scheduler(scheduler) -> dict``: the schedule a built scheduler computes, read from the object (its
+  transformers lambda and that lambda's arguments, or torch's OneCycleLR), whoever built it.
 * ``resolve_warmup_steps(warmup_steps, num_training_steps) -> int``; ``check_schedule_kwargs(name, kwargs)``.
 
 Schedules:
@@ -39,7 +42,6 @@ from hf_optbench.errors import OptBenchError, suggest
 
 if TYPE_CHECKING:
     import torch
-    from torch.optim.lr_scheduler import LRScheduler
 
 # name -> (one-line description, accepted schedule_kwargs)
 SCHEDULES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -87,17 +89,7 @@ def resolve_warmup_steps(warmup_steps: float | int, num_training_steps: int) -> 
     return int(w)
 
 
-def _is_schedule_free(optimizer: Any) -> bool:
-    from hf_optbench.optim.registry import is_schedule_free
-
-    return is_schedule_free(optimizer)
-
-
-def _wsd(optimizer: Any, warmup: int, num_training_steps: int, min_lr_ratio: float, kwargs: dict[str, Any],
-         record: dict[str, Any]) -> Any:
-    """transformers' warmup-stable-decay schedule; fills ``record`` with its resolved parameters."""
-    from transformers.optimization import get_wsd_schedule
-
+def _wsd_record(warmup: int, num_training_steps: int, min_lr_ratio: float, kwargs: dict[str, Any]) -> dict[str, Any]:
     decay_ratio = float(kwargs.get("decay_ratio", 0.2))
     if not 0.0 < decay_ratio <= 1.0:
         raise OptBenchError(f"schedule_kwargs decay_ratio must be in (0, 1], got {decay_ratio}.")
@@ -107,25 +99,16 @@ def _wsd(optimizer: Any, warmup: int, num_training_steps: int, min_lr_ratio: flo
             f"wsd: warmup ({warmup}) + decay ({decay}) steps exceed the run ({num_training_steps}); lower "
             "warmup_steps or schedule_kwargs decay_ratio."
         )
-    decay_type = kwargs.get("decay_type", "1-sqrt")
-    warmup_type = kwargs.get("warmup_type", "linear")
-    try:
-        sched = get_wsd_schedule(
-            optimizer, num_warmup_steps=warmup, num_decay_steps=decay, num_training_steps=num_training_steps,
-            warmup_type=warmup_type, decay_type=decay_type, min_lr_ratio=min_lr_ratio,
-        )
-    except ValueError as exc:
-        raise OptBenchError(f"wsd schedule_kwargs: {exc}") from exc
-    record.update(min_lr_ratio=min_lr_ratio, decay_steps=decay, decay_ratio=decay_ratio, decay_type=decay_type,
-                  warmup_type=warmup_type)
-    return sched
+    kinds = ("linear", "cosine", "1-sqrt")  # transformers' get_wsd_schedule's warmup and decay shapes
+    decay_type, warmup_type = kwargs.get("decay_type", "1-sqrt"), kwargs.get("warmup_type", "linear")
+    for key, value in (("decay_type", decay_type), ("warmup_type", warmup_type)):
+        if value not in kinds:
+            raise OptBenchError(f"wsd schedule_kwargs {key} must be one of {', '.join(kinds)}, got {value!r}.")
+    return {"min_lr_ratio": min_lr_ratio, "decay_steps": decay, "decay_ratio": decay_ratio, "decay_type": decay_type,
+            "warmup_type": warmup_type}
 
 
-def _one_cycle(optimizer: Any, warmup: int, num_training_steps: int, kwargs: dict[str, Any],
-               record: dict[str, Any]) -> Any:
-    """torch's OneCycleLR with momentum cycling off unless asked; fills ``record``."""
-    from torch.optim.lr_scheduler import OneCycleLR
-
+def _one_cycle_record(warmup: int, num_training_steps: int, kwargs: dict[str, Any]) -> dict[str, Any]:
     opts = {"anneal_strategy": "cos", "cycle_momentum": False, "div_factor": 25.0, "final_div_factor": 1e4}
     opts.update(kwargs)
     if "pct_start" in kwargs and warmup:
@@ -134,13 +117,45 @@ def _one_cycle(optimizer: Any, warmup: int, num_training_steps: int, kwargs: dic
         )
     if "pct_start" not in opts:
         opts["pct_start"] = warmup / num_training_steps if warmup else 0.3
-    if opts.get("cycle_momentum") and not any(k in optimizer.defaults for k in ("momentum", "betas")):
-        raise OptBenchError("one_cycle cycle_momentum=true needs an optimizer with momentum or betas.")
-    sched = OneCycleLR(optimizer, max_lr=[g["lr"] for g in optimizer.param_groups],
-                       total_steps=num_training_steps, **opts)
-    record.update(opts)
-    record["warmup_steps"] = int(round(opts["pct_start"] * num_training_steps))
-    return sched
+    return {**opts, "warmup_steps": int(round(opts["pct_start"] * num_training_steps))}
+
+
+def resolve_schedule(name: str, *, num_training_steps: int, warmup_steps: float | int = 0, min_lr_ratio: float = 0.1,
+                     schedule_free: bool = False, **kwargs: Any) -> dict[str, Any]:
+    """The schedule ``name`` with every parameter resolved and checked (see the module doc), as a record:
+    ``name``, ``num_training_steps``, ``warmup_steps`` (steps) and the schedule's own (``min_lr_ratio``,
+    ``num_cycles``, ``decay_steps``...); ``warmup_by: "optimizer"`` when a schedule-free optimizer warms up itself.
+    Nothing is built: a run's plan holds this record, and :func:`build_scheduler` builds from it."""
+    check_schedule_kwargs(name, kwargs)
+    if num_training_steps is None or num_training_steps <= 0:
+        raise OptBenchError(f"num_training_steps must be positive, got {num_training_steps} (set max_steps).")
+    if not 0.0 <= min_lr_ratio <= 1.0:
+        raise OptBenchError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}.")
+    warmup = resolve_warmup_steps(warmup_steps, num_training_steps)
+    if warmup > num_training_steps:
+        raise OptBenchError(
+            f"warmup of {warmup} steps is longer than the run ({num_training_steps} steps): lower warmup_steps."
+        )
+    if schedule_free and name not in SCHEDULE_FREE_OK:
+        raise OptBenchError(
+            f"schedule '{name}' with a schedule-free optimizer: it needs no LR schedule (Defazio et al. 2024). "
+            "Use schedule: none (its warmup is done by the optimizer)."
+        )
+    record: dict[str, Any] = {"name": name, "num_training_steps": int(num_training_steps), "warmup_steps": warmup}
+    if name == "gpt3_cosine":
+        record.update(min_lr_ratio=min_lr_ratio, num_cycles=float(kwargs.get("num_cycles", 0.5)))
+    elif name == "wsd":
+        record.update(_wsd_record(warmup, num_training_steps, min_lr_ratio, kwargs))
+    elif name == "one_cycle":
+        record.update(_one_cycle_record(warmup, num_training_steps, kwargs))
+    elif name in ("constant", "none") and warmup:
+        if not schedule_free:
+            raise OptBenchError(
+                f"schedule '{name}' has no warmup but warmup_steps is {warmup_steps}: use constant_with_warmup, or "
+                "set warmup_steps 0."
+            )
+        record["warmup_by"] = "optimizer"
+    return record
 
 
 def build_scheduler(
@@ -153,55 +168,39 @@ def build_scheduler(
     **kwargs: Any,
 ) -> torch.optim.lr_scheduler.LRScheduler:
     """The LR scheduler ``name`` for ``optimizer`` over ``num_training_steps`` optimizer steps (see module doc)."""
-    from transformers.optimization import (
-        get_constant_schedule,
-        get_constant_schedule_with_warmup,
-        get_cosine_with_min_lr_schedule_with_warmup,
-    )
+    from hf_optbench.optim.registry import is_schedule_free
 
-    check_schedule_kwargs(name, kwargs)
-    if num_training_steps is None or num_training_steps <= 0:
-        raise OptBenchError(f"num_training_steps must be positive, got {num_training_steps} (set max_steps).")
-    if not 0.0 <= min_lr_ratio <= 1.0:
-        raise OptBenchError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}.")
-    warmup = resolve_warmup_steps(warmup_steps, num_training_steps)
-    if warmup > num_training_steps:
-        raise OptBenchError(
-            f"warmup of {warmup} steps is longer than the run ({num_training_steps} steps): lower warmup_steps."
-        )
-    record: dict[str, Any] = {"name": name, "num_training_steps": int(num_training_steps), "warmup_steps": warmup}
-    schedule_free = _is_schedule_free(optimizer)
-    if schedule_free and name not in SCHEDULE_FREE_OK:
-        raise OptBenchError(
-            f"schedule '{name}' with a schedule-free optimizer: it needs no LR schedule (Defazio et al. 2024). "
-            "Use schedule: none (its warmup is done by the optimizer)."
-        )
+    record = resolve_schedule(name, num_training_steps=num_training_steps, warmup_steps=warmup_steps,
+                              min_lr_ratio=min_lr_ratio, schedule_free=is_schedule_free(optimizer), **kwargs)
+    if record.get("warmup_by") == "optimizer":
+        _hand_warmup_to_optimizer(optimizer, record["warmup_steps"])
+    return scheduler_from_record(record, optimizer)
 
+
+def scheduler_from_record(record: dict[str, Any], optimizer: Any) -> Any:
+    """The scheduler a :func:`resolve_schedule` record describes, over ``optimizer``: transformers' schedule
+    functions (the same a stock Trainer builds from ``lr_scheduler_type``), torch's OneCycleLR for one_cycle."""
+    from transformers import optimization as tf
+
+    name, warmup, steps = record["name"], record["warmup_steps"], record["num_training_steps"]
     if name == "gpt3_cosine":
-        num_cycles = float(kwargs.get("num_cycles", 0.5))
-        sched = get_cosine_with_min_lr_schedule_with_warmup(
-            optimizer, num_warmup_steps=warmup, num_training_steps=num_training_steps, num_cycles=num_cycles,
-            min_lr_rate=min_lr_ratio,
-        )
-        record.update(min_lr_ratio=min_lr_ratio, num_cycles=num_cycles)
-    elif name == "wsd":
-        sched = _wsd(optimizer, warmup, num_training_steps, min_lr_ratio, kwargs, record)
-    elif name == "one_cycle":
-        sched = _one_cycle(optimizer, warmup, num_training_steps, kwargs, record)
-    elif name == "constant_with_warmup":
-        sched = get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
-    else:  # constant / none
-        if warmup:
-            if not schedule_free:
-                raise OptBenchError(
-                    f"schedule '{name}' has no warmup but warmup_steps is {warmup_steps}: use "
-                    "constant_with_warmup, or set warmup_steps 0."
-                )
-            _hand_warmup_to_optimizer(optimizer, warmup)
-            record["warmup_by"] = "optimizer"
-        sched = get_constant_schedule(optimizer)
-    sched.hf_optbench_schedule = record
-    return sched
+        return tf.get_cosine_with_min_lr_schedule_with_warmup(
+            optimizer, num_warmup_steps=warmup, num_training_steps=steps, num_cycles=record["num_cycles"],
+            min_lr_rate=record["min_lr_ratio"])
+    if name == "wsd":
+        return tf.get_wsd_schedule(optimizer, num_warmup_steps=warmup, num_decay_steps=record["decay_steps"],
+                                   num_training_steps=steps, warmup_type=record["warmup_type"],
+                                   decay_type=record["decay_type"], min_lr_ratio=record["min_lr_ratio"])
+    if name == "one_cycle":
+        from torch.optim.lr_scheduler import OneCycleLR
+
+        opts = {k: record[k] for k in SCHEDULES["one_cycle"][1] if k in record}
+        if opts.get("cycle_momentum") and not any(k in optimizer.defaults for k in ("momentum", "betas")):
+            raise OptBenchError("one_cycle cycle_momentum=true needs an optimizer with momentum or betas.")
+        return OneCycleLR(optimizer, max_lr=[g["lr"] for g in optimizer.param_groups], total_steps=steps, **opts)
+    if name == "constant_with_warmup":
+        return tf.get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
+    return tf.get_constant_schedule(optimizer)
 
 
 def _hand_warmup_to_optimizer(optimizer: Any, warmup: int) -> None:
@@ -220,6 +219,67 @@ def _hand_warmup_to_optimizer(optimizer: Any, warmup: int) -> None:
         g["warmup_steps"] = warmup
 
 
-def describe_scheduler(scheduler: LRScheduler | None) -> dict[str, Any]:
-    """The schedule and its resolved parameters (for summary.json); {} for a scheduler not built here."""
-    return dict(getattr(scheduler, "hf_optbench_schedule", {}))
+# transformers' schedule functions (transformers/optimization.py, the lambdas a LambdaLR holds) -> the schedule
+_LAMBDAS = {
+    "_get_cosine_schedule_with_warmup_lr_lambda": "gpt3_cosine",  # cosine_with_min_lr and cosine (min 0)
+    "_get_wsd_scheduler_lambda": "wsd",
+    "_get_constant_schedule_with_warmup_lr_lambda": "constant_with_warmup",
+    "_get_constant_lambda": "constant",
+    "_get_linear_schedule_with_warmup_lr_lambda": "linear",  # transformers' default lr_scheduler_type
+}
+
+
+def describe_scheduler(scheduler: Any) -> dict[str, Any]:
+    """The schedule a built scheduler computes, read from the object: ``name`` (gpt3_cosine, wsd,
+    constant_with_warmup, constant, one_cycle, or transformers' "linear"; module.Class for another scheduler) and
+    the parameters it holds (``num_training_steps``, ``warmup_steps``, ``min_lr_ratio``...). {} for None. Whoever
+    built it (hf_optbench, a stock Trainer from ``lr_scheduler_type``, DeepSpeed's re-initialisation), this says
+    what it runs."""
+    if scheduler is None:
+        return {}
+    from torch.optim.lr_scheduler import LambdaLR, OneCycleLR
+
+    if isinstance(scheduler, OneCycleLR):
+        phases = scheduler._schedule_phases  # torch's own record of the warmup's end (torch/optim/lr_scheduler.py)
+        warm = float(phases[0]["end_step"]) + 1  # pct_start x total_steps
+        return {"name": "one_cycle", "num_training_steps": int(scheduler.total_steps), "warmup_steps": int(warm),
+                "pct_start": warm / scheduler.total_steps, "anneal_strategy": scheduler._anneal_func_type,
+                "cycle_momentum": bool(scheduler.cycle_momentum)}
+    fn = scheduler.lr_lambdas[0] if isinstance(scheduler, LambdaLR) and len(scheduler.lr_lambdas) >= 1 else None
+    name = _LAMBDAS.get(getattr(getattr(fn, "func", fn), "__name__", ""))
+    if name is None:
+        return {"name": f"{type(scheduler).__module__}.{type(scheduler).__qualname__}"}
+    kw = dict(getattr(fn, "keywords", None) or {})
+    record: dict[str, Any] = {"name": name, "warmup_steps": int(kw.get("num_warmup_steps", 0))}
+    if name == "wsd":
+        record["num_training_steps"] = int(kw["num_warmup_steps"] + kw["num_stable_steps"] + kw["num_decay_steps"])
+        record.update(min_lr_ratio=kw["min_lr_ratio"], decay_steps=int(kw["num_decay_steps"]),
+                      decay_type=kw["decay_type"], warmup_type=kw["warmup_type"])
+    elif "num_training_steps" in kw:
+        record["num_training_steps"] = int(kw["num_training_steps"])
+    if name == "gpt3_cosine":
+        record.update(min_lr_ratio=float(kw.get("min_lr_rate", 0.0)), num_cycles=float(kw["num_cycles"]))
+    return record
+
+
+def training_args_for_schedule(record: dict[str, Any]) -> dict[str, Any] | None:
+    """TrainingArguments fields (``lr_scheduler_type``, ``lr_scheduler_kwargs``, ``warmup_steps``) whose
+    transformers scheduler computes the schedule ``record`` describes (:func:`resolve_schedule`'s or
+    :func:`describe_scheduler`'s), or None where transformers has no such scheduler (``one_cycle``, another
+    scheduler). A stock Trainer builds it from these fields, also after DeepSpeed's re-initialisation."""
+    name, warmup = record.get("name"), int(record.get("warmup_steps", 0))
+    if name == "gpt3_cosine":
+        return {"lr_scheduler_type": "cosine_with_min_lr", "warmup_steps": warmup,
+                "lr_scheduler_kwargs": {"min_lr_rate": record["min_lr_ratio"], "num_cycles": record["num_cycles"]}}
+    if name == "wsd":
+        return {"lr_scheduler_type": "warmup_stable_decay", "warmup_steps": warmup,
+                "lr_scheduler_kwargs": {"num_decay_steps": record["decay_steps"], "min_lr_ratio":
+                                        record["min_lr_ratio"], "decay_type": record["decay_type"],
+                                        "warmup_type": record["warmup_type"]}}
+    if name == "constant_with_warmup":
+        return {"lr_scheduler_type": "constant_with_warmup", "warmup_steps": warmup, "lr_scheduler_kwargs": {}}
+    if name in ("constant", "none"):  # a schedule-free optimizer's warmup is its own (record["warmup_by"])
+        return {"lr_scheduler_type": "constant", "warmup_steps": 0, "lr_scheduler_kwargs": {}}
+    if name == "linear":  # transformers' own default, as a Trainer builds it
+        return {"lr_scheduler_type": "linear", "warmup_steps": warmup, "lr_scheduler_kwargs": {}}
+    return None

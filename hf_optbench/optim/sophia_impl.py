@@ -225,7 +225,9 @@ class SophiaGHessianCallback(TrainerCallback):
         if self._generator is None or self._generator.device != ids.device:
             self._generator = torch.Generator(device=ids.device)
             self._generator.manual_seed(args.seed if self.seed is None else self.seed)
-        tokens = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size * ids.shape[-1]
+        from hf_optbench.models import tokens_per_step
+
+        tokens = tokens_per_step(args, ids.shape[-1])
         dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
         gnb_hessian_update(model, opt, ids, tokens_per_step=tokens, attention_mask=self._inputs["attention_mask"],
                            generator=self._generator, autocast_dtype=dtype)

@@ -82,6 +82,33 @@ class CitedDefaults:
 # -> (optimizer, implementation string for summary.json). Keyword arguments a builder does not use go to **_.
 Builder = Callable[..., "tuple[torch.optim.Optimizer, str]"]
 
+# The roles a trainable tensor of a GPT-2 plays, which decide its parameter group: a hidden 2-D matrix (attention and
+# MLP projections), an embedding (token and position embeddings, the tied output head), or a vector (biases and
+# LayerNorm gains). GPT-3 / nanoGPT decay the first two and not the third; Muon takes only the first.
+MATRIX, EMBEDDING, VECTOR = "matrix", "embedding", "vector"
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """One parameter group a family's builder creates: the tensor roles it holds, whether it takes the run's weight
+    decay (else 0.0), and the constructor arguments that set its rate and decay instead of ``learning_rate`` /
+    ``weight_decay`` (Muon's ``muon_lr`` for the matrices). The run's plan reads a family's layouts to state each
+    group's learning rate and weight decay with their sources before anything is built, and checks the built
+    optimizer's ``param_groups`` against them (``hf_optbench.run.plan``). A family that gives a group its own rate
+    declares the constructor argument here and sets the group's ``lr`` from it in its builder."""
+
+    name: str
+    roles: tuple[str, ...]
+    decay: bool = True
+    lr_kwarg: str | None = None
+    wd_kwarg: str | None = None
+
+
+# GPT-3 / nanoGPT groups (:func:`param_groups`): decay on matrices and embeddings, none on vectors.
+GPT3_GROUPS = (GroupLayout("decay", (MATRIX, EMBEDDING)), GroupLayout("no_decay", (VECTOR,), decay=False))
+# One group of every tensor at the class's own decay (a dotted-path class that takes no weight_decay).
+SINGLE_GROUP = (GroupLayout("all", (MATRIX, EMBEDDING, VECTOR), decay=False),)
+
 
 @dataclass(frozen=True)
 class OptimizerSpec:
@@ -93,8 +120,9 @@ class OptimizerSpec:
     ``builder`` constructs it (torch imported inside). ``layout`` is its state for the memory planner.
     ``callbacks`` (a factory, called per Trainer) returns the TrainerCallbacks it needs. ``aliases`` are other
     names that resolve to it. ``zero_incompatible`` says why it cannot run on DeepSpeed ZeRO's flat 1-D
-    partitions ("" = it can). ``describe(optimizer, built, flattened)`` rewrites the implementation string from
-    the state the optimizer really holds (None: the built string, marked when ZeRO flattened the parameters).
+    partitions ("" = it can). ``describe(optimizer, built, flattened, *, embedding_ids)`` rewrites the
+    implementation string from the state the optimizer really holds (None: the built string, marked when ZeRO
+    flattened the parameters). ``groups``: the parameter groups its builder makes (:class:`GroupLayout`).
     ``tune_weight_decay``: its cited weight decay differs from AdamW's (the Lion paper moves it 3-10x with the
     learning rate, Chen et al. 2023 Sec. 5), so a sweep's ``tune:`` phase tunes it too, after the learning rate
     (``study.tuning_grid``); an optimizer whose cited weight decay is AdamW's keeps it.
@@ -118,6 +146,13 @@ class OptimizerSpec:
     describe: Callable[[Any, str, bool], str] | None = None
     tune_weight_decay: bool = False
     manual_step: Callable[..., None] | None = None
+    groups: tuple[GroupLayout, ...] = GPT3_GROUPS
+
+
+def with_note(impl: str, note: str) -> str:
+    """``impl`` with ``note`` added inside its closing parenthesis ("X(fused=True)" -> "X(fused=True, note)"), or in
+    new ones ("X" -> "X(note)"): implementation strings read the same whether a builder or the object gave them."""
+    return f"{impl[:-1]}, {note})" if impl.endswith(")") else f"{impl}({note})"
 
 
 def round3(x: float) -> float:
@@ -128,6 +163,21 @@ def round3(x: float) -> float:
 def trainable_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     """The parameters an optimizer gets (``requires_grad``), tied weights once."""
     return [p for p in model.parameters() if p.requires_grad]
+
+
+def tensor_roles(model: torch.nn.Module) -> dict[int, str]:
+    """{id(parameter): role} of ``model``'s trainable tensors (:data:`MATRIX`, :data:`EMBEDDING`, :data:`VECTOR`):
+    the weights of ``nn.Embedding`` modules and the output embedding are embeddings (tied or not, as the Muon README
+    counts them), other tensors of >= 2 dims matrices, the rest vectors."""
+    import torch
+
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    get_out = getattr(model, "get_output_embeddings", None)
+    out = get_out() if callable(get_out) else None
+    if out is not None and getattr(out, "weight", None) is not None:
+        embeddings.add(id(out.weight))
+    return {id(p): EMBEDDING if id(p) in embeddings else MATRIX if p.dim() >= 2 else VECTOR
+            for p in trainable_params(model)}
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:

@@ -21,15 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.config.bench_args import TARGET_SMOOTHING_STEPS
 from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import (
+    BASELINE,
     FINISHED_STATUSES,
     read_metrics,
 )
 from hf_optbench.study.records import load_runs
-
-BASELINE = "adamw"
-DEFAULT_SMOOTHING = 20
 
 DERIVED_COLUMNS = ("target", "target_loss", "steps_to_target", "tokens_to_target", "seconds_to_target",
                    "target_censored", "mean_loss_over_budget", "eval_loss_at_50%", "loss_spikes_per_1k", "diverged",
@@ -99,7 +98,7 @@ def window(rec: Mapping[str, Any]) -> int:
     from hf_optbench.report.planned import run_config
 
     value = (rec.get("_summary") or {}).get("target_smoothing_steps") or run_config(rec).get("target_smoothing_steps")
-    return int(value or DEFAULT_SMOOTHING)
+    return int(value or TARGET_SMOOTHING_STEPS)
 
 
 def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, float] | None = None,

@@ -21,9 +21,9 @@ from typing import Any
 
 from hf_optbench.report import tables as T
 from hf_optbench.report import tables_targets as TT
-from hf_optbench.report.analysis import BASELINE, DERIVED_COLUMNS, Analysis, analyse
+from hf_optbench.report.analysis import DERIVED_COLUMNS, Analysis, analyse
 from hf_optbench.report.plots import write_plots
-from hf_optbench.rundir import write_text_atomic
+from hf_optbench.rundir import BASELINE, write_text_atomic
 from hf_optbench.study.records import write_summary_csv
 
 

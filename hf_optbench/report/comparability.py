@@ -16,7 +16,7 @@ directory holding runs of several sweeps (or runs started by hand) would otherwi
   data, batch, ...), except the optimizer's own hyperparameters and what the sweep file sets per optimizer.
 
 A setting a run does not record (an older run directory) is not compared for that run. Values come from
-summary.json and, where the run wrote one, its ``run_identity.json`` (:mod:`hf_optbench.run.identity`).
+summary.json and, where the run wrote one, its ``run_identity.json`` (the plan identity, :mod:`hf_optbench.run.plan`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
-from hf_optbench.run.identity import read_identity
-from hf_optbench.rundir import MANIFEST_FILE
+from hf_optbench.rundir import MANIFEST_FILE, read_identity
 
 # (name shown, how to read it from a record's summary and identity)
 _Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
@@ -39,7 +38,7 @@ EVERY_RUN: tuple[tuple[str, _Getter], ...] = (
     ("block_size", lambda s, i: s.get("block_size", i.get("block_size"))),
     ("data source", lambda s, i: (s.get("data") or {}).get("source")),
     ("tokenizer", lambda s, i: (s.get("data") or {}).get("tokenizer", i.get("tokenizer_name"))),
-    ("dataset", lambda s, i: [i.get(k) for k in ("data_source", "dataset_name", "dataset_config", "data_files")]
+    ("dataset", lambda s, i: [i.get(k) for k in ("data_source", "dataset_name", "dataset_config", "data_content")]
      if i else None),
 )
 PER_SIZE: tuple[tuple[str, _Getter], ...] = (
@@ -51,7 +50,7 @@ BUDGET: tuple[tuple[str, _Getter], ...] = (("max_steps", lambda s, i: s.get("max
 _OPTIMIZER_STATE = {"initial_lr", "k", "weight_sum", "lr_max", "step", "train_mode"}
 # Keys of the identity that are not a hyperparameter of the pooled runs (the seed varies, the rest is above).
 _NOT_POOLED = {"seed", "data_seed", "max_steps", "world_size", "zero_stage", "block_size", "n_positions", "model_size",
-               "optimizer"}
+               "optimizer", "schedule_resolved"}  # the schedule's steps follow max_steps (the ladder's differ)
 
 
 # Identity keys that may differ between the optimizers of one size: each optimizer's own hyperparameters (cited,

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hf_optbench.rundir import BASELINE
+
 # Issue 22's definition: the learning-rate range whose tuning loss is within 1 % of the best.
 TOLERANCE = 0.01
 
@@ -120,7 +122,7 @@ def sensitivity_section(doc: Any, records: Sequence[Mapping[str, Any]]) -> None:
 PUBLISHED_RATIOS = {"lion": ((1 / 10, 1 / 3), (3.0, 10.0), "Chen et al. 2023 (Lion), Sec. 5")}
 
 
-def tuned_ratio_table(records: Sequence[Mapping[str, Any]], baseline: str = "adamw"
+def tuned_ratio_table(records: Sequence[Mapping[str, Any]], baseline: str = BASELINE
                       ) -> tuple[list[str], list[list[str]]]:
     """(header, rows): per optimizer and size, the learning rate and weight decay its compared runs used, as ratios
     to the baseline's at the same size, beside the published band where one exists."""

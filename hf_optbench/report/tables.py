@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hf_optbench.report.analysis import BASELINE, Analysis, group
-from hf_optbench.rundir import FINISHED_STATUSES
+from hf_optbench.report.analysis import Analysis, group
+from hf_optbench.rundir import BASELINE, FINISHED_STATUSES
 
 Cell = Callable[[Any], Any]
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_optbench.rundir import TUNED_FILE
+from hf_optbench.rundir import TUNED_FILE, TUNING_DIR
 
 HPARAM_KEYS = (("learning_rate", "lr"), ("weight_decay", "wd"), ("max_grad_norm", "clip"))
 PLAIN_SOURCES = ("user", "transformers default", "registry default")
@@ -140,5 +140,5 @@ def bracketed_optima(sweep_dir: str | os.PathLike[str]) -> dict[tuple[str, str],
                 _interior({float(c["multiplier"]): c.get("tuning_loss") for c in e.get("curve") or []})
                 for o, sizes in data.items() if isinstance(sizes, dict)
                 for s, e in sizes.items() if isinstance(e, dict)}
-    runs = d / "tuning" if (d / "tuning").is_dir() else d
+    runs = d / TUNING_DIR if (d / TUNING_DIR).is_dir() else d
     return bracketed_from_records(load_runs(runs)) if runs.is_dir() else {}

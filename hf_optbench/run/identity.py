@@ -1,114 +1,256 @@
-"""A run's identity: the resolved settings that decide its result, recorded when it starts and checked on resume.
+"""The identity lives with the state: every checkpoint carries the plan it was trained with, and a resume loads a
+checkpoint only when that plan matches the one now asked for.
 
-Why: a resume restores the checkpoint's weights, optimizer and scheduler state and continues them. A resume given
-another learning rate, optimizer, seed or model would train on the old state (or fail after the data and model
-work) while config.yaml and summary.json were relabelled with the new values, so the result would no longer be
-what its label says. The identity is written to ``output_dir/run_identity.json`` at the start of a run; a resume
-whose identity differs is refused before any data or model work, naming each key that changed.
-
-What is left out does not change what is trained: where the run writes (output_dir), how often it logs, evaluates
-or saves, where it reports, hub settings, the resume flag itself, data-loading workers and caches, and the
-measurement settings of the callbacks.
+Why in the checkpoint: a resume restores the checkpoint's weights, optimizer and scheduler state and continues
+them. An identity kept beside the checkpoints (a ``run_identity.json`` in the run directory) could be damaged,
+deleted, or belong to another directory than the checkpoint named, and a resume with another learning rate,
+optimizer or data then trained the old state under the new labels. :class:`PlanStamp` writes the plan's identity
+and hash into each checkpoint's ``trainer_state.json``, the file transformers writes last (so a checkpoint is
+complete and stamped at once), through transformers' own ``ExportableState`` mechanism. :func:`choose_checkpoint`
+reads it back from the checkpoint it would load, whatever directory that is in, and refuses (exit 2) on a mismatch,
+naming each key; a checkpoint without a stamp is refused too unless ``--resume_from_checkpoint force``, which the
+records then state. A damaged checkpoint (a safetensors header zeroed, a truncated ``optimizer.pt``) is passed over
+for the newest complete and readable one, in one line, never deleted.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import sys
+import time
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hf_optbench.config.checks import zero_stage
-from hf_optbench.config.parse import RunConfig
+from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
+
 from hf_optbench.errors import OptBenchError
-from hf_optbench.optim.registry import constructor_kwargs
-from hf_optbench.rundir import IDENTITY_FILE, write_json_atomic
+from hf_optbench.rundir import TORN_CHECKPOINTS_DIR, TRAINER_STATE_FILE
 
-# The TrainingArguments fields that change what is trained (an allow-list: TrainingArguments holds ~120 fields,
-# most of them about logging, saving and publishing). Not adam_beta1/adam_beta2/adam_epsilon: where they apply (the
-# AdamW family) config.checks folds the ones set into optimizer_kwargs, elsewhere they are refused, so the
-# optimizer's constructor values (below) hold what they did.
-TRAINING_KEYS = (
-    "learning_rate", "weight_decay", "max_grad_norm", "max_steps",
-    "warmup_steps", "seed", "data_seed", "full_determinism", "per_device_train_batch_size",
-    "gradient_accumulation_steps", "average_tokens_across_devices", "label_smoothing_factor", "neftune_noise_alpha",
-    "bf16", "fp16", "tf32", "gradient_checkpointing", "torch_compile", "dataloader_drop_last",
-    "train_sampling_strategy", "fsdp",
-)
-# Fields of hf_optbench's own argument dataclasses that do not change what is trained (every other one does, so a
-# new field is part of the identity unless it is listed here).
-OWN_KEYS_IGNORED = frozenset({
-    "overwrite_output_dir", "require_clean_git", "write_model_card", "save_final_model",  # RunArguments
-    "preprocessing_num_workers", "data_cache_dir", "overwrite_data_cache",  # DataArguments: how, not what
-    "tuned_hparams_file",  # a path; the values it gave are resolved into learning_rate / weight_decay
-    "target_losses", "eval_target_losses", "target_smoothing_steps", "spike_window", "spike_threshold",
-    "spike_min_history", "timing_warmup_steps", "measure_memory", "device_peak_tflops",
-    "metrics_flush_every",  # BenchArguments: what is measured about the run, not the run
-})
-_SCHEMA = 1
+if TYPE_CHECKING:
+    from hf_optbench.run.plan import RunPlan
+
+STAMP_KEY = "PlanStamp"  # transformers keys ``stateful_callbacks`` by the callback's class name
 
 
-def run_identity(cfg: RunConfig) -> dict[str, Any]:
-    """{key: value} of every resolved setting that changes the result (call after ``resolve_hyperparameters``,
-    which fills learning_rate / weight_decay / max_grad_norm). Values are JSON-normalised so that a stored
-    identity compares equal to a fresh one."""
-    import dataclasses
+class PlanStamp(TrainerCallback, ExportableState):
+    """Writes ``stamp`` ({"plan_hash", "identity"}) into every checkpoint's trainer_state.json (``state()``, which
+    transformers' ``_save_checkpoint`` calls after the weights, optimizer and scheduler are written and before
+    trainer_state.json), and checks at train begin that the scheduler the Trainer built computes the plan's
+    ``schedule`` (it builds it from TrainingArguments, also after DeepSpeed's re-initialisation)."""
 
-    ident: dict[str, Any] = {}
-    for part in (cfg.model, cfg.run, cfg.data, cfg.optim, cfg.bench):
-        for f in dataclasses.fields(part):
-            if f.name not in OWN_KEYS_IGNORED:
-                ident[f.name] = getattr(part, f.name)
-    # what the optimizer is built with (cited values + optimizer_kwargs), not how it was asked for: a run's own
-    # config.yaml sets the cited betas explicitly, and must resume it
-    del ident["optimizer_kwargs"]
-    ident["optimizer_constructor"] = constructor_kwargs(cfg.optim.optimizer, cfg.model.model_size, cfg.optim.kwargs())
-    ident["n_positions"] = cfg.model.n_positions or cfg.data.block_size
-    args = cfg.training
-    for key in TRAINING_KEYS:
-        ident[key] = getattr(args, key, None)
-    ident["world_size"] = args.world_size
-    ident["zero_stage"] = zero_stage(args)
-    return json.loads(json.dumps(ident, sort_keys=True, default=str))
+    def __init__(self, stamp: Mapping[str, Any] | None = None, schedule: Mapping[str, Any] | None = None) -> None:
+        self.stamp = dict(stamp or {})
+        self.schedule = dict(schedule or {})
+
+    def state(self) -> dict[str, Any]:
+        return {"args": {"stamp": self.stamp}, "attributes": {}}
+
+    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
+        # A state resumed from a checkpoint written without a stamp (``force``) lacks our key, and transformers'
+        # _save_checkpoint indexes it without a default (KeyError at the first save): give it one.
+        state.stateful_callbacks.setdefault(STAMP_KEY, self.state())
+        if self.schedule and lr_scheduler is not None:
+            check_schedule(self.schedule, lr_scheduler)
 
 
-def record_identity(cfg: RunConfig, out: Path) -> None:
-    """Write ``out/run_identity.json`` (main process): the identity this run's checkpoints will be trained with."""
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / IDENTITY_FILE, {"schema": _SCHEMA, "identity": run_identity(cfg)})
+def check_schedule(planned: Mapping[str, Any], scheduler: Any) -> None:
+    """RuntimeError unless ``scheduler`` (read from the object) computes the planned schedule: its name (a
+    schedule-free optimizer's "none" runs as transformers' constant) and every parameter both records hold."""
+    from hf_optbench.optim.schedules import describe_scheduler
+
+    held = describe_scheduler(scheduler)
+    want = dict(planned)
+    if want.get("name") == "none":
+        want["name"] = "constant"
+    if want.get("warmup_by") == "optimizer":
+        want["warmup_steps"] = 0  # the optimizer warms up; its scheduler is constant
+    diff = {k: (want[k], held[k]) for k in want.keys() & held.keys() if want[k] != held[k]}
+    if diff:
+        raise RuntimeError(f"the scheduler the Trainer built is not the planned one: {diff} (planned, built)")
 
 
-def read_identity(out: Path) -> dict[str, Any] | None:
-    """The identity recorded in ``out``, or None (a run directory from before identities, or an unreadable file)."""
+# ---------------------------------------------------------------------------------------------------- reading
+def read_trainer_state(ckpt: Path) -> dict[str, Any] | None:
+    """A checkpoint's trainer_state.json, or None when it is missing or unreadable (the checkpoint is incomplete)."""
     try:
-        data = json.loads((out / IDENTITY_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        data = json.loads((ckpt / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return None
-    ident = data.get("identity") if isinstance(data, dict) else None
-    return ident if isinstance(ident, dict) else None
+    return data if isinstance(data, dict) else None
 
 
-def identity_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """{key: (old, new)} for the keys both identities hold with different values (a key only one of them knows,
-    from another version of hf_optbench, is not a change)."""
-    return {k: (old[k], new[k]) for k in sorted(old.keys() & new.keys()) if old[k] != new[k]}
+def read_stamp(trainer_state: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The plan stamp a checkpoint's trainer_state.json holds, or None."""
+    entry = (trainer_state.get("stateful_callbacks") or {}).get(STAMP_KEY)
+    entry = entry[-1] if isinstance(entry, list) and entry else entry
+    stamp = ((entry or {}).get("args") or {}).get("stamp") if isinstance(entry, dict) else None
+    ok = isinstance(stamp, dict) and isinstance(stamp.get("identity"), dict) and isinstance(stamp.get("plan_hash"), str)
+    return stamp if ok else None
 
 
-def check_resume_identity(cfg: RunConfig, out: Path) -> None:
-    """Refuse to resume ``out`` with settings that differ from those its checkpoints were trained with. A run
-    directory without a recorded identity (written before identities existed) resumes as before."""
-    old = read_identity(out)
-    if old is None:
-        return
-    changes = identity_changes(old, run_identity(cfg))
-    if changes:
-        listed = ", ".join(f"{k} {_show(a)} -> {_show(b)}" for k, (a, b) in changes.items())
-        raise OptBenchError(
-            f"cannot resume '{out}' with a changed configuration: {listed}. Its checkpoints were trained with the "
-            "old values, so the resumed run would continue the old training under the new labels. Resume with the "
-            "old values, use a new --output_dir, or --overwrite_output_dir true (without --resume_from_checkpoint) "
-            "to start over."
-        )
+def plan_stamp(plan: RunPlan) -> dict[str, Any]:
+    return {"plan_hash": plan.plan_hash, "identity": dict(plan.identity)}
+
+
+def checkpoint_problem(ckpt: Path) -> str | None:
+    """Why a checkpoint with a trainer_state.json cannot be loaded, from its files' own formats (cheap: headers and
+    the zip directory, never the tensors), or None: a safetensors file whose header does not parse or does not
+    cover the file, a torch file (torch.save's zip: optimizer, scheduler, RNG, DeepSpeed's shards) without its zip
+    directory (truncated), a JSON file that does not parse."""
+    for path in sorted(p for p in ckpt.rglob("*") if p.is_file()):
+        name = str(path.relative_to(ckpt))
+        try:
+            if path.suffix == ".safetensors":
+                from safetensors import safe_open
+
+                with safe_open(str(path), "pt"):
+                    pass
+            elif path.suffix in (".pt", ".pth", ".bin"):
+                with zipfile.ZipFile(path):
+                    pass
+            elif path.suffix == ".json":
+                json.loads(path.read_text(encoding="utf-8"))
+        except Exception as exc:  # safetensors, zipfile and json each raise their own kinds on damaged bytes
+            return f"{name}: {type(exc).__name__}: {str(exc)[:120]}"
+    return None
+
+
+def identity_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """{key: (old, new)} for every key whose value differs, a key only one side holds included ("(absent)")."""
+    absent = "(absent)"
+    return {k: (old.get(k, absent), new.get(k, absent)) for k in sorted(old.keys() | new.keys())
+            if old.get(k, absent) != new.get(k, absent)}
 
 
 def _show(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
+
+
+# ---------------------------------------------------------------------------------------------------- choosing
+@dataclass(frozen=True)
+class Resumption:
+    """The checkpoint a resume loads: its ``step``, whether its identity was ``forced`` (none to verify), and the
+    newer checkpoints passed over as damaged (``skipped``: "checkpoint-N: why")."""
+
+    checkpoint: Path
+    step: int
+    forced: bool = False
+    skipped: tuple[str, ...] = field(default=())
+
+    def record(self) -> dict[str, Any]:
+        """summary.json's ``resumed_from``."""
+        return {"checkpoint": str(self.checkpoint), "step": self.step, "identity": "forced" if self.forced else
+                "verified", "skipped_damaged": list(self.skipped)}
+
+
+def _numbered(out: Path) -> list[Path]:
+    """``checkpoint-N`` folders of ``out``, newest first."""
+    found = [p for p in out.glob("checkpoint-*") if p.is_dir() and re.fullmatch(r"checkpoint-\d+", p.name)]
+    return sorted(found, key=lambda p: -int(p.name.split("-")[1]))
+
+
+def _verify(plan: RunPlan, ckpt: Path, state: Mapping[str, Any], where: str) -> bool:
+    """True when forced; OptBenchError when the checkpoint's stamp is missing (without force) or differs."""
+    stamp = read_stamp(state)
+    if stamp is None:
+        if plan.resume.force:
+            return True
+        raise OptBenchError(
+            f"cannot resume '{where}': {ckpt.name} carries no verifiable identity (a checkpoint written before "
+            "hf_optbench stamped its plan into checkpoints, or its trainer_state.json was edited), so nothing shows "
+            "it was trained with these settings. Resume it anyway with --resume_from_checkpoint force (the records "
+            "say so), or start over with --overwrite_output_dir true (without --resume_from_checkpoint)."
+        )
+    if stamp["plan_hash"] != plan.plan_hash:
+        changes = identity_changes(stamp["identity"], plan.identity)
+        listed = ", ".join(f"{k} {_show(a)} -> {_show(b)}" for k, (a, b) in changes.items()) or "the plan's hash"
+        raise OptBenchError(
+            f"cannot resume '{where}' with a changed configuration: {listed}. Its checkpoint {ckpt.name} was "
+            "trained with the old values, so the resumed run would continue the old training under the new labels. "
+            "Resume with the old values, use a new --output_dir, or --overwrite_output_dir true (without "
+            "--resume_from_checkpoint) to start over."
+        )
+    return False
+
+
+def choose_checkpoint(plan: RunPlan, out: Path, *, move: bool = True) -> Resumption | None:
+    """The checkpoint the run resumes from (None without ``resume_from_checkpoint``), its identity verified against
+    ``plan`` before anything is moved, built or written. ``latest``: the newest checkpoint of ``out`` that is
+    complete (trainer_state.json, written last) and readable (:func:`checkpoint_problem`); newer damaged ones are
+    passed over, one line each on stderr, and with ``move`` (the main process) moved to ``torn_checkpoints/`` with
+    the torn ones, never deleted. A named path must be complete and readable itself."""
+    req = plan.resume
+    if not req.requested:
+        return None
+    if req.mode == "path":
+        ckpt = Path(req.path or "")
+        state = read_trainer_state(ckpt) if ckpt.is_dir() else None
+        if state is None:
+            raise OptBenchError(f"--resume_from_checkpoint '{ckpt}' is not a complete checkpoint (no readable "
+                                f"{TRAINER_STATE_FILE}). Pass a checkpoint-N folder, or true for the newest in "
+                                "output_dir.")
+        problem = checkpoint_problem(ckpt)
+        if problem:
+            raise OptBenchError(f"--resume_from_checkpoint '{ckpt}' is damaged ({problem}). Pass another "
+                                "checkpoint, or start over.")
+        forced = _verify(plan, ckpt, state, str(ckpt))
+        return Resumption(ckpt, int(state.get("global_step") or 0), forced)
+    folders = _numbered(out)
+    states = {p: read_trainer_state(p) for p in folders}
+    complete = [p for p in folders if states[p] is not None]
+    if not complete:
+        raise OptBenchError(
+            f"--resume_from_checkpoint true but '{out}' holds no complete checkpoint-* folder: start without it "
+            "(with --overwrite_output_dir true if the folder has other results), or pass a checkpoint path."
+        )
+    skipped: list[tuple[Path, str]] = []
+    chosen = None
+    for ckpt in complete:
+        problem = checkpoint_problem(ckpt)
+        if problem is None:
+            chosen = ckpt
+            break
+        skipped.append((ckpt, problem))
+    if chosen is None:
+        listed = "; ".join(f"{p.name} ({why})" for p, why in skipped)
+        raise OptBenchError(f"cannot resume '{out}': no checkpoint is readable: {listed}. Start over with "
+                            "--overwrite_output_dir true (without --resume_from_checkpoint).")
+    forced = _verify(plan, chosen, states[chosen], str(out))
+    if move:
+        _set_aside(out, [p for p in folders if states[p] is None], skipped, chosen)
+    return Resumption(chosen, int(states[chosen].get("global_step") or 0), forced,
+                      tuple(f"{p.name}: {why}" for p, why in skipped))
+
+
+def _set_aside(out: Path, torn: list[Path], damaged: list[tuple[Path, str]], chosen: Path) -> None:
+    """Move torn checkpoints (a kill mid-save) and damaged ones out of transformers' ``checkpoint-*`` rotation,
+    saying so for each damaged one; the legacy ``checkpoint-*.incomplete`` names of earlier versions too."""
+    for ckpt in [*torn, *sorted(out.glob("checkpoint-*.incomplete"))]:
+        move_torn_checkpoint(ckpt)
+    for ckpt, why in damaged:
+        moved = move_torn_checkpoint(ckpt)
+        print(f"[hf_optbench] {ckpt.name} is damaged ({why}): resuming from {chosen.name}; the damaged one is in "
+              f"{moved.relative_to(out)}", file=sys.stderr, flush=True)
+
+
+def move_torn_checkpoint(ckpt: Path) -> Path:
+    """Move a torn checkpoint to ``output_dir/torn_checkpoints/checkpoint-N.<time>`` and return where it went.
+
+    Out of the ``checkpoint-*`` namespace, because transformers' save_total_limit rotation globs ``checkpoint-*``
+    and reads any name with a number in it as a checkpoint (a ``checkpoint-8.incomplete`` beside it was counted
+    and deleted); under a name of its own, because the same step can be torn twice (a kill mid-save, a resume, a
+    second kill at the same save).
+    """
+    torn_dir = ckpt.parent / TORN_CHECKPOINTS_DIR
+    torn_dir.mkdir(exist_ok=True)
+    stem = f"{ckpt.name}.{time.strftime('%Y%m%dT%H%M%S')}"
+    target, n = torn_dir / stem, 1
+    while target.exists():
+        target, n = torn_dir / f"{stem}-{n}", n + 1
+    ckpt.rename(target)
+    return target

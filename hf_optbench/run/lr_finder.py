@@ -258,7 +258,8 @@ def _ramp(model: torch.nn.Module, opt: torch.optim.Optimizer, source: Iterator, 
     """The range test's loop: (lrs, smoothed losses, raw losses, step it diverged at or None)."""
     import torch
 
-    ref = getattr(opt, "hf_optbench_lr", None) or opt.param_groups[0]["lr"]  # the lr the optimizer was asked for
+    rates = [g["lr"] for g in opt.param_groups]
+    ref = max(rates, key=rates.count)  # the lr the optimizer was asked for: most groups run it (Muon's muon_lr aside)
     ratios = [g["lr"] / ref for g in opt.param_groups]
     if callable(getattr(opt, "train", None)):
         opt.train()  # schedule-free optimizers step only in train mode

@@ -1,5 +1,6 @@
-"""What a run does to its output_dir before training: pick the checkpoint to resume from, clear a previous run
-when asked to overwrite it, and write the resolved ``config.yaml``.
+"""What a run does to its output_dir: clear a previous run when asked to overwrite it, write the rerunnable
+``config.yaml`` and the plan's identity (rendered from the run's plan), save the final model, print the result, and
+answer a resume of a run that already finished. Which checkpoint a resume loads is :mod:`hf_optbench.run.identity`'s.
 
 Checks that need no work (a finished run is not overwritten by accident, an unfinished one is not silently
 restarted) are in :func:`hf_optbench.config.parse.check_output_dir`, before anything is built.
@@ -11,26 +12,28 @@ import json
 import re
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.config.parse import RunConfig
 from hf_optbench.errors import OptBenchError
-from hf_optbench.run.identity import check_resume_identity, read_identity, record_identity
 from hf_optbench.rundir import (
     CONFIG_FILE,
     FINISHED_STATUSES,
+    IDENTITY_FILE,
     METRICS_FILE,
     SEGMENTS_FILE,
     SUMMARY_FILE,
-    TORN_CHECKPOINTS_DIR,
     TRAINER_STATE_FILE,
     read_summary,
+    write_json_atomic,
 )
 
 if TYPE_CHECKING:
     from transformers import Trainer
+
+    from hf_optbench.run.identity import Resumption
+    from hf_optbench.run.plan import RunPlan
 
 RUN_FILES = (SUMMARY_FILE, METRICS_FILE, CONFIG_FILE, TRAINER_STATE_FILE, "README.md", SEGMENTS_FILE,
              # the final model (trainer.save_model): a stale one would be taken for the new run's weights
@@ -38,28 +41,33 @@ RUN_FILES = (SUMMARY_FILE, METRICS_FILE, CONFIG_FILE, TRAINER_STATE_FILE, "READM
              "training_args.bin")
 
 
-def rerun_config(cfg: RunConfig, record: dict[str, Any]) -> dict[str, Any]:
-    """config.yaml's values: every resolved value as a recipe holds it, so that ``hf-optbench run
-    RUN_DIR/config.yaml`` reruns the run (CLI overrides included, they are resolved in). Left out: the
+def rerun_config(plan: RunPlan, record: dict[str, Any]) -> dict[str, Any]:
+    """config.yaml's values: every value as a recipe holds it, the resolved ones from the plan (learning rate,
+    weight decay, clipping: a tuned or cited value is written as the value it resolved to), so that ``hf-optbench
+    run RUN_DIR/config.yaml`` reruns the run (CLI overrides included) to the same plan. Left out: the
     TrainingArguments fields a recipe may not set (``config.checks.REPLACED_TRAINING_KEYS``: ``optim``,
     ``lr_scheduler_type``, ``auto_find_batch_size``... hf_optbench's optimizer and schedule replace them) and the
     resume flag (a rerun starts afresh). ``adam_beta1``/``adam_beta2``/``adam_epsilon`` hold what ran (``record``)
     for the AdamW family, which honours them (the same values then leave optimizer_kwargs); other optimizers refuse
     them, so they are left out there."""
     from hf_optbench.config.checks import ADAM_KEYS, REPLACED_TRAINING_KEYS, adam_family
+    from hf_optbench.optim.held import training_args_fields
     from hf_optbench.publish.redact import scrub_secrets
-    from hf_optbench.run.what_ran import training_args_fields
 
+    cfg = plan.args
     resolved = scrub_secrets(cfg.to_dict())
     for key in (*REPLACED_TRAINING_KEYS, "resume_from_checkpoint", *ADAM_KEYS):
         resolved.pop(key, None)
+    resolved.update({k: record["hyperparameters"][k]["value"] for k in ("learning_rate", "weight_decay",
+                                                                         "max_grad_norm")})
+    user_kwargs = cfg.optim.kwargs()
     if cfg.optim.optimizer in adam_family():
         fields = training_args_fields(record)
         adam = {k: fields[k] for k in ADAM_KEYS if k in fields}
         resolved.update(adam)
         moved = {ADAM_KEYS[k] for k in adam}
-        resolved["optimizer_kwargs"] = json.dumps({k: v for k, v in cfg.optim.kwargs().items() if k not in moved},
-                                                  sort_keys=True)
+        user_kwargs = {k: v for k, v in user_kwargs.items() if k not in moved}
+    resolved["optimizer_kwargs"] = json.dumps(user_kwargs, sort_keys=True)
     return json.loads(json.dumps(resolved, default=str))
 
 
@@ -74,7 +82,7 @@ def _ran_comment(record: dict[str, Any]) -> str:
     return "".join(f"# {line}\n" for line in textwrap.wrap(text, 108))
 
 
-def _write_config(cfg: RunConfig, out: Path, record: dict[str, Any]) -> None:
+def _write_config(plan: RunPlan, out: Path, record: dict[str, Any]) -> None:
     """config.yaml: :func:`rerun_config`, secrets removed, under comments that say how to rerun it and what ran."""
     from hf_optbench.yaml_file import dump_yaml
 
@@ -82,49 +90,9 @@ def _write_config(cfg: RunConfig, out: Path, record: dict[str, Any]) -> None:
         "# Resolved configuration of this run (recipe + CLI + defaults); secrets removed. Rerun it with\n"
         f"#   hf-optbench run {out / CONFIG_FILE} --output_dir NEW_DIR\n"
         + _ran_comment(record)
-        + dump_yaml(rerun_config(cfg, record)),
+        + dump_yaml(rerun_config(plan, record)),
         encoding="utf-8",
     )
-
-
-def resolve_resume_checkpoint(out: Path, move_incomplete: bool = True) -> str:
-    """``--resume_from_checkpoint true`` -> the newest *complete* checkpoint in ``out``.
-
-    transformers' get_last_checkpoint takes the highest-numbered folder even when a SIGKILL tore it mid-save
-    (resume then fails on a truncated safetensors header). A checkpoint is complete once trainer_state.json, written
-    last, is there; incomplete ones are moved aside (:func:`move_torn_checkpoint`), never deleted.
-    """
-    ckpts = sorted((p for p in out.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name)),
-                   key=lambda p: int(p.name.split("-")[1]))
-    complete = [p for p in ckpts if (p / TRAINER_STATE_FILE).is_file()]
-    if not complete:
-        raise OptBenchError(
-            f"--resume_from_checkpoint true but '{out}' holds no complete checkpoint-* folder: start without it "
-            "(with --overwrite_output_dir true if the folder has other results), or pass a checkpoint path."
-        )
-    if move_incomplete:
-        legacy = sorted(out.glob("checkpoint-*.incomplete"))  # how earlier versions set torn ones aside
-        for p in [*(p for p in ckpts if p not in complete), *legacy]:
-            move_torn_checkpoint(p)
-    return str(complete[-1])
-
-
-def move_torn_checkpoint(ckpt: Path) -> Path:
-    """Move a torn checkpoint to ``output_dir/torn_checkpoints/checkpoint-N.<time>`` and return where it went.
-
-    Out of the ``checkpoint-*`` namespace, because transformers' save_total_limit rotation globs ``checkpoint-*``
-    and reads any name with a number in it as a checkpoint (a ``checkpoint-8.incomplete`` beside it was counted
-    and deleted); under a name of its own, because the same step can be torn twice (a kill mid-save, a resume, a
-    second kill at the same save).
-    """
-    torn_dir = ckpt.parent / TORN_CHECKPOINTS_DIR
-    torn_dir.mkdir(exist_ok=True)
-    stem = f"{ckpt.name}.{time.strftime('%Y%m%dT%H%M%S')}"
-    target, n = torn_dir / stem, 1
-    while target.exists():
-        target, n = torn_dir / f"{stem}-{n}", n + 1
-    ckpt.rename(target)
-    return target
 
 
 def _clear_previous(out: Path) -> None:
@@ -135,31 +103,16 @@ def _clear_previous(out: Path) -> None:
         shutil.rmtree(child, ignore_errors=True)
 
 
-def resolve_resume(cfg: RunConfig, out: Path) -> str | bool | None:
-    """``resume_from_checkpoint`` as Trainer takes it: "true"/"false" strings become booleans, and True becomes
-    the newest complete checkpoint in ``out``."""
-    args = cfg.training
-    resume = args.resume_from_checkpoint
-    if isinstance(resume, str) and resume.lower() in ("true", "false"):
-        resume = resume.lower() == "true"
-    if resume:
-        if resume is True:
-            resolve_resume_checkpoint(out, move_incomplete=False)  # no checkpoint to resume: that error first
-        check_resume_identity(cfg, out)  # a changed run is refused before anything is moved, built or written
-    if resume is True:
-        resume = resolve_resume_checkpoint(out, move_incomplete=args.process_index == 0)
-    return resume
-
-
-def prepare_output_dir(cfg: RunConfig, out: Path, record: dict[str, Any], resume: Any) -> None:
-    """Main process only: create output_dir, clear a previous run if asked (never when resuming), write config
-    (``record``: what ran, :func:`hf_optbench.run.what_ran.what_ran`)."""
+def prepare_output_dir(plan: RunPlan, out: Path, record: dict[str, Any], resumption: Resumption | None) -> None:
+    """Main process only: create output_dir, clear a previous run if asked (never when resuming), write config.yaml
+    (``record``: what ran, :func:`hf_optbench.run.plan.plan_record`) and ``run_identity.json`` (the plan's identity,
+    for readers such as the report; a resume checks the stamp inside the checkpoint it loads instead)."""
     out.mkdir(parents=True, exist_ok=True)
-    if cfg.run.overwrite_output_dir and not resume:
+    if plan.args.run.overwrite_output_dir and resumption is None:
         _clear_previous(out)
-    _write_config(cfg, out, record)
-    if not resume or read_identity(out) is None:
-        record_identity(cfg, out)  # what the checkpoints are trained with; a resume must match it
+    _write_config(plan, out, record)
+    write_json_atomic(out / IDENTITY_FILE, {"schema": 2, "plan_hash": plan.plan_hash,
+                                            "identity": dict(plan.identity)})
 
 
 def save_final_model(cfg: RunConfig, trainer: Trainer, out: Path, status: str) -> None:
@@ -195,9 +148,9 @@ def print_result(summary: dict[str, Any], out: Path) -> None:
 
 def finished_run_summary(cfg: RunConfig, out: Path) -> dict[str, Any] | None:
     """A resume of a run that already finished is a no-op that says so (its summary, untouched), not more steps past
-    max_steps that rewrite its results; None when the run is not finished or is being overwritten."""
-    resume = cfg.training.resume_from_checkpoint
-    if not resume or str(resume).lower() == "false" or cfg.run.overwrite_output_dir:
+    max_steps that rewrite its results, whatever else was asked (--overwrite_output_dir does not apply to a
+    resume); None when no resume was asked or the run is not finished."""
+    if not cfg.resume.requested:
         return None
     summary = read_summary(out)
     if not summary or summary.get("status") not in FINISHED_STATUSES:
@@ -205,5 +158,20 @@ def finished_run_summary(cfg: RunConfig, out: Path) -> dict[str, Any] | None:
     if cfg.training.process_index == 0:
         print(f"[hf_optbench] '{out}' already holds a finished run (status '{summary['status']}', "
               f"{summary.get('steps')} steps): nothing to resume, nothing written. To train it again, use a new "
-              "output_dir or --overwrite_output_dir true.", file=sys.stderr, flush=True)
+              "output_dir or --overwrite_output_dir true without --resume_from_checkpoint.", file=sys.stderr,
+              flush=True)
     return summary
+
+
+def check_steps_left(resumption: Resumption | None, max_steps: int) -> None:
+    """A checkpoint at max_steps leaves nothing to train: the Trainer would still take one more step (transformers
+    checks max_steps only after a step), so such a resume is refused (exit 2) before any work. Its run stopped after
+    its last checkpoint without a finished summary.json (a finished one is answered by
+    :func:`finished_run_summary`)."""
+    if resumption is not None and resumption.step >= max_steps:
+        raise OptBenchError(
+            f"cannot resume from {resumption.checkpoint}: it is at step {resumption.step} and the run's max_steps is "
+            f"{max_steps}, so nothing is left to train (the run stopped after its last checkpoint, before "
+            f"{SUMMARY_FILE} said it finished). Its weights are that checkpoint's; to train the run again with full "
+            "records, use --overwrite_output_dir true without --resume_from_checkpoint."
+        )

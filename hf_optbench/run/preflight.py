@@ -38,8 +38,9 @@ def _light_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def light_settings(argv: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """({key: value}, {key: where it was set}) for :data:`PREFLIGHT_KEYS`, from ``[RECIPE] [--key value ...]``.
+def light_settings(argv: list[str]) -> tuple[dict[str, Any], dict[str, str], dict[str, Any] | None]:
+    """({key: value}, {key: where it was set}, the recipe's mapping or None) for :data:`PREFLIGHT_KEYS`, from
+    ``[RECIPE] [--key value ...]``.
 
     As in parse_args, the recipe's values (YAML types, read by the shared loader) are the defaults and the command
     line (strings, last one wins) is parsed on top. A leading token that is not a recipe is left for parse_args to
@@ -49,6 +50,7 @@ def light_settings(argv: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     tokens = argv[1:] if recipe_path else list(argv)
     values: dict[str, Any] = {}
     where: dict[str, str] = {}
+    recipe = None
     if recipe_path is not None:
         recipe = load_recipe(recipe_path)
         for key in PREFLIGHT_KEYS:
@@ -57,11 +59,11 @@ def light_settings(argv: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     try:
         namespace, _ = _light_parser().parse_known_args(tokens)
     except argparse.ArgumentError:  # a malformed command line: parse_args says what is wrong
-        return values, where
+        return values, where, recipe
     for key, value in vars(namespace).items():
         if value is not None:
             values[key], where[key] = value, "the command line"
-    return values, where
+    return values, where, recipe
 
 
 def as_bool(value: Any) -> bool:
@@ -135,12 +137,14 @@ def own_output_dir(cfg: RunConfig, held: RunLock | None = None) -> RunLock | Non
     return acquire_run_lock(out)
 
 
-def preflight(argv: list[str]) -> None:
+def preflight(argv: list[str]) -> dict[str, Any] | None:
     """Before transformers is imported: refuse an output_dir (named by the recipe or command line) that a live run
     holds, in well under 2 s, and half precision this machine cannot run. Touches nothing: the lock is taken by
-    :func:`own_output_dir` once the arguments are valid."""
-    values, where = light_settings(argv)
+    :func:`own_output_dir` once the arguments are valid. Returns the recipe's mapping (read once: parse_args takes
+    it), or None without a recipe."""
+    values, where, recipe = light_settings(argv)
     out = explicit_output_dir(values)
     if out is not None and is_launch_main_process():
         check_not_busy(out)
     check_hardware(values, where)
+    return recipe

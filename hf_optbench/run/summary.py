@@ -1,23 +1,27 @@
-"""summary.json of one run: what was asked and resolved (written before training, so a crash still leaves it)
-and what was measured (filled in after training, whatever its outcome).
+"""summary.json of one run, rendered from its plan: what was planned and resolved (written before training, so a
+crash still leaves it), what was measured (filled in after training, whatever its outcome), and where the figures
+came from (the code's git state, the package versions and the device, the machine's sharing).
 
 The keys are the run-directory contract in docs/ARCHITECTURE.md ("summary.json keys"); the report, the sweep,
-the model card and ``push`` read them, so a key is added here, never renamed or dropped.
+the model card and ``push`` read them, so a key is added here, never renamed or dropped. The optimizer's values
+are the plan's record (``hf_optbench.run.plan.plan_record``), checked against the optimizer that was built.
 """
 
 from __future__ import annotations
 
 import os
+import platform
+import subprocess
 import time
 import traceback
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from hf_optbench.run.provenance import environment
 
 if TYPE_CHECKING:
     from transformers import TrainerState
 
-    from hf_optbench.config.parse import RunConfig
+    from hf_optbench.run.identity import Resumption
+    from hf_optbench.run.plan import RunPlan
 
 # Set by a local sweep on each run it starts (hf_optbench.study.sweep_state.Slot): how many runs it runs at once on
 # this machine (launcher.jobs), which slot this run took, and the cores that slot is pinned to.
@@ -50,48 +54,51 @@ def sharing() -> dict[str, Any]:
                         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}}
 
 
-def build_summary(cfg: RunConfig, prepared: Any, record: dict[str, Any], *, schedule: str,
-                  hparams: dict[str, Any], tokens_per_step: int, git: dict[str, Any]) -> dict[str, Any]:
-    """The settings half of summary.json; ``status`` starts as "failed" until training says otherwise. The
-    optimizer's values are the record of what ran (``hf_optbench.run.what_ran.what_ran``): ``hyperparameters``
-    ({key: {"value", "source"}}: betas, eps, momentum... as the optimizer holds them) and ``param_groups`` (each
-    group's values: no decay on biases and norms, Muon's matrices beside its AdamW groups)."""
+def build_summary(plan: RunPlan, prepared: Any, record: dict[str, Any], *, resumption: Resumption | None,
+                  git: dict[str, Any]) -> dict[str, Any]:
+    """The settings half of summary.json, rendered from the plan; ``status`` starts as "failed" until training says
+    otherwise. The optimizer's values are its record (``plan_record``): ``hyperparameters`` ({key: {"value",
+    "source"}}) and ``param_groups`` (each group's values and sources: no decay on biases and norms, Muon's matrices
+    beside its AdamW groups). ``resumed_from`` names the checkpoint a resume loaded, and whether its identity was
+    verified or forced."""
     from hf_optbench.models import count_parameters
 
-    args = cfg.training
-    ran = {k: v["value"] for k, v in record["hyperparameters"].items()}
+    cfg, args, batch = plan.args, plan.args.training, plan.batch
+    hp = record["hyperparameters"]
     model = prepared.model
     non_embedding = count_parameters(model, exclude_embeddings=True)
     return {
-        "optimizer": cfg.optim.optimizer,
+        "optimizer": plan.optimizer.name,
         "optimizer_impl": record["optimizer_impl"],  # re-read after training: what actually stepped
-        "model_size": cfg.model.model_size,
+        "model_size": plan.model.model_size,
         "num_params": count_parameters(model),
         "num_params_non_embedding": non_embedding,
         "vocab_size": prepared.bundle.vocab_size,
         "embedding_rows": model.get_input_embeddings().num_embeddings,
-        "block_size": cfg.data.block_size,
-        "micro_batch_size": args.per_device_train_batch_size,
-        "gradient_accumulation_steps": args.gradient_accumulation_steps,
-        "world_size": args.world_size,
-        "tokens_per_step": tokens_per_step,
+        "block_size": batch.block_size,
+        "micro_batch_size": batch.per_device_train_batch_size,
+        "gradient_accumulation_steps": batch.gradient_accumulation_steps,
+        "world_size": batch.world_size,
+        "tokens_per_step": batch.tokens_per_step,
         "seed": args.seed,
-        "learning_rate": ran.get("learning_rate", args.learning_rate),
-        "weight_decay": ran.get("weight_decay", args.weight_decay),
-        "max_grad_norm": args.max_grad_norm,
-        "hyperparameters": record["hyperparameters"],
+        "learning_rate": hp["learning_rate"]["value"],
+        "weight_decay": hp["weight_decay"]["value"],
+        "max_grad_norm": hp["max_grad_norm"]["value"],
+        "hyperparameters": hp,
         "param_groups": record["param_groups"],
-        "hyperparameter_sources": {k: v["source"] for k, v in hparams.items()},
-        "schedule": schedule,
+        "hyperparameter_sources": {k: hp[k]["source"] for k in ("learning_rate", "weight_decay", "max_grad_norm")},
+        "schedule": plan.schedule["name"],
         "schedule_resolved": record["schedule"],
         "schedule_kwargs": {"warmup_steps": args.warmup_steps, "min_lr_ratio": cfg.optim.min_lr_ratio,
                             **cfg.optim.schedule_kwargs_dict()},
-        "embedding_state_32bit": cfg.optim.embedding_state_32bit,
+        "embedding_state_32bit": plan.optimizer.embedding_state_32bit,
         "precision": precision_name(args),
-        "max_steps": args.max_steps,
+        "max_steps": plan.max_steps,
         # the data budget per non-embedding parameter (Chinchilla's and Marin's unit: 20 = "1x Chinchilla")
-        "tokens_per_param": args.max_steps * tokens_per_step / max(non_embedding, 1) if args.max_steps > 0 else None,
-        "data": prepared.bundle.info,
+        "tokens_per_param": plan.max_steps * batch.tokens_per_step / max(non_embedding, 1),
+        "plan_hash": plan.plan_hash,
+        "resumed_from": resumption.record() if resumption is not None else None,
+        "data": {**prepared.bundle.info, "content_fingerprint": f"{plan.data.kind}:{plan.data.fingerprint}"},
         "env": environment(),
         "git": git,
         "recipe": cfg.recipe_path,
@@ -104,7 +111,9 @@ def build_summary(cfg: RunConfig, prepared: Any, record: dict[str, Any], *, sche
 
 def record_failure(summary: dict[str, Any], exc: BaseException, started: float) -> None:
     """Status, error and traceback of a run that raised: an out-of-memory error is a result ("oom"), not a bug."""
-    summary["status"] = "oom" if "out of memory" in str(exc).lower() else "failed"
+    from hf_optbench.rundir import lost_status
+
+    summary["status"] = lost_status(exc)
     summary["error"] = f"{type(exc).__name__}: {exc}"
     summary["traceback"] = traceback.format_exc(limit=20)
     summary["train_runtime_s"] = time.time() - started
@@ -118,18 +127,64 @@ def last_log(log_history: list[dict[str, Any]], key: str) -> float | None:
     return None
 
 
-def finish_summary(summary: dict[str, Any], state: TrainerState, recorder: Any, optimizer: Any,
-                   tokens_per_step: int) -> None:
+def finish_summary(summary: dict[str, Any], state: TrainerState, recorder: Any, optimizer: Any, *, built: str,
+                   model: Any) -> None:
     """The measured half: steps and tokens done, final losses, the recorder's figures, and the optimizer that
-    actually stepped (DeepSpeed or Accelerate may have wrapped the one we built). A divergence the recorder saw
-    wins over any other status."""
+    actually stepped (DeepSpeed or Accelerate may have wrapped the one we built, ``built`` its builder's string,
+    ``model`` the model it was built over). A divergence the recorder saw wins over any other status."""
     from hf_optbench.optim.registry import describe_optimizer
 
     summary["steps"] = state.global_step
-    summary["tokens_seen"] = state.global_step * tokens_per_step
+    summary["tokens_seen"] = state.global_step * summary["tokens_per_step"]
     summary["final_train_loss"] = last_log(state.log_history, "loss")
     summary["final_eval_loss"] = last_log(state.log_history, "eval_loss")
     summary.update(recorder.summary())
-    summary["optimizer_impl"] = describe_optimizer(optimizer)
+    summary["optimizer_impl"] = describe_optimizer(optimizer, built=built, model=model)
     if recorder.status == "diverged":
         summary["status"] = "diverged"
+
+
+# Packages whose versions change the figures; None in the record means "not installed".
+RECORDED_PACKAGES = ("hf_optbench", "torch", "transformers", "accelerate", "datasets", "tokenizers", "evaluate",
+                     "bitsandbytes", "lion-pytorch", "schedulefree", "pytorch-optimizer", "deepspeed", "wandb")
+
+
+def git_state(path: Path | None = None) -> dict[str, Any]:
+    """Commit of the code that ran and whether its tree had uncommitted changes (None outside git)."""
+    where = path or Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
+                                timeout=10)
+        if commit.returncode != 0:
+            return {"commit": None, "dirty": None}
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                                capture_output=True, text=True, timeout=10)
+        return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def environment() -> dict[str, Any]:
+    """Versions and devices a reader needs to reproduce the figures."""
+    from importlib import metadata
+
+    import torch
+
+    versions = {}
+    for pkg in RECORDED_PACKAGES:
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    cuda = torch.cuda.is_available()
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": versions,
+        "torch_cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name(0) if cuda else f"cpu ({platform.processor() or platform.machine()})",
+        "device_count": torch.cuda.device_count() if cuda else 1,
+        "cpu_threads": torch.get_num_threads(),
+        # glibc malloc settings move CPU step times by ~25% (README, benchmark 1), so a run records them
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
+    }

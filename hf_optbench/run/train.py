@@ -1,18 +1,19 @@
-"""One benchmark run: recipe -> GPT-2 from scratch -> Trainer with our optimizer and callbacks -> run directory.
+"""One benchmark run: recipe -> one resolved plan -> GPT-2 from scratch -> Trainer with our optimizer and callbacks
+-> run directory.
 
     python -m hf_optbench.run recipes/quickstart_cpu.yaml --optimizer lion --max_steps 100
     accelerate launch --config_file accelerate_configs/t4x2_ddp.yaml -m hf_optbench.run recipes/lion_gpt2_large.yaml
     hf-optbench run recipes/quickstart_cpu.yaml
 
-The optimizer and schedule are built here and handed to a stock ``transformers.Trainer`` through its own hooks
-(``optimizer_cls_and_kwargs``, and ``lr_scheduler_type`` set to the same schedule; see :mod:`hf_optbench.run.trainer`),
-which survive DeepSpeed's re-initialisation; there is no Trainer subclass. Our measurement callbacks are attached
-with :func:`hf_optbench.measure.recorder.attach_callbacks`, ahead of the report_to integrations.
-
-:func:`train` is a sequence of named steps, each called once, its result passed on. The other modules of the run
-layer (:mod:`hf_optbench.run`) hold the checks before transformers is imported, the directory lock, the identity a
-resume must match, the record of what ran, the output directory, summary.json, training time over resumed processes,
-provenance and progress; :mod:`hf_optbench.publish` holds the card and the upload.
+:func:`train` resolves the run's plan once (:mod:`hf_optbench.run.plan`: every value with its source, validated,
+and its identity) and hands it to every step, each called once: the checkpoint a resume loads (its own stamped
+identity must match, :mod:`hf_optbench.run.identity`), the data and the model, the optimizer as planned (checked
+group by group), TrainingArguments rendered from the plan for a stock ``transformers.Trainer`` (the optimizer
+through ``optimizer_cls_and_kwargs``, the schedule through ``lr_scheduler_type``, which survive DeepSpeed's
+re-initialisation; :mod:`hf_optbench.run.trainer`), our callbacks (:func:`hf_optbench.measure.recorder.
+attach_callbacks`, ahead of the report_to integrations), config.yaml and summary.json rendered from the plan
+(:mod:`hf_optbench.run.output`, :mod:`hf_optbench.run.summary`); :mod:`hf_optbench.publish` holds the card and the
+upload. There is no Trainer subclass.
 """
 
 from __future__ import annotations
@@ -25,33 +26,33 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.config.argv import help_requested, recipe_first
-from hf_optbench.config.hparams import resolve_hyperparameters
 from hf_optbench.config.parse import RunConfig, parse_args
 from hf_optbench.errors import OptBenchError
 from hf_optbench.publish.hub import check_push_possible, hub_callbacks, trainer_arguments
 from hf_optbench.run.console import ConsoleProgress
 from hf_optbench.run.lock import RunLock, is_launch_main_process
 from hf_optbench.run.output import (
+    check_steps_left,
     finished_run_summary,
     prepare_output_dir,
     print_result,
-    resolve_resume,
     save_final_model,
 )
 from hf_optbench.run.preflight import own_output_dir, preflight
-from hf_optbench.run.provenance import git_state
-from hf_optbench.run.summary import build_summary, finish_summary, record_failure
+from hf_optbench.run.summary import build_summary, finish_summary, git_state, record_failure
 from hf_optbench.rundir import FINISHED_STATUSES, SUMMARY_FILE, write_json_atomic
 
 if TYPE_CHECKING:
     import torch
-    from torch.optim.lr_scheduler import LRScheduler
     from transformers import Trainer
+
+    from hf_optbench.run.identity import Resumption
+    from hf_optbench.run.plan import RunPlan
 
 
 @dataclass
 class Prepared:
-    """What a recipe resolves to before training: tools such as find-lr reuse it without a Trainer."""
+    """What a plan resolves to before training: tools such as find-lr reuse it without a Trainer."""
 
     model: Any
     train_dataset: Any
@@ -61,22 +62,36 @@ class Prepared:
     bundle: Any
 
 
-def prepare(cfg: RunConfig) -> Prepared:
-    """Tokenizer + packed datasets + a freshly initialised model, all from the recipe."""
+@dataclass
+class Built:
+    """The optimizer built from the plan, its builder's implementation string, its param groups as checked against
+    the plan (``plan.what_ran``), and the scheduler object for a schedule transformers has no type for (one_cycle;
+    otherwise the Trainer builds the schedule from the plan's TrainingArguments, once)."""
+
+    optimizer: Any
+    impl: str
+    groups: list[dict[str, Any]]
+    scheduler: Any = None
+
+
+def prepare(plan: RunPlan) -> Prepared:
+    """Tokenizer + packed datasets (their sizes checked against the batch before the model is built) + a freshly
+    initialised model, all from the plan."""
     from transformers import default_data_collator, set_seed
 
     from hf_optbench.data.pipeline import check_model_vocab, prepare_data
     from hf_optbench.models import build_model
 
-    n_positions = cfg.model.n_positions or cfg.data.block_size
+    cfg = plan.args
     # Rank 0 tokenizes and caches first; the other ranks then load the memory-mapped cache (run_clm's pattern).
     with cfg.training.main_process_first(desc="tokenize and pack"):
-        bundle = prepare_data(cfg.data, n_positions=n_positions)
+        bundle = prepare_data(cfg.data, n_positions=plan.model.n_positions)
+    _check_splits(plan, bundle)
     set_seed(cfg.training.seed)  # the init depends only on the seed, not on what data loading consumed
     model = build_model(
-        cfg.model.model_size,
+        plan.model.model_size,
         bundle.vocab_size,
-        n_positions=n_positions,
+        n_positions=plan.model.n_positions,
         bos_token_id=bundle.bos_token_id,
         eos_token_id=bundle.eos_token_id,
         pad_token_id=bundle.pad_token_id,
@@ -89,27 +104,51 @@ def prepare(cfg: RunConfig) -> Prepared:
     return Prepared(model, bundle.train, bundle.eval, default_data_collator, bundle.tokenizer, bundle)
 
 
-def _check_eval_split(cfg: RunConfig, prepared: Prepared) -> None:
-    """The training split must hold one micro-batch per process (else no step runs). With dataloader_drop_last (kept so that every train step sees the same number of tokens) the eval loader
-    also drops its partial batch: an eval (or tuning) split smaller than one eval batch would silently evaluate
-    nothing."""
-    args = cfg.training
-    per_step = args.per_device_train_batch_size * args.world_size
-    if args.dataloader_drop_last and len(prepared.train_dataset) < per_step:
-        # no full micro-batch: the Trainer would take 0 steps and the run would read "completed" with no loss
+def _check_train_split(plan: RunPlan, n: int) -> None:
+    """The training split must hold one whole optimizer step (micro-batch x accumulation x processes), and a run
+    that passes an epoch's end must not end an epoch with a partial accumulation: transformers then steps on the
+    micro-batches left (its ``remainder``), so that step would see fewer tokens than tokens_per_step and
+    ``tokens_seen`` would count tokens never trained on (1000 accumulation steps over a 4-micro-batch split
+    recorded 3,072,000 tokens of a 4,992-token split)."""
+    args, batch = plan.args.training, plan.batch
+    per_micro = batch.per_device_train_batch_size * batch.world_size
+    micro = n // per_micro if args.dataloader_drop_last else -(-n // per_micro)
+    accumulation = batch.gradient_accumulation_steps
+    size = f"the training split holds {n} blocks of {batch.block_size} tokens"
+    if micro == 0:  # the Trainer would take 0 steps and the run read "completed" with no loss
         raise OptBenchError(
-            f"the training split holds {len(prepared.train_dataset)} blocks of {cfg.data.block_size} tokens, fewer "
-            f"than one micro-batch (per_device_train_batch_size {args.per_device_train_batch_size} x "
-            f"{args.world_size} processes): no step could run. Lower per_device_train_batch_size, or use more data.")
+            f"{size}, fewer than one micro-batch (per_device_train_batch_size {batch.per_device_train_batch_size} x "
+            f"{batch.world_size} processes): no step could run. Lower per_device_train_batch_size, or use more data.")
+    if micro < accumulation:
+        raise OptBenchError(
+            f"{size}, fewer than one optimizer step (per_device_train_batch_size "
+            f"{batch.per_device_train_batch_size} x gradient_accumulation_steps {accumulation} x {batch.world_size} "
+            f"processes = {per_micro * accumulation} blocks): no step could run as asked. Lower "
+            "gradient_accumulation_steps or per_device_train_batch_size, or use more data.")
+    if args.dataloader_drop_last and micro % accumulation and plan.max_steps > micro // accumulation:
+        raise OptBenchError(
+            f"{size}: {micro} micro-batches per epoch, not a multiple of gradient_accumulation_steps {accumulation}, "
+            f"and the run's {plan.max_steps} steps pass an epoch's end, where the last step of each epoch would see "
+            f"only {micro % accumulation} micro-batches. Choose gradient_accumulation_steps dividing {micro}, or "
+            "use more data.")
+
+
+def _check_splits(plan: RunPlan, bundle: Any) -> None:
+    """Before the model is built: the training split holds whole optimizer steps (:func:`_check_train_split`).
+    With dataloader_drop_last (kept so that every train step sees the same number of tokens) the eval loader also
+    drops its partial batch: an eval (or tuning) split smaller than one eval batch would silently evaluate
+    nothing."""
+    args = plan.args.training
+    _check_train_split(plan, len(bundle.train))
     per_eval_step = args.per_device_eval_batch_size * args.world_size
-    tuning = tuning_dataset(prepared)
-    splits = [("validation", prepared.eval_dataset, args.eval_strategy != "no", "the validation split"),
-              ("tuning", tuning, tuning is not None, "tuning_blocks")]
+    tuning = getattr(bundle, "tuning", None)
+    splits = [("validation", bundle.eval, args.eval_strategy != "no", "the validation split"),
+              ("tuning", tuning, tuning is not None and len(tuning) > 0, "tuning_blocks")]
     for name, dataset, used, grow in splits:
         n = len(dataset) if dataset is not None else 0
         if used and args.dataloader_drop_last and n < per_eval_step:
             raise OptBenchError(
-                f"the {name} split holds {n} blocks of {cfg.data.block_size} tokens, fewer than one eval batch "
+                f"the {name} split holds {n} blocks of {plan.batch.block_size} tokens, fewer than one eval batch "
                 f"(per_device_eval_batch_size {args.per_device_eval_batch_size} x {args.world_size} processes): "
                 f"evaluation would see nothing. Lower per_device_eval_batch_size"
                 f"{f' (--per_device_eval_batch_size {n // args.world_size} fits)' if n >= args.world_size else ''}, "
@@ -133,78 +172,65 @@ def _check_git(cfg: RunConfig) -> dict[str, Any]:
     return git
 
 
-def build_optimization(cfg: RunConfig, model: torch.nn.Module) -> tuple[Any, Any, str]:
-    """(optimizer, scheduler, schedule name) for the model; a schedule-free optimizer gets schedule "none" (its
-    warmup is inside the optimizer)."""
-    from hf_optbench.optim.registry import build_optimizer, is_schedule_free
-    from hf_optbench.optim.schedules import build_scheduler
+def build_optimization(plan: RunPlan, model: torch.nn.Module) -> Built:
+    """The optimizer exactly as planned (every constructor value given: nothing filled in here), checked group by
+    group against the plan (``what_ran``: a difference fails loudly), and the scheduler object where transformers
+    has no type for the schedule (one_cycle)."""
+    from hf_optbench.optim.registry import build_resolved
+    from hf_optbench.optim.schedules import scheduler_from_record, training_args_for_schedule
+    from hf_optbench.run.plan import what_ran
 
-    args = cfg.training
-    optimizer = build_optimizer(
-        cfg.optim.optimizer,
-        model,
-        lr=args.learning_rate,
-        weight_decay=args.weight_decay,
-        model_size=cfg.model.model_size,
-        embedding_state_32bit=cfg.optim.embedding_state_32bit,
-        **cfg.optim.kwargs(),
-    )
-    schedule = "none" if is_schedule_free(optimizer) else cfg.optim.schedule
-    scheduler = build_scheduler(
-        schedule,
-        optimizer,
-        num_training_steps=args.max_steps,
-        warmup_steps=args.warmup_steps,
-        min_lr_ratio=cfg.optim.min_lr_ratio,
-        **cfg.optim.schedule_kwargs_dict(),
-    )
-    return optimizer, scheduler, schedule
+    opt = plan.optimizer
+    optimizer, impl = build_resolved(opt.spec or opt.name, model, lr=opt.learning_rate.value,
+                                     weight_decay=opt.weight_decay.value, ctor=opt.constructor_values(),
+                                     embedding_state_32bit=opt.embedding_state_32bit)
+    groups = what_ran(opt, optimizer, model)
+    schedule = dict(plan.schedule)
+    scheduler = scheduler_from_record(schedule, optimizer) if training_args_for_schedule(schedule) is None else None
+    return Built(optimizer, impl, groups, scheduler)
 
 
-def tokens_per_optimizer_step(cfg: RunConfig) -> int:
-    """Tokens one optimizer step sees over all processes (micro-batch x accumulation x world size x block)."""
-    args = cfg.training
-    return args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size \
-        * cfg.data.block_size
-
-
-def _build_callbacks(cfg: RunConfig, out: Path, model: torch.nn.Module, optimizer: Any, tokens_per_step: int,
-                     resume: Any) -> tuple[list[Any], Any]:
-    """(callbacks, the recorder among them): measurements, the optimizer's own callbacks, console progress."""
+def _build_callbacks(plan: RunPlan, out: Path, model: torch.nn.Module, built: Built, record: dict[str, Any],
+                     resumption: Resumption | None) -> tuple[list[Any], Any]:
+    """(callbacks, the recorder among them): measurements (given the plan's record of what ran, for the trackers),
+    the optimizer's own callbacks, console progress, the plan's stamp into every checkpoint."""
     from hf_optbench.measure.flops import flops_per_token
     from hf_optbench.measure.recorder import default_callbacks
     from hf_optbench.optim.registry import optimizer_callbacks
+    from hf_optbench.run.identity import PlanStamp, plan_stamp
 
-    fpt = flops_per_token(model.config, seq_len=cfg.data.block_size)
-    callbacks = default_callbacks(cfg.bench, str(out), tokens_per_step=tokens_per_step, flops_per_token=fpt,
-                                  resume=bool(resume), write_summary=False)  # summary.json: _train_and_record
-    callbacks += optimizer_callbacks(optimizer)  # schedule-free train/eval switch, Sophia's Hessian estimate
-    recorder = next(c for c in callbacks if hasattr(c, "summary"))
-    callbacks.append(ConsoleProgress(cfg.training.max_steps, tokens_per_step))
+    batch = plan.batch
+    fpt = flops_per_token(model.config, seq_len=batch.block_size)
+    extra = {"model_size": plan.model.model_size, "seed": plan.args.training.seed,
+             "tokens_per_step": batch.tokens_per_step, "block_size": batch.block_size}
+    callbacks = default_callbacks(plan.args.bench, str(out), tokens_per_step=batch.tokens_per_step,
+                                  flops_per_token=fpt, resume=resumption is not None, write_summary=False,
+                                  record={**record, **extra})  # summary.json: _train_and_record
+    callbacks += optimizer_callbacks(built.optimizer)  # schedule-free train/eval switch, Sophia's Hessian estimate
+    recorder = callbacks[0]
+    callbacks.append(ConsoleProgress(plan.max_steps, batch.tokens_per_step))
+    callbacks.append(PlanStamp(plan_stamp(plan), schedule=plan.schedule))
     return callbacks, recorder
 
 
-def _build_trainer(cfg: RunConfig, prepared: Prepared, optimizer: Any, scheduler: LRScheduler | None,
-                   callbacks: list[Any], record: dict[str, Any]) -> Trainer:
-    """A stock Trainer: our optimizer through ``optimizer_cls_and_kwargs`` and our schedule through
-    TrainingArguments (both survive DeepSpeed's re-init, :mod:`hf_optbench.run.trainer`), its TrainingArguments'
-    optimizer fields set to what ran (``record``, :mod:`hf_optbench.run.what_ran`), eval accuracy
-    (:mod:`hf_optbench.run.eval_metrics`), our callbacks before the report_to integrations (``attach_callbacks``: they
-    then receive the optbench/ figures), the ``hf_optbench`` tracker config after them; no per-step printers."""
+def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: list[Any],
+                   record: dict[str, Any]) -> Trainer:
+    """A stock Trainer: our optimizer through ``optimizer_cls_and_kwargs`` (it survives DeepSpeed's re-init,
+    :mod:`hf_optbench.run.trainer`), TrainingArguments rendered from the plan (the optimizer's values and the
+    schedule's transformers type: the Trainer builds the schedule once, also under DeepSpeed), eval accuracy
+    (:mod:`hf_optbench.run.eval_metrics`), our callbacks before the report_to integrations (``attach_callbacks``:
+    they then receive the optbench/ figures, and the recorder attaches the ``hf_optbench`` tracker section after
+    them); no per-step printers."""
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from transformers.utils.logging import disable_progress_bar
 
     from hf_optbench.measure.recorder import attach_callbacks
     from hf_optbench.run.eval_metrics import eval_metric_kwargs
-    from hf_optbench.run.tracking import attach_tracker_config, tracker_config
-    from hf_optbench.run.trainer import stock_trainer_kwargs
-    from hf_optbench.run.what_ran import apply_to_training_args
+    from hf_optbench.run.trainer import trainer_optimizer
 
-    given = stock_trainer_kwargs(cfg.training, optimizer, scheduler)  # also sets args.optim / lr_scheduler_type
     has_eval = prepared.eval_dataset is not None and len(prepared.eval_dataset) > 0
-    args = trainer_arguments(cfg.training)  # push_to_hub off: only hf_optbench.publish.hub uploads (the staged set)
-    apply_to_training_args(args, record)  # adam_beta2, weight_decay, ...: what ran, for trackers and checkpoints
+    args = trainer_arguments(plan.trainer_args(record))  # push_to_hub off: only hf_optbench.publish.hub uploads
     trainer = Trainer(
         model=prepared.model,
         args=args,
@@ -212,29 +238,23 @@ def _build_trainer(cfg: RunConfig, prepared: Prepared, optimizer: Any, scheduler
         eval_dataset=prepared.eval_dataset,
         data_collator=prepared.data_collator,
         processing_class=prepared.tokenizer,
-        **given,
+        optimizer_cls_and_kwargs=trainer_optimizer(built.optimizer),
+        optimizers=(None, built.scheduler),
         **(eval_metric_kwargs() if has_eval else {}),
     )
-    if trainer.is_deepspeed_enabled and given["optimizers"][1] is not None:
-        raise OptBenchError(
-            f"schedule '{cfg.optim.schedule}' has no transformers lr_scheduler_type, which DeepSpeed rebuilds the "
-            "schedule from: use gpt3_cosine, wsd, constant_with_warmup or constant with DeepSpeed."
-        )
     trainer.remove_callback(PrinterCallback)  # replaced by ConsoleProgress
     trainer.remove_callback(ProgressCallback)
-    if cfg.training.disable_tqdm:
+    if args.disable_tqdm:
         disable_progress_bar()  # also save_pretrained's "Writing model shards" bar at each checkpoint
     attach_callbacks(trainer, callbacks)  # recorder, optimizer callbacks, console progress, ... in this order
-    extra = {"model_size": cfg.model.model_size, "seed": cfg.training.seed,
-             "tokens_per_step": tokens_per_optimizer_step(cfg), "block_size": cfg.data.block_size}
-    attach_tracker_config(trainer, tracker_config(record, extra=extra))
     return trainer
 
 
-def _fit(trainer: Trainer, prepared: Prepared, recorder: Any, resume: Any, summary: dict[str, Any]) -> None:
+def _fit(trainer: Trainer, prepared: Prepared, recorder: Any, resumption: Resumption | None,
+         summary: dict[str, Any]) -> None:
     """trainer.train(), then a final evaluation at the last step if the schedule of evals missed it, and the
     final loss on the tuning split."""
-    trainer.train(resume_from_checkpoint=resume or None)
+    trainer.train(resume_from_checkpoint=str(resumption.checkpoint) if resumption is not None else None)
     status = recorder.status
     last_eval_step = next((row.get("step") for row in reversed(trainer.state.log_history)
                            if "eval_loss" in row), None)
@@ -261,8 +281,8 @@ def _tuning_loss(trainer: Trainer, prepared: Prepared) -> float | None:
     return float(loss) if loss is not None else None
 
 
-def _train_and_record(trainer: Trainer, prepared: Prepared, recorder: Any, optimizer: Any, *, resume: Any,
-                      summary: dict[str, Any], tokens_per_step: int, summary_path: Path | None,
+def _train_and_record(trainer: Trainer, prepared: Prepared, recorder: Any, built: Built, *,
+                      resumption: Resumption | None, summary: dict[str, Any], summary_path: Path | None,
                       segments: Any) -> None:
     """Train, and write summary.json (to ``summary_path``, main process) whatever happens: a failure is recorded,
     then re-raised, so the run's measurements so far are kept on disk. ``train_runtime_s`` is the whole run's:
@@ -270,14 +290,14 @@ def _train_and_record(trainer: Trainer, prepared: Prepared, recorder: Any, optim
     started = time.time()
     segments.start_clock()
     try:
-        _fit(trainer, prepared, recorder, resume, summary)
+        _fit(trainer, prepared, recorder, resumption, summary)
     except Exception as exc:
         record_failure(summary, exc, started)
         segments.close(trainer.state, write=summary_path is not None)
         raise
     finally:
-        used = trainer.optimizer if trainer.optimizer is not None else optimizer
-        finish_summary(summary, trainer.state, recorder, used, tokens_per_step)
+        used = trainer.optimizer if trainer.optimizer is not None else built.optimizer
+        finish_summary(summary, trainer.state, recorder, used, built=built.impl, model=prepared.model)
         if segments.current is not None:
             summary.update(segments.summary())
         if summary_path is not None:
@@ -313,9 +333,11 @@ def _teardown_distributed() -> None:
 def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     """Run one benchmark run and return its summary (also written to ``output_dir/summary.json``). The main
     process owns output_dir for the whole run: ``lock`` (what :func:`main` took), else one taken here before any
-    data or model work. Each step runs once and hands its result on."""
+    data or model work. The plan is resolved once (:func:`hf_optbench.run.plan.resolve_plan`) and every step
+    takes it; each step runs once and hands its result on."""
+    from hf_optbench.run.identity import choose_checkpoint
+    from hf_optbench.run.plan import plan_record, resolve_plan
     from hf_optbench.run.segments import SegmentRecorder
-    from hf_optbench.run.what_ran import value_sources, what_ran
 
     args = cfg.training
     out = Path(args.output_dir)
@@ -327,25 +349,22 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     owner = lock if lock is not None else own_output_dir(cfg)
     try:
         git = _check_git(cfg)
-        hparams = resolve_hyperparameters(cfg)  # fills learning_rate / weight_decay / max_grad_norm in cfg
-        resume = resolve_resume(cfg, out)
-        prepared = prepare(cfg)
-        _check_eval_split(cfg, prepared)
-        optimizer, scheduler, schedule = build_optimization(cfg, prepared.model)
-        record = what_ran(optimizer, scheduler, hparams=hparams, sources=value_sources(cfg))
-        tokens_per_step = tokens_per_optimizer_step(cfg)
-        callbacks, recorder = _build_callbacks(cfg, out, prepared.model, optimizer, tokens_per_step, resume)
+        plan = resolve_plan(cfg)  # every value resolved and checked once; nothing writes back into it
+        resumption = choose_checkpoint(plan, out, move=is_main)  # the checkpoint's own identity must match
+        check_steps_left(resumption, plan.max_steps)
+        prepared = prepare(plan)
+        built = build_optimization(plan, prepared.model)
+        record = plan_record(plan, built.groups, built.impl)
+        callbacks, recorder = _build_callbacks(plan, out, prepared.model, built, record, resumption)
         callbacks += hub_callbacks(hub_target, out)  # hub_strategy every_save: hf_optbench's own checkpoint uploads
-        segments = SegmentRecorder(out, resume=bool(resume))
+        segments = SegmentRecorder(out, resume=resumption is not None)
         callbacks.append(segments)
         if is_main:
-            prepare_output_dir(cfg, out, record, resume)
-        trainer = _build_trainer(cfg, prepared, optimizer, scheduler, callbacks, record)
-        summary = build_summary(cfg, prepared, record, schedule=schedule, hparams=hparams,
-                                tokens_per_step=tokens_per_step, git=git)
-        _train_and_record(trainer, prepared, recorder, optimizer, resume=resume, summary=summary,
-                          tokens_per_step=tokens_per_step, summary_path=out / SUMMARY_FILE if is_main else None,
-                          segments=segments)
+            prepare_output_dir(plan, out, record, resumption)
+        trainer = _build_trainer(plan, prepared, built, callbacks, record)
+        summary = build_summary(plan, prepared, record, resumption=resumption, git=git)
+        _train_and_record(trainer, prepared, recorder, built, resumption=resumption, summary=summary,
+                          summary_path=out / SUMMARY_FILE if is_main else None, segments=segments)
         save_final_model(cfg, trainer, out, summary["status"])  # from_pretrained(output_dir) loads it
         if is_main:
             _publish(cfg, out, hub_target)
@@ -366,8 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     lock = None
     try:
         argv = recipe_first(argv)  # `--config RECIPE` anywhere on the line: a recipe like any other
-        preflight(argv)
-        cfg = parse_args(argv)
+        recipe = preflight(argv)  # the recipe, read once
+        cfg = parse_args(argv, recipe=recipe)
         lock = own_output_dir(cfg)  # before any data or model work; released when the run ends
         summary = train(cfg, lock=lock)
     except OptBenchError as exc:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError
+from hf_optbench.rundir import BASELINE
 
 if TYPE_CHECKING:
     from hf_optbench.config.parse import RunConfig
@@ -51,7 +52,7 @@ class Ladder:
     """The baseline's extra budgets: ``multiples`` of the sweep's budget (1 among them: the compared run)."""
 
     multiples: tuple[float, ...]
-    optimizer: str = "adamw"
+    optimizer: str = BASELINE
 
     @property
     def extra(self) -> tuple[float, ...]:
@@ -102,7 +103,7 @@ def parse_ladder(raw: dict[str, Any], optimizers: list[str]) -> Ladder | None:
     if len(mults) < MIN_LADDER_POINTS or 1.0 not in mults:
         raise OptBenchError(f"ladder.multiples {mults} must hold 1 (the compared budget) and at least "
                             f"{MIN_LADDER_POINTS} distinct values, e.g. [0.5, 1, 2, 4].")
-    baseline = str(section.get("optimizer", "adamw"))
+    baseline = str(section.get("optimizer", BASELINE))
     if baseline not in optimizers:
         raise OptBenchError(f"ladder.optimizer '{baseline}' is not in matrix.optimizer {optimizers}: the ladder is "
                             "the baseline's, so add it to the matrix (or name the baseline there).")
@@ -124,9 +125,9 @@ def world_size(launcher: dict[str, Any]) -> int:
 
 def tokens_per_step(cfg: RunConfig, processes: int) -> int:
     """Tokens one optimizer step consumes, from a parsed RunConfig."""
-    t = cfg.training
-    return int(t.per_device_train_batch_size) * int(t.gradient_accumulation_steps) * processes \
-        * int(cfg.data.block_size)
+    from hf_optbench.models import tokens_per_step as tokens
+
+    return tokens(cfg.training, cfg.data.block_size, processes)
 
 
 def steps_table(budget: Budget | None, sizes: list[str], optimizers: list[str], processes: int,

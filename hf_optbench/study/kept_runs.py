@@ -5,7 +5,7 @@ Why: a sweep restarts by keeping every run its directory already finished. Edit 
 (add an optimizer, change ``warmup_steps`` or ``dropout`` in ``overrides``) and the kept runs were trained with the
 old values while the new runs get the new ones; the report would pair the two as one protocol, and the manifest
 would list the new values for runs that never ran with them. So each kept run's recorded identity
-(``run_identity.json``, :mod:`hf_optbench.run.identity`: every setting that decides the result) is compared with
+(``run_identity.json``, the plan's identity, :mod:`hf_optbench.run.plan`: every setting that decides the result) is compared with
 the identity its arguments resolve to now, before any run of the phase starts. A run that differs is refused,
 naming it and each changed key, unless the user asks to rerun it (``--rerun-changed``): it is then moved aside to
 ``<run_id>.changed-<n>`` (never deleted) and runs again.
@@ -37,8 +37,9 @@ def changed_runs(spec: SweepSpec, runs: Sequence[RunSpec]) -> dict[str, dict[str
     """{run_id: {key: (recorded, now)}} for the runs of ``runs`` whose directory records an identity other than
     the one their arguments give now. One parse per distinct configuration (seeds and run names masked, as in
     validation); a run whose arguments do not parse here is left to its launch, which refuses them."""
-    from hf_optbench.config.hparams import resolve_hyperparameters
-    from hf_optbench.run.identity import identity_changes, read_identity, run_identity
+    from hf_optbench.rundir import read_identity
+    from hf_optbench.run.identity import identity_changes
+    from hf_optbench.run.plan import resolve_plan
 
     now: dict[tuple[str, ...], dict[str, Any] | None] = {}
     out: dict[str, dict[str, tuple[Any, Any]]] = {}
@@ -49,9 +50,7 @@ def changed_runs(spec: SweepSpec, runs: Sequence[RunSpec]) -> dict[str, dict[str
         key = validation_key(run)
         if key not in now:
             try:
-                cfg = probe_run_config(spec, run)
-                resolve_hyperparameters(cfg)
-                now[key] = run_identity(cfg)
+                now[key] = dict(resolve_plan(probe_run_config(spec, run)).identity)
             except OptBenchError:
                 now[key] = None
         if now[key] is None:

@@ -25,6 +25,7 @@ from hf_optbench.rundir import (
     parse_run_id,
     read_state,
     read_summary,
+    runs_root,
     write_text_atomic,
 )
 
@@ -51,7 +52,7 @@ def is_run_dir_name(name: str) -> bool:
 
 
 def _run_dirs(sweep_dir: Path) -> list[Path]:
-    root = sweep_dir / "runs" if (sweep_dir / "runs").is_dir() else sweep_dir
+    root = runs_root(sweep_dir)
     return sorted(p for p in root.iterdir() if p.is_dir() and is_run_dir_name(p.name)
                   and ((p / SUMMARY_FILE).is_file() or (p / METRICS_FILE).is_file()
                        or (p / STDOUT_FILE).is_file()))

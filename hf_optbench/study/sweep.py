@@ -91,6 +91,7 @@ from hf_optbench.publish.redact import (
 from hf_optbench.rundir import (
     MANIFEST_FILE,
     STATE_FILE,
+    SWEEP_COPY_FILE,
     finished_status,
     read_state,
     write_json_atomic,
@@ -171,7 +172,7 @@ def _write_manifest(spec: SweepSpec, sweep_copy: bool = True, relaunch: set[str]
     if sweep_copy:
         secrets = secret_values(dict(spec.launcher.get("env") or {})) \
             + argv_secret_values(list(spec.launcher.get("command") or []))
-        write_text_atomic(spec.output_dir / "sweep.yaml", _redacted_copy(spec, secrets))
+        write_text_atomic(spec.output_dir / SWEEP_COPY_FILE, _redacted_copy(spec, secrets))
 
 
 def _refresh_summary(spec: SweepSpec) -> None:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError, suggest
-from hf_optbench.rundir import TUNED_FILE, run_id_for
+from hf_optbench.optim.dotted import is_dotted_path
+from hf_optbench.rundir import RUNS_DIR, TUNED_FILE, TUNING_DIR, run_id_for
 from hf_optbench.study import budget as budgets
 from hf_optbench.study.budget import Budget, Ladder
 from hf_optbench.study.sweep_values import (
@@ -35,9 +36,8 @@ if TYPE_CHECKING:
 
 SWEEP_KEYS = {"base", "output_dir", "overrides", "matrix", "per_optimizer", "per_model_size", "launcher", "name",
               "description", "tune", "budget", "ladder"}
-TUNING_DIR = "tuning"  # the tuning phase's sweep directory, under the sweep's output_dir
 TUNING_METRIC = "final_tuning_loss"  # summary.json: loss on the held-out tuning split (DataArguments.tuning_blocks)
-# Keys that would beat or bypass the tuned value (an explicit value wins in config.hparams.resolve_hyperparameters).
+# Keys that would beat or bypass the tuned value (an explicit value wins in run.plan.resolve_optimization).
 TUNED_KEYS = ("learning_rate", "tuned_hparams_file")
 MATRIX_KEYS = {"optimizer", "model_size", "seed", "lr_multipliers"}
 LAUNCHER_KEYS = {"type", "accelerate_config", "command", "executor", "slurm", "timeout_s", "env", "validate",
@@ -87,7 +87,7 @@ class SweepSpec:
 
     @property
     def runs_dir(self) -> Path:
-        return self.output_dir / "runs"
+        return self.output_dir / RUNS_DIR
 
     @property
     def tuned_file(self) -> Path:
@@ -330,19 +330,19 @@ def _check_run(spec: SweepSpec, run: RunSpec, cfg: RunConfig) -> None:
             "comparison never falls back to the cited default. Tune that optimizer at that size (add it to the "
             "tuning sweep, then `hf-optbench tune`), or give the sweep a 'tune:' section, which tunes every size "
             "it compares.")
-    if "." in run.optimizer:  # a dotted path has no cited learning rate: refused here, not when it launches
-        from hf_optbench.config.hparams import resolve_hyperparameters
+    if is_dotted_path(run.optimizer):  # a dotted path has no cited learning rate: refused here, not when it launches
+        from hf_optbench.run.plan import resolve_optimization
 
-        resolve_hyperparameters(cfg)
+        resolve_optimization(cfg)
 
 
 def _set_grid_lr(run: RunSpec, cfg: RunConfig) -> None:
     """A grid run's learning rate: its multiplier x the rate the run would otherwise use (its cited default)."""
-    from hf_optbench.config.hparams import resolve_hyperparameters
+    from hf_optbench.run.plan import resolve_optimization
 
     if run.lr_multiplier is None or run.learning_rate is not None:
         return
-    run.learning_rate = float(resolve_hyperparameters(cfg)["learning_rate"]["value"]) * run.lr_multiplier
+    run.learning_rate = float(resolve_optimization(cfg)[0].learning_rate.value) * run.lr_multiplier
     run.args = run.args + ["--learning_rate", f"{run.learning_rate:.6g}"]
 
 

@@ -13,7 +13,6 @@ import fcntl
 import glob
 import json
 import os
-import re
 import socket
 import sys
 import threading
@@ -28,11 +27,9 @@ from hf_optbench.errors import OptBenchError
 from hf_optbench.machine import gpu_visible
 from hf_optbench.run.lock import check_not_busy
 from hf_optbench.run.summary import CONCURRENT_RUNS_ENV, CPUS_ENV, SLOT_ENV
-from hf_optbench.rundir import FINISHED_STATUSES, MANIFEST_FILE, RUN_LOCK_FILE, read_summary
+from hf_optbench.rundir import FINISHED_STATUSES, MANIFEST_FILE, OOM_PATTERN, RUN_LOCK_FILE, read_summary
 from hf_optbench.study.budget import world_size
 from hf_optbench.study.sweep_spec import RunSpec
-
-OOM_PATTERN = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory", re.I)
 
 
 @contextmanager

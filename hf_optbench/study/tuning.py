@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
-from hf_optbench.rundir import TUNED_FILE, write_text_atomic
+from hf_optbench.rundir import LOST_STATUSES, TUNED_FILE, write_text_atomic
 from hf_optbench.study.sweep_spec import TUNING_METRIC, SweepSpec
 from hf_optbench.study.tune_spec import TuneSpec
 from hf_optbench.study.tuning_grid import (
@@ -64,9 +64,8 @@ from hf_optbench.study.tuning_grid import (
 from hf_optbench.yaml_file import dump_yaml, load_yaml_mapping, read_yaml_or_empty
 
 Records = dict[float, list[Mapping[str, Any]]]
-# A tuning run that ended so (after the sweep's one retry) says nothing about its rate, yet its point counts as a
+# A tuning run that ended LOST (after the sweep's one retry) says nothing about its rate, yet its point counts as a
 # rise of the loss: the tuned file lists it under ``missing_points`` and the report repeats it.
-LOST_STATUSES = ("failed", "oom")
 
 
 def _missing_points(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

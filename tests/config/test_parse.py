@@ -135,6 +135,42 @@ def test_finished_run_dir_is_protected(tmp_path: Path) -> None:
     assert cfg.run.overwrite_output_dir is True
 
 
+@pytest.mark.parametrize("where", ["cli", "recipe"])
+def test_resume_from_checkpoint_false_is_no_resume(tmp_path: Path, where: str) -> None:
+    """Issue 30 item 1: ``--resume_from_checkpoint false`` (or ``resume_from_checkpoint: false`` in a recipe) was
+    read as bool("false"), a resume: a finished run in output_dir was retrained and its summary.json rewritten,
+    without --overwrite_output_dir. It is no resume, so the finished run is protected."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "summary.json").write_text('{"status": "completed"}')
+    argv = [_recipe(tmp_path, resume_from_checkpoint=False)] if where == "recipe" else \
+        [_recipe(tmp_path), "--resume_from_checkpoint", "false"]
+    with pytest.raises(OptBenchError, match="already holds a finished run"):
+        parse_args(argv)
+
+
+@pytest.mark.parametrize("value, request_", [
+    (None, ("no", None, False)), (False, ("no", None, False)), ("false", ("no", None, False)),
+    ("False", ("no", None, False)), ("0", ("no", None, False)), ("", ("no", None, False)),
+    (True, ("latest", None, False)), ("true", ("latest", None, False)), ("latest", ("latest", None, False)),
+    ("force", ("latest", None, True)), ("force:/a/checkpoint-2", ("path", "/a/checkpoint-2", True)),
+    ("/a/checkpoint-2", ("path", "/a/checkpoint-2", False)),
+])
+def test_resume_is_parsed_once_into_a_request(value, request_) -> None:
+    from hf_optbench.config.parse import ResumeRequest, parse_resume
+
+    assert parse_resume(value) == ResumeRequest(*request_)
+
+
+def test_a_tuned_file_may_not_set_what_the_command_line_refuses(tmp_path: Path) -> None:
+    """Issue 30 item 7: a tuned file's max_grad_norm -5 was accepted and recorded as tuned (the command line refuses
+    it, and the run's own config.yaml then failed validate): refused before any work, naming the file."""
+    tuned = tmp_path / "tuned.yaml"
+    tuned.write_text("adamw:\n  tiny: {learning_rate: 0.002, max_grad_norm: -5}\n")
+    with pytest.raises(OptBenchError, match=r"tuned.yaml': adamw/tiny max_grad_norm is -5, not a finite number >= 0"):
+        parse_args([_recipe(tmp_path), "--tuned_hparams_file", str(tuned)])
+
+
 def test_unfinished_run_with_checkpoints_needs_a_decision(tmp_path: Path) -> None:
     (tmp_path / "run" / "checkpoint-2").mkdir(parents=True)
     with pytest.raises(OptBenchError, match="resume_from_checkpoint"):

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from hf_optbench.config.checks import ADAM_KEYS, HONOURED_TRAINING_KEYS, REPLACED_TRAINING_KEYS, adam_family
-from hf_optbench.config.hparams import resolve_hyperparameters
 from hf_optbench.config.parse import parse_args
 from hf_optbench.errors import OptBenchError
-from hf_optbench.optim.registry import OPTIMIZERS, build_optimizer, optimizer_defaults
+from hf_optbench.optim.registry import OPTIMIZERS, build_resolved, optimizer_defaults
+from hf_optbench.run.plan import Sourced, resolve_optimization
 
 
 def _recipe(tmp_path: Path, **values) -> str:
@@ -27,16 +26,18 @@ def _recipe(tmp_path: Path, **values) -> str:
 
 
 def test_adam_arguments_reach_the_built_adamw(tmp_path: Path) -> None:
+    """adam_beta2 / adam_epsilon become the AdamW family's constructor values in the run's plan, with source "user"
+    (the parsed arguments are not rewritten), and the optimizer built from the plan holds them."""
     from fixtures.models import tiny_model
 
     cfg = parse_args([_recipe(tmp_path), "--adam_beta2", "0.5", "--adam_epsilon", "1e-3"])
     cited_beta1 = optimizer_defaults("adamw", "tiny")["betas"][0]
-    assert cfg.optim.kwargs() == {"betas": [cited_beta1, 0.5], "eps": 1e-3}
-    assert json.loads(cfg.optim.optimizer_kwargs) == cfg.optim.kwargs()  # what config.yaml records
-    sources = resolve_hyperparameters(cfg)
-    assert sources["betas"] == {"value": [cited_beta1, 0.5], "source": "user"}
-    assert sources["eps"] == {"value": 1e-3, "source": "user"}
-    opt = build_optimizer(cfg.optim.optimizer, tiny_model(), lr=1e-3, model_size="tiny", **cfg.optim.kwargs())
+    assert cfg.optim.kwargs() == {} and cfg.optim.optimizer_kwargs == "{}"  # nothing written back
+    opt_plan = resolve_optimization(cfg)[0]
+    assert opt_plan.constructor["betas"] == Sourced((cited_beta1, 0.5), "user")
+    assert opt_plan.constructor["eps"] == Sourced(1e-3, "user")
+    opt, _ = build_resolved(opt_plan.spec, tiny_model(), lr=1e-3, weight_decay=0.1,
+                            ctor=opt_plan.constructor_values())
     assert all(g["betas"] == (cited_beta1, 0.5) and g["eps"] == 1e-3 for g in opt.param_groups)
 
 
@@ -44,14 +45,15 @@ def test_unset_adam_arguments_keep_the_cited_values(tmp_path: Path) -> None:
     cfg = parse_args([_recipe(tmp_path)])
     assert cfg.optim.kwargs() == {}
     cited = optimizer_defaults("adamw", "tiny")
-    sources = resolve_hyperparameters(cfg)
-    assert sources["betas"]["value"] == cited["betas"] and sources["betas"]["source"] == cited["sources"]["betas"]
+    betas = resolve_optimization(cfg)[0].constructor["betas"]
+    assert betas.value == cited["betas"] and betas.source == cited["sources"]["betas"]
 
 
 @pytest.mark.parametrize("name", adam_family())
 def test_every_adamw_variant_takes_adam_beta1(tmp_path: Path, name: str) -> None:
     cfg = parse_args([_recipe(tmp_path), "--optimizer", name, "--adam_beta1", "0.8"])
-    assert cfg.optim.kwargs()["betas"] == [0.8, optimizer_defaults(name, "tiny")["betas"][1]]
+    betas = resolve_optimization(cfg)[0].constructor["betas"]
+    assert betas == Sourced((0.8, optimizer_defaults(name, "tiny")["betas"][1]), "user")
 
 
 def test_adam_family_is_the_adamw_variants() -> None:

@@ -23,6 +23,7 @@ from hf_optbench.optim.registry import (
     optimizer_defaults,
     resolve_optimizer_name,
     size_class_for_params,
+    spec_of,
 )
 from hf_optbench.optim.spec import param_groups
 from hf_optbench.optim.tuned import lookup_tuned
@@ -62,7 +63,8 @@ def test_every_cpu_optimizer_builds_and_steps(name):
     assert all(torch.isfinite(torch.tensor(losses)))
     changed = sum(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=False))
     assert changed == len(before), f"{name}: only {changed}/{len(before)} tensors moved"
-    assert describe_optimizer(opt) and opt.hf_optbench_name == name
+    assert describe_optimizer(opt) and spec_of(opt).name == name
+    assert not [k for k in vars(opt) if k.startswith("hf_optbench")]  # nothing stamped on the object
     d = optimizer_defaults(name, "tiny")
     assert opt.param_groups[0]["weight_decay"] == pytest.approx(d["weight_decay"])
 
@@ -239,11 +241,11 @@ def test_bnb_embedding_state_is_32_bit_unless_asked():
     for keep, want in ((True, torch.float32), (False, torch.uint8)):
         model = tiny_model(vocab=256)  # wte 256x32 = 8192 elements > bnb's min_8bit_size 4096
         opt = build_optimizer("adamw_8bit", model, model_size="tiny", embedding_state_32bit=keep)
-        assert describe_optimizer(opt).endswith("requested, not yet stepped)")  # nothing measured yet
+        assert describe_optimizer(opt, model=model).endswith("not yet stepped)")  # nothing measured yet
         train_steps(model, opt, 1)
         assert opt.state[model.transformer.wte.weight]["state1"].dtype == want
         assert opt.state[model.transformer.h[0].mlp.c_fc.weight]["state1"].dtype == torch.uint8
-        assert ("embedding fp32" if keep else "embedding 8-bit") in describe_optimizer(opt)
+        assert ("embedding fp32" if keep else "embedding 8-bit") in describe_optimizer(opt, model=model)
 
 
 def test_lion_triton_is_refused_without_cuda_instead_of_exiting():

@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from hf_optbench.errors import OptBenchError
-from hf_optbench.optim.schedules import SCHEDULES, build_scheduler, describe_scheduler, resolve_warmup_steps
+from hf_optbench.optim.schedules import (
+    SCHEDULES,
+    build_scheduler,
+    describe_scheduler,
+    resolve_schedule,
+    resolve_warmup_steps,
+)
 
 PEAK = 6e-4
 
@@ -108,7 +114,9 @@ def test_schedule_free_takes_no_decay_and_gets_the_warmup():
     with pytest.raises(OptBenchError, match="schedule-free"):
         build_scheduler("gpt3_cosine", sf, num_training_steps=100, warmup_steps=10)
     sched = build_scheduler("none", sf, num_training_steps=100, warmup_steps=0.1)
-    assert sf.param_groups[0]["warmup_steps"] == 10 and describe_scheduler(sched)["warmup_by"] == "optimizer"
+    assert sf.param_groups[0]["warmup_steps"] == 10 and describe_scheduler(sched)["name"] == "constant"
+    record = resolve_schedule("none", num_training_steps=100, warmup_steps=0.1, schedule_free=True)
+    assert record["warmup_by"] == "optimizer" and record["warmup_steps"] == 10
     assert sf.param_groups[0]["lr"] == 1e-3  # the LR itself is left to the optimizer
     sf2 = AdamWScheduleFree([torch.nn.Parameter(torch.zeros(2))], lr=1e-3, warmup_steps=5)
     with pytest.raises(OptBenchError, match="warmup given twice"):
@@ -130,3 +138,25 @@ def test_groups_keep_their_ratio():
     lrs(sched, 7)
     a, b = (g["lr"] for g in o.param_groups)
     assert b / a == pytest.approx(20.0)
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("gpt3_cosine", {"warmup_steps": 0.1}), ("wsd", {"warmup_steps": 2, "decay_ratio": 0.3, "decay_type": "cosine"}),
+    ("one_cycle", {"warmup_steps": 3}), ("constant_with_warmup", {"warmup_steps": 4}), ("constant", {}),
+])
+def test_describe_scheduler_reads_the_built_object(name: str, kwargs: dict) -> None:
+    """What a scheduler computes is read from the object (its transformers lambda and arguments, or OneCycleLR's
+    phases), nothing stamped on it: every parameter it holds equals the resolved record's."""
+    sched = build_scheduler(name, opt(), num_training_steps=20, **kwargs)
+    assert not [k for k in vars(sched) if k.startswith("hf_optbench")]
+    held, planned = describe_scheduler(sched), resolve_schedule(name, num_training_steps=20, **kwargs)
+    assert held["name"] == name and "warmup_steps" in held
+    assert {k: held[k] for k in held if k in planned} == {k: planned[k] for k in held if k in planned}
+
+
+def test_describe_scheduler_names_transformers_default() -> None:
+    """The Trainer's own default (lr_scheduler_type "linear") is named as such, not taken for ours."""
+    from transformers.optimization import get_scheduler
+
+    held = describe_scheduler(get_scheduler("linear", opt(), num_warmup_steps=2, num_training_steps=10))
+    assert held == {"name": "linear", "warmup_steps": 2, "num_training_steps": 10}

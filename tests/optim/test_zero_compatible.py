@@ -42,4 +42,4 @@ def test_describe_optimizer_states_what_flat_partitions_hold(name: str, expected
         flat.grad = torch.randn_like(flat)
         group["params"] = [flat]
     opt.step()
-    assert describe_optimizer(opt).endswith(expected), describe_optimizer(opt)
+    assert describe_optimizer(opt, model=model).endswith(expected), describe_optimizer(opt, model=model)

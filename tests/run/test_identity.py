@@ -1,7 +1,10 @@
-"""A resumed run is the run its label says: a resume with settings that change the result (learning rate,
-optimizer, seed, model size) is refused with exit 2 before any data or model work, naming each changed key, and
-leaves the run directory as it was; the same settings, or a change that does not touch the result (output_dir,
-logging and saving cadence), resume as before, and so does a run directory from before identities existed."""
+"""A resumed run is the run its label says: the plan's identity is stamped into every checkpoint, and a resume with
+settings that change the result (learning rate, optimizer, seed, model size, the data's content) is refused with
+exit 2 before any data or model work, naming each changed key, whatever directory the checkpoint is in, and leaves
+the run directory as it was; a checkpoint without a verifiable stamp is refused unless forced, and the records
+then say forced; the same settings, or a change that does not touch the result (output_dir, logging and saving
+cadence), resume as before. The run directory's run_identity.json is a record only: damaged or deleted, it changes
+nothing."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hf_optbench.run import train as run_mod
-from hf_optbench.run.identity import identity_changes
+from hf_optbench.run.identity import STAMP_KEY, identity_changes
 from hf_optbench.rundir import IDENTITY_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,28 +117,107 @@ def test_a_run_resumes_from_its_own_config_yaml(run_dir: Path, monkeypatch, caps
         run_mod.main(own)
 
 
-def test_run_dir_without_identity_resumes_as_before(run_dir: Path, monkeypatch) -> None:
-    """A run directory from before identities (no run_identity.json) cannot be checked: it resumes as it did."""
+def _drop_stamp(ckpt: Path) -> None:
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    del state["stateful_callbacks"][STAMP_KEY]
+    (ckpt / "trainer_state.json").write_text(json.dumps(state))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "deleted"])
+def test_a_damaged_or_deleted_run_identity_file_lets_no_changed_resume_through(damage: str, run_dir: Path,
+                                                                                monkeypatch, capsys) -> None:
+    """Issue 30 item 2: with run_identity.json truncated or deleted, a resume at --learning_rate 0.01 or as Lion was
+    let through (labelled 0.01 / Lion, training the old state): the checkpoint's own stamp refuses both now."""
     monkeypatch.setattr(run_mod, "prepare", _tripwire)
-    assert run_mod.main(_resume_argv(run_dir, "--learning_rate", "1e-2")) == 2  # with its identity: refused
-    (run_dir / IDENTITY_FILE).unlink()
+    if damage == "truncated":
+        (run_dir / IDENTITY_FILE).write_text((run_dir / IDENTITY_FILE).read_text()[:40])
+    else:
+        (run_dir / IDENTITY_FILE).unlink()
+    assert run_mod.main(_resume_argv(run_dir, "--learning_rate", "1e-2")) == 2
+    assert "learning_rate 0.001 -> 0.01" in capsys.readouterr().err
+    assert run_mod.main(_resume_argv(run_dir, "--optimizer", "lion")) == 2
+    assert "optimizer adamw -> lion" in capsys.readouterr().err
     with pytest.raises(AssertionError, match="data/model work started"):
-        run_mod.main(_resume_argv(run_dir, "--learning_rate", "1e-2"))
+        run_mod.main(_resume_argv(run_dir))  # unchanged: resumes
+
+
+def test_a_checkpoint_without_a_verifiable_identity_is_refused_unless_forced(run_dir: Path, monkeypatch,
+                                                                              capsys) -> None:
+    monkeypatch.setattr(run_mod, "prepare", _tripwire)
+    _drop_stamp(run_dir / "checkpoint-2")
+    assert run_mod.main(_resume_argv(run_dir)) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint-2 carries no verifiable identity" in err and "--resume_from_checkpoint force" in err
+    with pytest.raises(AssertionError, match="data/model work started"):
+        run_mod.main([QUICK, "--output_dir", str(run_dir), *ARGS, "--resume_from_checkpoint", "force"])
+
+
+def test_a_forced_resume_finishes_and_its_records_say_forced(run_dir: Path) -> None:
+    _drop_stamp(run_dir / "checkpoint-2")
+    proc = _run(run_dir, "--resume_from_checkpoint", "force")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] == 4
+    assert summary["resumed_from"]["identity"] == "forced" and summary["resumed_from"]["step"] == 2
+    stamp = json.loads((run_dir / "checkpoint-4" / "trainer_state.json").read_text())["stateful_callbacks"]
+    assert stamp[STAMP_KEY]["args"]["stamp"]["plan_hash"] == summary["plan_hash"]  # stamped from here on
+
+
+def test_another_directorys_checkpoint_is_checked_against_its_own_stamp(run_dir: Path, tmp_path: Path,
+                                                                        monkeypatch, capsys) -> None:
+    """Issue 30 item 3: --resume_from_checkpoint D/u/checkpoint-2 --learning_rate 0.05 into another output_dir
+    recorded 0.05 and trained at 0.001; the checkpoint's stamp refuses it wherever it lies."""
+    monkeypatch.setattr(run_mod, "prepare", _tripwire)
+    other = ["--output_dir", str(tmp_path / "v"), "--resume_from_checkpoint", str(run_dir / "checkpoint-2")]
+    assert run_mod.main([QUICK, *ARGS, *other, "--learning_rate", "0.05"]) == 2
+    assert "learning_rate 0.001 -> 0.05" in capsys.readouterr().err
+    assert not (tmp_path / "v").exists()
+    with pytest.raises(AssertionError, match="data/model work started"):
+        run_mod.main([QUICK, *ARGS, *other])
+
+
+def test_a_changed_data_file_is_refused(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Issue 30 item 4: the identity held the data file's path, so a resume after its content changed trained the
+    steps after the checkpoint on other text; the plan's fingerprint is of the content."""
+    from hf_optbench.data.sources import THAI_SAMPLE_FILE
+
+    data = tmp_path / "data.json"
+    shutil.copy(THAI_SAMPLE_FILE, data)
+    local = ["--data_source", "local", "--data_files", str(data), "--text_column", "text"]
+    out = tmp_path / "run"
+    proc = _run(out, *local)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shutil.rmtree(out / "checkpoint-4")  # stopped after checkpoint-2
+    summary = json.loads((out / "summary.json").read_text())
+    summary["status"] = "failed"
+    (out / "summary.json").write_text(json.dumps(summary))
+    text = data.read_text(encoding="utf-8")
+    data.write_text(text.replace("ก", "ข", 1), encoding="utf-8")  # one Thai letter: same size, same path
+    monkeypatch.setattr(run_mod, "prepare", _tripwire)
+    assert run_mod.main([*_resume_argv(out), *local]) == 2
+    assert "data_content files:" in capsys.readouterr().err
+    data.write_text(text, encoding="utf-8")
+    with pytest.raises(AssertionError, match="data/model work started"):
+        run_mod.main([*_resume_argv(out), *local])
 
 
 def test_same_config_resumes_and_finishes(run_dir: Path) -> None:
-    before = json.loads((run_dir / IDENTITY_FILE).read_text())
     proc = _run(run_dir, "--resume_from_checkpoint", "true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == 4
-    assert json.loads((run_dir / IDENTITY_FILE).read_text()) == before
+    assert summary["resumed_from"]["identity"] == "verified"
+    stamps = [json.loads((run_dir / f"checkpoint-{n}" / "trainer_state.json").read_text())["stateful_callbacks"]
+              [STAMP_KEY]["args"]["stamp"]["plan_hash"] for n in (2, 4)]
+    assert stamps == [summary["plan_hash"]] * 2
+    assert json.loads((run_dir / IDENTITY_FILE).read_text())["plan_hash"] == summary["plan_hash"]
 
 
-def test_identity_changes_ignores_keys_only_one_side_knows() -> None:
+def test_identity_changes_name_every_key_that_differs() -> None:
     old = {"learning_rate": 1e-3, "seed": 0, "gone": 1}
     new = {"learning_rate": 1e-2, "seed": 0, "added": 2}
-    assert identity_changes(old, new) == {"learning_rate": (1e-3, 1e-2)}
+    assert identity_changes(old, new) == {"learning_rate": (1e-3, 1e-2), "gone": (1, "(absent)"),
+                                          "added": ("(absent)", 2)}
 
 
 # A stand-in for hf_optbench.run in a sweep: the real argument parsing and resume checks, no data or model work.
@@ -168,20 +250,19 @@ def test_a_sweep_restarted_with_a_changed_file_reports_the_refusal(tmp_path: Pat
     now gives another learning rate, so the run refuses, and the sweep says why in its progress line."""
     import io
 
-    from hf_optbench.config.hparams import resolve_hyperparameters
     from hf_optbench.config.parse import parse_args
-    from hf_optbench.run.identity import record_identity
+    from hf_optbench.run.identity import PlanStamp, plan_stamp
+    from hf_optbench.run.plan import resolve_plan
     from hf_optbench.study.sweep import run_sweep
     from hf_optbench.study.sweep_spec import load_sweep
 
     first = load_sweep(_sweep_file(tmp_path, 1e-3))
     run = first.runs[0]
     run_dir = first.run_dir(run)
-    cfg = parse_args([*run.args, "--output_dir", str(run_dir)])
-    resolve_hyperparameters(cfg)
-    record_identity(cfg, run_dir)
-    (run_dir / "checkpoint-2").mkdir()
-    (run_dir / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    stamp = PlanStamp(plan_stamp(resolve_plan(parse_args([*run.args, "--output_dir", str(run_dir)]))))
+    (run_dir / "checkpoint-2").mkdir(parents=True)
+    (run_dir / "checkpoint-2" / "trainer_state.json").write_text(
+        json.dumps({"global_step": 2, "stateful_callbacks": {STAMP_KEY: stamp.state()}}))
 
     log = io.StringIO()
     assert run_sweep(_sweep_file(tmp_path, 1e-2), stream=log) == {"failed": 1}

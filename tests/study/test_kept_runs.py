@@ -56,16 +56,14 @@ def _sweep(tmp_path: Path, name: str, optimizers: list[str], **overrides) -> Pat
 
 def _identities(tmp_path: Path, sweep_file: Path) -> None:
     """Each run's identity as the real run would record it (the stand-in writes it)."""
-    from hf_optbench.config.hparams import resolve_hyperparameters
     from hf_optbench.config.parse import parse_args
-    from hf_optbench.run.identity import run_identity
+    from hf_optbench.run.plan import resolve_plan
 
     spec = load_sweep(sweep_file)
     out = {}
     for run in spec.runs:
         cfg = parse_args([*run.args, "--output_dir", str(tmp_path / "probe")])
-        resolve_hyperparameters(cfg)
-        out[run.run_id] = run_identity(cfg)
+        out[run.run_id] = dict(resolve_plan(cfg).identity)
     (tmp_path / "identities.json").write_text(json.dumps(out))
 
 

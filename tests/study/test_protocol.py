@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from hf_optbench.cli import main as hf_optbench_main
-from hf_optbench.config.hparams import resolve_hyperparameters
 from hf_optbench.config.parse import parse_args
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.registry import optimizer_defaults
+from hf_optbench.run.plan import resolve_hyperparameters
 from hf_optbench.rundir import read_state
 from hf_optbench.study.sweep import run_sweep
 from hf_optbench.study.sweep_spec import load_sweep
@@ -52,7 +52,7 @@ if os.environ.get("FAKE_WANDB"):
     (out / "wandb_run.json").write_text(json.dumps(got))
     run.finish()
 lr, source = a.learning_rate, "user"
-if lr is None and a.tuned_hparams_file:  # as config.hparams.resolve_hyperparameters does
+if lr is None and a.tuned_hparams_file:  # as run.plan.resolve_hyperparameters does
     import yaml
     lr = yaml.safe_load(open(a.tuned_hparams_file))[a.optimizer][a.model_size]["learning_rate"]
     source = "tuned: " + a.tuned_hparams_file

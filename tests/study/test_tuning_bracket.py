@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hf_optbench.config.hparams import resolve_hyperparameters
 from hf_optbench.config.parse import parse_args
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.registry import OPTIMIZERS, optimizer_defaults
 from hf_optbench.optim.tuned import lookup_tuned
 from hf_optbench.report.sensitivity import lr_sensitivity, sensitivity_table
 from hf_optbench.report.tuning_curves import bracketed_optima
+from hf_optbench.run.plan import resolve_hyperparameters
 from hf_optbench.rundir import parse_run_id, read_state
 from hf_optbench.study.sweep import run_sweep
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, load_sweep, resolve_grid
@@ -289,7 +289,7 @@ out.mkdir(parents=True, exist_ok=True)
 (out / "argv.json").write_text(json.dumps(sys.argv[1:]))
 key = a.optimizer + "/" + a.model_size
 lr, wd = a.learning_rate, a.weight_decay
-if lr is None:  # a compared run: as config.hparams.resolve_hyperparameters reads the tuned file
+if lr is None:  # a compared run: as run.plan.resolve_hyperparameters reads the tuned file
     import yaml
     entry = yaml.safe_load(open(a.tuned_hparams_file))[a.optimizer][a.model_size]
     lr, wd = entry["learning_rate"], entry.get("weight_decay")

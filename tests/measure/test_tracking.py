@@ -1,4 +1,4 @@
-"""hf_optbench/tracking.py and the run's tracker wiring: what W&B, TensorBoard and trackio show for a Lion run with
+"""hf_optbench/measure/tracking.py and the run's tracker wiring: what W&B, TensorBoard and trackio show for a Lion run with
 the GPT-3 cosine is Lion, its implementation and gpt3_cosine; eval figures under eval/; no placement warning."""
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from hf_optbench.measure.tracking import flat_hparams, tracker_config
 from hf_optbench.run import train as run_mod
-from hf_optbench.run.tracking import flat_hparams, tracker_config
 
-ROOT = Path(__file__).resolve().parents[1]
+from fixtures.tensorboard import read_tensorboard
+
+ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
 LION_COSINE = ["--optimizer", "lion", "--schedule", "gpt3_cosine", "--max_steps", "4", "--eval_steps", "2",
                "--per_device_train_batch_size", "4", "--block_size", "32", "--timing_warmup_steps", "1",
@@ -136,7 +138,7 @@ def test_trackio_receives_the_flat_section() -> None:
     given a recording stand-in for the module; this checks our dispatch and payload, not trackio itself."""
     from transformers.integrations.integration_utils import TrackioCallback
 
-    from hf_optbench.run.tracking import _push_all
+    from hf_optbench.measure.tracking import _push_all
 
     received: dict = {}
     config_store = SimpleNamespace(update=lambda d, allow_val_change=False: received.update(d))
@@ -153,21 +155,100 @@ def test_trackio_receives_the_flat_section() -> None:
 def test_tracker_config_of_a_built_optimizer_and_schedule() -> None:
     import torch
 
+    from hf_optbench.optim.held import CALLER_SOURCE, held_record
     from hf_optbench.optim.registry import build_optimizer
     from hf_optbench.optim.schedules import build_scheduler
-    from hf_optbench.run.what_ran import what_ran
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
     opt = build_optimizer("lion", model, model_size="tiny", lr=1e-4)
     sched = build_scheduler("wsd", opt, num_training_steps=10, warmup_steps=2)
-    record = what_ran(opt, sched, hparams={"learning_rate": {"value": 1e-4, "source": "user"}})
+    record = held_record(opt, sched, model=model)
     section = tracker_config(record, extra={"seed": 3})
     assert section["optimizer"] == "lion" and section["schedule"]["name"] == "wsd"
     assert [g["tensors"] for g in section["param_groups"]] == [1, 3]  # matrices decay; bias and LayerNorm not
     assert section["param_groups"][1]["weight_decay"] == 0.0 and section["seed"] == 3
-    assert section["hyperparameters"]["learning_rate"] == {"value": 1e-4, "source": "user"}
+    assert section["hyperparameters"]["learning_rate"] == {"value": 1e-4, "source": CALLER_SOURCE}
     assert section["hyperparameters"]["weight_decay"]["value"] == 0.3  # the decayed group's, not defaults' 0.0
+    assert "Chen et al. 2023" in section["hyperparameters"]["weight_decay"]["source"]  # the cited value
     json.dumps(section)  # plain values only
     flat = flat_hparams(section)
     assert all(isinstance(v, (str, int, float, bool)) for v in flat.values())
     assert "hf_optbench/hyperparameters/learning_rate/source" not in flat
+
+
+
+
+@pytest.mark.slow
+def test_a_stock_trainer_built_through_the_api_records_what_ran(tmp_path: Path) -> None:
+    """The README's Python API path (trainer_optimizer + attach_callbacks) with report_to tensorboard: the args
+    TensorBoard records and its hf_optbench section say Lion at its cited 3.33e-4 and 0.3, not transformers'
+    adamw_torch_fused at 5e-05 and 0.0."""
+    pytest.importorskip("tensorboard")
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    from hf_optbench.config.bench_args import BenchArguments
+    from hf_optbench.measure.recorder import attach_callbacks, default_callbacks
+    from hf_optbench.run.trainer import schedule_training_args, trainer_optimizer
+
+    from fixtures.models import tiny_model, token_data
+
+    out = tmp_path / "api"
+    args = TrainingArguments(str(out), max_steps=2, per_device_train_batch_size=4, use_cpu=True, logging_steps=1,
+                             logging_nan_inf_filter=False, save_strategy="no", report_to="tensorboard",
+                             disable_tqdm=True, **schedule_training_args("gpt3_cosine", num_training_steps=2))
+    trainer = Trainer(model=tiny_model(), args=args, train_dataset=token_data(16), data_collator=default_data_collator,
+                      optimizer_cls_and_kwargs=trainer_optimizer("lion", model_size="tiny"))
+    recorder, = default_callbacks(BenchArguments(), str(out), tokens_per_step=4 * 32)
+    attach_callbacks(trainer, [recorder])
+    trainer.train()
+    recorded, hparams, section = read_tensorboard(out)
+    assert recorded["optim"] == "hf_optbench:lion"
+    assert (recorded["learning_rate"], recorded["weight_decay"]) == (3.33e-4, 0.3)
+    assert (recorded["adam_beta1"], recorded["adam_beta2"]) == (0.9, 0.99)
+    assert hparams["hf_optbench/optimizer"] == "lion"
+    assert hparams["hf_optbench/hyperparameters/weight_decay/value"] == pytest.approx(0.3)
+    sources = {k: v["source"] for k, v in section["hyperparameters"].items()}
+    assert "Chen et al. 2023" in sources["weight_decay"] and "Chen et al. 2023" in sources["learning_rate"]
+
+
+@pytest.mark.slow
+def test_the_plain_trainer_idiom_records_what_the_objects_hold(tmp_path: Path) -> None:
+    """``Trainer(optimizers=(build_optimizer("lion"), build_scheduler("gpt3_cosine")), callbacks=[recorder])``: what
+    TensorBoard records and the recorder's own summary.json say is Lion at 3.33e-4 / 0.3 / 0.99 with the cosine
+    (read from the objects at init end, before the integrations record the arguments), not transformers'
+    adamw_torch_fused, 5e-05, 0.0, 0.999, linear."""
+    pytest.importorskip("tensorboard")
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    from hf_optbench.config.bench_args import BenchArguments
+    from hf_optbench.measure.recorder import default_callbacks
+    from hf_optbench.optim.registry import build_optimizer
+    from hf_optbench.optim.schedules import build_scheduler
+
+    from fixtures.models import tiny_model, token_data
+
+    out = tmp_path / "plain"
+    model = tiny_model()
+    opt = build_optimizer("lion", model, model_size="tiny")
+    sched = build_scheduler("gpt3_cosine", opt, num_training_steps=2, warmup_steps=1)
+    args = TrainingArguments(str(out), max_steps=2, per_device_train_batch_size=4, use_cpu=True, logging_steps=1,
+                             logging_nan_inf_filter=False, save_strategy="no", report_to="tensorboard",
+                             disable_tqdm=True)
+    recorder, = default_callbacks(BenchArguments(), str(out), tokens_per_step=4 * 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the recorder's placement warning: callbacks=[...] puts it after them
+        Trainer(model=model, args=args, train_dataset=token_data(16), data_collator=default_data_collator,
+                optimizers=(opt, sched), callbacks=[recorder]).train()
+    recorded, hparams, section = read_tensorboard(out)
+    assert hparams is None and section is None  # no handler to attach the section to: attach_callbacks does
+    assert recorded["optim"] == "hf_optbench:lion"
+    assert (recorded["learning_rate"], recorded["weight_decay"]) == (3.33e-4, 0.3)
+    assert (recorded["adam_beta1"], recorded["adam_beta2"]) == (0.9, 0.99)
+    assert recorded["lr_scheduler_type"] == "cosine_with_min_lr"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["optimizer"] == "lion" and summary["optimizer_impl"].startswith("lion_pytorch")
+    assert summary["hyperparameters"]["weight_decay"]["value"] == 0.3
+    assert "Chen et al. 2023" in summary["hyperparameters"]["learning_rate"]["source"]
+    assert summary["schedule"] == "gpt3_cosine" and summary["schedule_resolved"]["min_lr_ratio"] == 0.1
+    assert [g["weight_decay"] for g in summary["param_groups"]] == [0.3, 0.0]
+

@@ -4,11 +4,11 @@ hyperparameter with its source, and the schedule that ran.
 Why: those trackers build their config from ``TrainingArguments`` (``args.to_dict()``), whose ``optim`` and
 ``lr_scheduler_type`` say nothing of an optimizer handed to the Trainer (a Lion run with the GPT-3 cosine showed
 ``optim: adamw_torch_fused, lr_scheduler_type: linear``; ``adam_beta2`` 0.999 and ``weight_decay`` 0.0 beside an
-optimizer that ran 0.99 and 0.1). Those fields are set to what ran before the integrations read them
-(``hf_optbench.run.what_ran.apply_to_training_args``: by ``hf_optbench.run`` itself, and in a Trainer of the Python
-API through :func:`record_at_train_begin`), and :func:`attach_tracker_config` pushes an ``hf_optbench`` section (the
-record of what ran) to every active ``report_to`` integration at train begin, through the run objects
-transformers' integration callbacks set up:
+optimizer that ran 0.99 and 0.1). The recorder (:mod:`hf_optbench.measure.recorder`) sets those fields to what runs
+before the integrations read them and attaches :class:`TrackerConfigCallback` after them, which pushes an
+``hf_optbench`` section (the record of what ran: a run's plan record, or in a Trainer of the Python API what the
+optimizer and scheduler hold, :func:`hf_optbench.optim.held.held_record`) to every active ``report_to``
+integration at train begin, through the run objects transformers' integration callbacks set up:
 
 * W&B: ``wandb.run.config["hf_optbench"]`` (a nested dict: ``hf_optbench.optimizer``, ``hf_optbench.schedule.name``...);
 * TensorBoard: a text ``hf_optbench`` (the JSON) and the HParams plugin's session (:func:`flat_hparams`: every
@@ -27,7 +27,6 @@ from transformers import TrainerCallback
 from transformers.integrations import integration_utils as iu
 
 if TYPE_CHECKING:
-    from torch.optim.lr_scheduler import LRScheduler
     from transformers import Trainer
 
 SECTION = "hf_optbench"
@@ -47,7 +46,8 @@ def _plain(value: Any) -> Any:
 
 
 def tracker_config(record: Mapping[str, Any], *, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ``hf_optbench`` section: the record of what ran (:func:`hf_optbench.run.what_ran.what_ran`:
+    """The ``hf_optbench`` section: the record of what ran (a run's plan record or
+    :func:`hf_optbench.optim.held.held_record`:
     ``optimizer``, ``optimizer_impl``, ``hyperparameters`` {key: {"value", "source"}} as the optimizer holds them,
     ``param_groups``, ``schedule``), plus ``extra`` (size, seed, tokens per step...), as plain values."""
     return _plain({**dict(record), **dict(extra or {})})
@@ -131,23 +131,3 @@ def attach_tracker_config(trainer: Trainer, config: dict[str, Any]) -> Any:
     callback._handler = weakref.ref(trainer.callback_handler)
     trainer.callback_handler.callbacks.append(callback)
     return callback
-
-
-def record_at_train_begin(args: Any, handler: Any, optimizer: Any, scheduler: LRScheduler | None, *,
-                          sources: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """The Python API path: a Trainer whose optimizer came from :func:`hf_optbench.run.trainer.trainer_optimizer`
-    and whose recorder was placed with ``attach_callbacks``. Called by the recorder at train begin, before the
-    report_to integrations: sets the TrainingArguments fields hf_optbench replaces to what ran (so their args
-    record shows it) and appends the ``hf_optbench`` section's callback after them (the running event reaches it
-    too). A Trainer that already carries the section (``hf_optbench.run`` attaches its own) is left as it is.
-    Returns the record, or None when nothing was done."""
-    from hf_optbench.run.what_ran import apply_to_training_args, what_ran
-
-    if optimizer is None or any(isinstance(cb, TrackerConfigCallback) for cb in handler.callbacks):
-        return None
-    record = what_ran(optimizer, scheduler, sources=sources)
-    apply_to_training_args(args, record)
-    callback = TrackerConfigCallback(tracker_config(record))
-    callback._handler = weakref.ref(handler)
-    handler.callbacks.append(callback)
-    return record

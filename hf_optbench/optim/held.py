@@ -1,0 +1,140 @@
+"""What a built optimizer and scheduler hold, read from the objects: each parameter group's hyperparameters, one
+value per hyperparameter, the schedule, and where each value most likely came from.
+
+Why from the objects: TrainingArguments, torch's ``optimizer.defaults`` and a recipe each hold values that need not
+be the ones that run (transformers' ``adam_beta2`` 0.999 and ``weight_decay`` 0.0 beside a Lion built at 0.99 and
+0.3; ``lr_scheduler_type`` "linear" beside a cosine handed in as an object). A Trainer of the Python API, built by
+``trainer_optimizer`` or with ``optimizers=(opt, sched)``, has no plan: the recorder reads these objects at train
+begin (:func:`held_record`) and every tracker and its summary.json say what they hold. A run of ``hf-optbench run``
+renders its record from its plan instead (``hf_optbench.run.plan``) and checks the optimizer against it; the
+TrainingArguments fields both paths set come from :func:`training_args_fields`. Nothing here writes to the objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hf_optbench.optim.registry import (
+    CITATIONS,
+    cited_defaults,
+    describe_optimizer,
+    model_size_class,
+    spec_of,
+)
+from hf_optbench.optim.schedules import describe_scheduler
+from hf_optbench.optim.unwrap import innermost_optimizer
+
+# Group entries that are bookkeeping, not hyperparameters: the tensors, the scheduler's base rate (read as ``lr``),
+# per-step counters and mode flags of schedule-free and Sophia, Muon's group marker.
+BOOKKEEPING = frozenset({"params", "initial_lr", "step", "k", "train_mode", "weight_sum", "lr_max", "scheduled_lr",
+                         "gnb_updates", "use_muon"})
+# Implementation switches: kept in each group's record, left out of the headline hyperparameters.
+IMPLEMENTATION = frozenset({"foreach", "fused", "capturable", "differentiable", "maximize"})
+# The source of a value a run did not set: hf_optbench's builder for the optimizer or the library's class chose it
+# (Adafactor's relative_step False, AdamW's amsgrad False).
+CONSTRUCTOR_SOURCE = "builder or library default"
+# The source of a value of an optimizer built outside a run's plan that differs from the registry's citation.
+CALLER_SOURCE = "set by the caller (not the cited default)"
+
+
+def plain(value: Any) -> Any:
+    """A group entry as a plain value: numbers, strings, None and tuples of them as they are, a one-element
+    tensor (a capturable optimizer's lr) as its number, anything else as its repr."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(plain(v) for v in value)
+    if hasattr(value, "numel") and value.numel() == 1:
+        return value.item()
+    return repr(value)
+
+
+def group_record(group: Mapping[str, Any]) -> dict[str, Any]:
+    """One param group's hyperparameters; ``lr`` is the rate the group was built with (the scheduler keeps it
+    as ``initial_lr`` and multiplies it each step), ``tensors`` how many tensors the group holds."""
+    values = {k: plain(v) for k, v in group.items() if k not in BOOKKEEPING}
+    values["lr"] = plain(group.get("initial_lr", group.get("lr")))
+    values["tensors"] = len(group.get("params", ()))
+    return values
+
+
+def headline(groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """One value per hyperparameter of the groups (:func:`group_record`): ``learning_rate`` the rate most groups
+    run (the first group's on a tie: Muon's matrices at muon_lr beside two AdamW groups at the run's rate give the
+    run's), ``weight_decay`` the most decayed group's, every other key from the first group holding it, most decayed
+    groups first; Adam's ``eps`` from the group that holds ``betas`` (Muon's own eps is Newton-Schulz's)."""
+    if not groups:
+        return {}
+    rates = [g["lr"] for g in groups]
+    ordered = sorted(groups, key=lambda g: -(g.get("weight_decay") or 0.0))
+    values: dict[str, Any] = {"learning_rate": max(rates, key=rates.count),
+                              "weight_decay": ordered[0].get("weight_decay")}
+    for group in ordered:
+        for key, value in group.items():
+            if key not in ("lr", "weight_decay", "tensors") and key not in IMPLEMENTATION:
+                values.setdefault(key, value)
+    adam = next((g for g in ordered if "betas" in g and "eps" in g), None)
+    if adam is not None:
+        values["eps"] = adam["eps"]
+    return values
+
+
+def _cited_sources(spec: Any, model: Any, values: Mapping[str, Any]) -> dict[str, str]:
+    """Each value's citation where it equals the registry's cited value for the model's size class (read from its
+    parameter count), else :data:`CALLER_SOURCE`; keys the registry does not cite: :data:`CONSTRUCTOR_SOURCE`."""
+    if spec is None or model is None:
+        return {}
+    cited = cited_defaults(spec, model_size_class(model, None))
+    adamw = {"betas": "adamw_betas", "eps": "adamw_eps"}  # Muon's auxiliary AdamW cites them under these names
+    out = {}
+    for key, value in values.items():
+        ref = key if key in cited else adamw.get(key) if adamw.get(key) in cited else None
+        if ref is None:
+            continue
+        same = plain(cited[ref]) == plain(value) or (isinstance(value, float) and value == cited[ref])
+        out[key] = cited["sources"].get(ref, CITATIONS.get(ref, "")) if same else CALLER_SOURCE
+    return out
+
+
+def held_record(optimizer: Any, scheduler: Any = None, *, model: Any = None) -> dict[str, Any]:
+    """The record of what an optimizer and scheduler built outside a run's plan hold: ``optimizer`` (registry name
+    from its class, else module.Class), ``optimizer_impl``, ``hyperparameters`` ({key: {"value", "source"}}: the
+    citation where the value is the registry's cited one for the model's size, else "set by the caller"),
+    ``param_groups`` (each group's values) and ``schedule`` (:func:`~hf_optbench.optim.schedules.describe_scheduler`).
+    The same keys as a run's plan record, so trackers and summary.json read both alike."""
+    inner = innermost_optimizer(optimizer)
+    spec = spec_of(inner)
+    groups = [group_record(g) for g in inner.param_groups]
+    values = headline(groups)
+    sources = _cited_sources(spec, model, values)
+    return {
+        "optimizer": spec.name if spec is not None else f"{type(inner).__module__}.{type(inner).__qualname__}",
+        "optimizer_impl": describe_optimizer(optimizer, model=model),
+        "hyperparameters": {k: {"value": v, "source": sources.get(k, CONSTRUCTOR_SOURCE)} for k, v in values.items()},
+        "param_groups": groups,
+        "schedule": describe_scheduler(scheduler),
+    }
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def training_args_fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The TrainingArguments fields hf_optbench replaces, set to what a record says runs: ``learning_rate``,
+    ``weight_decay``, ``max_grad_norm`` where the record has it, ``adam_beta1``/``adam_beta2`` (a pair of betas,
+    Lion's too) and ``adam_epsilon`` (a single eps), plus ``optim`` as ``hf_optbench:<name>`` (no transformers name
+    covers it). Trackers record TrainingArguments (``args.to_dict()``) and checkpoints save them: they then say
+    what ran rather than transformers' defaults."""
+    values = {k: v["value"] for k, v in record["hyperparameters"].items()}
+    fields: dict[str, Any] = {"optim": f"hf_optbench:{str(record['optimizer']).rsplit('.', 1)[-1]}"}
+    for key in ("learning_rate", "weight_decay", "max_grad_norm"):
+        if _number(values.get(key)):
+            fields[key] = values[key]
+    betas = values.get("betas")
+    if isinstance(betas, (list, tuple)) and len(betas) == 2 and all(_number(b) for b in betas):
+        fields["adam_beta1"], fields["adam_beta2"] = float(betas[0]), float(betas[1])
+    if _number(values.get("eps")):
+        fields["adam_epsilon"] = values["eps"]
+    return fields
