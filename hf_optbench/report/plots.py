@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_optbench.report.analysis import BASELINE, Analysis, group, window
+from hf_optbench.report.analysis import Analysis, group, window
+from hf_optbench.rundir import BASELINE
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 _readable = "{:g}".format  # 0.002, 0.5, 2: a tick label as written, not 5x10^-1

@@ -37,9 +37,9 @@ def changed_runs(spec: SweepSpec, runs: Sequence[RunSpec]) -> dict[str, dict[str
     """{run_id: {key: (recorded, now)}} for the runs of ``runs`` whose directory records an identity other than
     the one their arguments give now. One parse per distinct configuration (seeds and run names masked, as in
     validation); a run whose arguments do not parse here is left to its launch, which refuses them."""
-    from hf_optbench.rundir import read_identity
     from hf_optbench.run.identity import identity_changes
     from hf_optbench.run.plan import resolve_plan
+    from hf_optbench.rundir import read_identity
 
     now: dict[tuple[str, ...], dict[str, Any] | None] = {}
     out: dict[str, dict[str, tuple[Any, Any]]] = {}
@@ -66,8 +66,22 @@ def _show(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
+def _leaves(changes: dict[str, tuple[Any, Any]]) -> dict[str, tuple[Any, Any]]:
+    """A changed mapping (the resolved schedule, the data) shown by the keys inside it that changed, dotted
+    (``schedule.warmup_steps 0.1 -> 2.0``), not as two whole JSON objects."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for key, (a, b) in changes.items():
+        if isinstance(a, dict) and isinstance(b, dict):
+            inner = {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+            out.update({f"{key}.{k}": v for k, v in _leaves(inner).items()})
+        else:
+            out[key] = (a, b)
+    return out
+
+
 def refusal(changed: dict[str, dict[str, tuple[Any, Any]]]) -> OptBenchError:
     """One line: the runs, each with its changed keys old -> new, and the three ways out."""
+    changed = {rid: _leaves(c) for rid, c in changed.items()}
     ids = list(changed)
     listed = "; ".join(f"{rid} ({', '.join(f'{k} {_show(a)} -> {_show(b)}' for k, (a, b) in changed[rid].items())})"
                        for rid in ids[:3]) + (f"; and {len(ids) - 3} more" if len(ids) > 3 else "")
