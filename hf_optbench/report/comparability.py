@@ -54,11 +54,13 @@ _NOT_POOLED = {"seed", "data_seed", "max_steps", "world_size", "zero_stage", "bl
 
 
 # Identity keys that may differ between the optimizers of one size: each optimizer's own hyperparameters (cited,
-# tuned or set per optimizer), schedule included (a schedule-free optimizer runs none). Every other setting of the
+# tuned or set per optimizer; each parameter group's rate and decay: run.plan), schedule included (a schedule-free
+# optimizer runs none). Every other setting of the
 # identity is the protocol, which the runs paired by seed must share: an edited sweep that kept its old runs paired
 # dropout 0.3 with dropout 0 and one warmup with another.
 PER_OPTIMIZER = frozenset({"optimizer", "optimizer_constructor", "learning_rate", "weight_decay", "max_grad_norm",
-                           "schedule", "schedule_kwargs", "min_lr_ratio", "embedding_state_32bit"})
+                           "schedule", "schedule_kwargs", "schedule_resolved", "min_lr_ratio", "embedding_state_32bit",
+                           "param_groups"})
 
 
 def _per_optimizer_keys(runs: Sequence[Mapping[str, Any]]) -> set[str]:
