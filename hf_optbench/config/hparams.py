@@ -30,7 +30,8 @@ def resolve_hyperparameters(cfg: RunConfig) -> dict[str, Any]:
         defaults = optimizer_defaults(cfg.optim.optimizer, cfg.model.model_size)
     tuned = {}
     if cfg.optim.tuned_hparams_file:
-        tuned = lookup_tuned(cfg.optim.tuned_hparams_file, cfg.optim.optimizer, cfg.model.model_size) or {}
+        tuned = lookup_tuned(cfg.optim.tuned_hparams_file, cfg.optim.optimizer, cfg.model.model_size,
+                             max_steps=cfg.training.max_steps) or {}
     chosen: dict[str, Any] = {}
     for key in ("learning_rate", "weight_decay", "max_grad_norm"):
         if key in cfg.explicit:
@@ -44,7 +45,28 @@ def resolve_hyperparameters(cfg: RunConfig) -> dict[str, Any]:
         else:
             chosen[key] = {"value": getattr(cfg.training, key), "source": "transformers default"}
     chosen.update(_constructor_sources(cfg, defaults))
+    chosen.update(_tuned_constructor_values(cfg, defaults, tuned))
     return chosen
+
+
+def _tuned_constructor_values(cfg: RunConfig, defaults: dict[str, Any], tuned: dict[str, Any]) -> dict[str, Any]:
+    """The tuned constructor arguments (``optim.tuned.CONSTRUCTOR_KEYS``: a parameter group's learning-rate ratio)
+    the optimizer takes: the user's optimizer_kwargs first, else the tuned file's (added to the constructor
+    arguments), else the citation; each with its source."""
+    from hf_optbench.optim.registry import OPTIMIZERS
+    from hf_optbench.optim.tuned import CONSTRUCTOR_KEYS
+
+    spec = OPTIMIZERS.get(cfg.optim.optimizer)
+    kwargs, out = cfg.optim.kwargs(), {}
+    for key in (k for k in CONSTRUCTOR_KEYS if spec is not None and k in spec.kwargs):
+        if key in kwargs:
+            out[key] = {"value": kwargs[key], "source": "user"}
+        elif key in tuned:
+            cfg.optim.add_kwargs({key: tuned[key]})
+            out[key] = {"value": tuned[key], "source": f"tuned: {cfg.optim.tuned_hparams_file}"}
+        elif key in defaults:
+            out[key] = {"value": defaults[key], "source": defaults.get("sources", {}).get(key, "registry default")}
+    return out
 
 
 def _constructor_sources(cfg: RunConfig, defaults: dict[str, Any]) -> dict[str, Any]:

@@ -110,6 +110,15 @@ class OptimizerArguments:
         """The parsed ``optimizer_kwargs``."""
         return dict(self._kwargs)
 
+    def add_kwargs(self, values: dict[str, Any]) -> None:
+        """Add constructor arguments the tuned file gives (``config.hparams``: a group's tuned learning-rate ratio),
+        checked like the user's, kept in ``optimizer_kwargs`` so that config.yaml reruns to the same optimizer."""
+        from hf_optbench.optim.registry import check_optimizer_kwargs
+
+        check_optimizer_kwargs(self.optimizer, values)
+        self._kwargs.update(values)
+        self.optimizer_kwargs = json.dumps(self._kwargs, sort_keys=True)
+
     def schedule_kwargs_dict(self) -> dict[str, Any]:
         """The parsed ``schedule_kwargs``."""
         return dict(self._schedule_kwargs)

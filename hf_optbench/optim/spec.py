@@ -97,7 +97,7 @@ class OptimizerSpec:
     the state the optimizer really holds (None: the built string, marked when ZeRO flattened the parameters).
     ``tune_weight_decay``: its cited weight decay differs from AdamW's (the Lion paper moves it 3-10x with the
     learning rate, Chen et al. 2023 Sec. 5), so a sweep's ``tune:`` phase tunes it too, after the learning rate
-    (``study.tuning_grid``); an optimizer whose cited weight decay is AdamW's keeps it.
+    (``study.tuning``); an optimizer whose cited weight decay is AdamW's keeps it.
     """
 
     name: str

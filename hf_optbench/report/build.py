@@ -133,7 +133,7 @@ def _verdict(doc: Doc, an: Analysis) -> None:
 def _bracketing(doc: Doc, an: Analysis) -> None:
     """Under the verdict table: whether every tuned optimum was bracketed (the loss rises on both sides of it)."""
     from hf_optbench.report.tuning_curves import bracketed_optima
-    from hf_optbench.study.tuning import lost_tuning_points
+    from hf_optbench.study.tuning_phase import lost_tuning_points
 
     lost = lost_tuning_points(an.sweep_dir) if an.sweep_dir else []
     if lost:

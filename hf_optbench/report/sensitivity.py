@@ -89,7 +89,7 @@ def sensitivity_table(records: Sequence[Mapping[str, Any]]) -> tuple[list[str], 
     bracketed = bracketed_from_records(tuning)
     rows = []
     for (opt, size), points in sorted(point_losses(tuning).items()):
-        s = lr_sensitivity({m: v for (m, w), v in points.items() if w is None})
+        s = lr_sensitivity({p.lr: v for p, v in points.items() if p.wd is None and p.nm is None and p.dx is None})
         if s is None:
             rows.append([opt, size, "–", "every point diverged or failed", "–", "no"])
             continue

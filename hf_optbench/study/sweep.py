@@ -242,12 +242,12 @@ def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_st
 def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: bool,
                           out_stream: Any) -> tuple[dict[str, int], int | None, bool]:
     """The tuning phase as a loop: run its pending runs, let the tuner add the runs its finished results call for
-    (a step beyond an edge holding the best, the weight-decay grid: study.tuning_grid.extend_tuning), repeat until
+    (a step beyond an edge holding the best, the weight-decay grid: study.tuning_phase.extend_tuning), repeat until
     it adds none. (counts, max_runs left, finished). A tuning run that failed (a crash, a killed worker) runs once
     more before its point counts; ``--retry-failed`` also applies to the first pass. A run that fails twice is
     final, its point counts as a rise of the loss, and the tuned file and the report say so
     (study.tuning.tune_phase)."""
-    from hf_optbench.study.tuning_grid import extend_tuning
+    from hf_optbench.study.tuning_phase import extend_tuning
 
     assert spec.tuning is not None
 
@@ -278,7 +278,7 @@ def _failed_once(spec: SweepSpec) -> list[str]:
 def _tune_then_attach(spec: SweepSpec, out_stream: Any) -> None:
     """Select the tuned values, write them (tune_phase checks that every compared optimizer x size has one), and
     point the comparison runs at them."""
-    from hf_optbench.study.tuning import tune_phase
+    from hf_optbench.study.tuning_phase import tune_phase
 
     path, warnings = tune_phase(spec)
     for w in warnings:
@@ -310,5 +310,34 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
             if not finished:  # stopped early: compare later
                 return _add(counts, {"pending": len(spec.runs)})
             _tune_then_attach(spec, out_stream)
-        compared, _ = _run_phase(spec, max_runs, retry_failed, out_stream, sweep_copy=True)
-        return _add(counts, compared)
+        compared, tuned = _compare_until_uncensored(spec, max_runs, retry_failed, out_stream)
+        return _add(tuned if tuned is not None else counts, compared)
+
+
+def _compare_until_uncensored(spec: SweepSpec, max_runs: int | None, retry_failed: bool,
+                              out_stream: Any) -> tuple[dict[str, int], dict[str, int] | None]:
+    """The comparison phase as a loop (issue 29): the compared runs, the attribution runs (study.comparison_runs),
+    then, while a compared run beats the ladder's top rung, that rung's tuning and a rung at twice its budget for
+    every seed of the size, up to the ladder's cap. (counts of the comparison and attribution runs, counts of the
+    tuning phase when it ran again)."""
+    from hf_optbench.study.comparison_runs import attribution_phase, extend_ladder
+
+    def say(text: str) -> None:
+        print(f"[sweep] ladder: {text}", file=out_stream, flush=True)
+
+    tuned = None
+    while True:
+        counts, launched = _run_phase(spec, max_runs, retry_failed, out_stream, sweep_copy=True)
+        max_runs = None if max_runs is None else max_runs - launched
+        attribution = attribution_phase(spec)
+        if attribution is not None:
+            extra, launched = _run_phase(attribution, max_runs, retry_failed, out_stream, sweep_copy=False)
+            max_runs = None if max_runs is None else max_runs - launched
+            counts = _add(counts, extra)
+        if set(counts) - {"completed", "diverged", "failed", "oom"} or not extend_ladder(spec, say):
+            return counts, tuned
+        if spec.tuning is not None:  # the new rung's own learning rate first, as every rung's
+            tuned, max_runs, finished = _tune_until_bracketed(spec, max_runs, retry_failed, out_stream)
+            if not finished:
+                return counts, tuned
+            _tune_then_attach(spec, out_stream)

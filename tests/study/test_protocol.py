@@ -91,8 +91,8 @@ def _write(tmp_path: Path, *, tune: dict | None = None, overrides: dict | None =
         "launcher": {"type": "command", "command": ["{python}", str(fake)],
                      "env": {"FAKE_BEST_LR": json.dumps(best), **(env or {})}, **(launcher or {})},
     }
-    if tune is not None:
-        sweep["tune"] = tune
+    if tune is not None:  # the learning-rate protocol alone: confirmation and group rates have their own tests
+        sweep["tune"] = {"confirm_seeds": [], "nonmatrix_multipliers": [], **tune}
     path = tmp_path / name
     path.write_text(yaml.safe_dump(sweep))
     return path
