@@ -211,6 +211,12 @@ class SizeComparison:
         at_least = (self.bounded == "upper") == self.higher_is_better  # a speedup's gap is -log(speedup)
         return "≥ " if at_least else "≤ "
 
+    def ratio_text(self) -> str:
+        """"0.823 [0.70, 0.96] ahead (1/5 pairs bounds)": the ratio (a bound, "≥ 4", where every pair is one), its
+        interval and stance, and how many pairs are bounds."""
+        low, high = self.interval()
+        return f"{self.bound_sign()}{self.ratio():.3g} [{low:.3g}, {high:.3g}] {self.stance}{self.censored_text()}"
+
     def censored_text(self) -> str:
         return f" ({self.censored_pairs}/{self.n_pairs} pairs bounds)" if self.censored_pairs else ""
 

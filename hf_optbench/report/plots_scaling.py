@@ -75,7 +75,8 @@ def plot_scaling(an: Analysis, path: Path) -> Path:
         ax.set_visible(False)
     for ax, (key, label) in zip(axes.flat, keys, strict=False):  # spare axes are hidden
         _panel(ax, an, key, label, col)
-    fig.suptitle(f"ratio to {BASELINE} vs model size: mean paired ratio, bar = {1 - ALPHA / 2:.1%} paired t interval; "
+    fig.suptitle(f"ratio to {BASELINE} vs model size: mean paired ratio, bar = the verdict's interval (Holm, {ALPHA:.0%} "
+                 "over the table); "
                  "filled = beyond the margin (grey band: ±3 % for speedup, ±2 % otherwise), hollow = not; no fitted line")
     return save(fig, path)
 

@@ -18,12 +18,16 @@ Sweep file (YAML)::
       lr_grid: {low: 0.25, high: 4}        #   factor-2 steps from low to high (powers of 2, low <= 1 <= high)
       max_extensions: 3                    # steps the tuner may add beyond an edge holding the best (default 3)
       wd_multipliers: [0.333333, 1, 3]     # weight decay x the cited value, optimizers that tune it (default)
+      nonmatrix_multipliers: [0.25, 0.5, 1, 2]  # the non-matrix group's rate x the tuned rate (adamw, muon); [] off
       seed: [0]                            # seeds of the tuning runs
+      confirm_seeds: [1000, 1001]          # more seeds where a choice's margin is within the seed noise (default)
+      confirm_rungs: true                  # the same for the ladder rungs' rates (study/tuning.py has the rule)
     budget: {tokens_per_param: 0.5}      # optional: max_steps per size = 0.5 x non-embedding params / tokens per
                                            # step, the same data per parameter at every size (study/budget.py)
     ladder:                                # optional: the baseline also runs at these multiples of the budget,
-      multiples: [0.25, 0.5, 1, 2]         #   each a full schedule; the report reads every other optimizer's
-      optimizer: adamw                     #   speedup (AdamW-equivalent data) off it (measure/speedup.py)
+      multiples: [0.25, 0.5, 1, 2]         #   each a full schedule, each at its own tuned rate; the report reads
+      optimizer: adamw                     #   every other optimizer's speedup off it (measure/speedup.py)
+      max_multiple: 16                     #   doubled while a run beats the top rung, up to this (default 8x top)
     per_optimizer: {lion: {weight_decay: 1.0}}   # optional recipe keys for one optimizer
     per_model_size: {gpt2-xl: {per_device_train_batch_size: 4}}   # optional recipe keys for one size
     launcher:

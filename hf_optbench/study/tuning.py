@@ -27,19 +27,20 @@ The rule, per optimizer x size, one hyperparameter (an *axis*) at a time, the ot
    group's rate** (``nonmatrix_lr_ratio``: embeddings, head, LayerNorm gains, biases) for every family that takes
    it (AdamW and Muon: the baseline gets the freedom Muon's auxiliary AdamW has), at the tuned rate and decay;
 2. then every **ladder rung** of the baseline (its runs at other budgets, ``ladder:``) tunes its own learning rate,
-   starting from the compared budget's optimum x1/2, x1, x2 (factor-2 steps), at the tuned decay and ratio;
+   starting from three factor-2 steps around the compared budget's optimum (shifted one step down per full 4x of
+   budget: :func:`rung_grid`), at the tuned decay and ratio;
 3. on each axis, each point's score is its mean ``final_tuning_loss`` over the tuning seeds (a split held out from
    training and from the reported eval split), inf when a seed diverged or failed; the best is the lowest, ties to
    the point closest to x1. A best strictly inside the grid is bracketed; otherwise one step is added beyond the
    edge it sits on (x2 for rates, x3 for weight decay; below the lowest point when every point diverged; weight
    decay's domain ends at 0, which is tried next and brackets by the domain), at most ``max_extensions`` times;
-4. **noise**: the best point's *margin* is the loss gap to its nearest neighbour. With one tuning seed the
-   seed-to-seed noise is unknown, so the learning-rate axis always runs its best point and neighbours at the
-   ``confirm_seeds`` too and measures it (the pooled seed-to-seed sd of the final tuning loss); every later axis
-   of the pair reuses that noise and confirms the same way only where its margin is within it. Confirmed points are
-   scored over all their seeds, the choice re-made among them (its new neighbours confirmed in turn), and the tuned
-   file records the margin, the noise and the seeds beside each choice (``within_noise``: the neighbours remain
-   equivalent within the noise even then).
+4. **noise**: the best point's *margin* over a neighbour is how much worse that neighbour is (over the seeds both
+   ran). With one tuning seed the seed-to-seed noise is unknown, so the learning-rate axis always runs its best
+   point and its nearer neighbour at the ``confirm_seeds`` too and measures it (the pooled seed-to-seed sd of the
+   final tuning loss); then, as on every later axis of the pair (which reuse that noise), each neighbour whose
+   margin is within the noise is confirmed as well. Confirmed points are scored over all their seeds, the choice
+   re-made among them (its new close neighbours confirmed in turn), and the tuned file records the margin, the
+   noise and the seeds beside each choice (``within_noise``: the best still wins by less than the noise).
 
 Restart: every decision is replayed from the initial grids and the finished runs (:func:`plan_tuning`), so a sweep
 started again after a kill adds exactly the runs it would have added. The sweep side (the runs, the tuned file, the
@@ -72,8 +73,18 @@ WD_MULTIPLIERS = (1 / 3, 1.0, 3.0)
 # tunes Muon's AdamW part at 0.1-0.3x its matrix rate (muon_to_adam_lr, PhaseI); issue 29 measured Muon's tuned rate
 # at 4-8x AdamW's, so its optimum ratio lies near 1/8 - 1/4, which the grid reaches in one or two extensions.
 NONMATRIX_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0)
-# A rung's grid: its learning rate x1/2, x1, x2 of the compared budget's optimum, extended in factor-2 steps.
+# A rung's grid: three factor-2 steps around the compared budget's optimum, shifted one step down per full 4x of
+# budget (up per full 4x less), extended in factor-2 steps. Why shifted: the optimal rate falls with the token horizon (Bjorck et
+# al. 2024, arXiv:2409.19913: LR*(D) = B D^-beta), and issue 29 measured it at nano: the 4x rung's best rate was half
+# the compared budget's. Within a 4x of the budget the grid still holds the x1 optimum itself.
 RUNG_MULTIPLIERS = (0.5, 1.0, 2.0)
+
+
+def rung_grid(best: float, budget_multiple: float) -> list[float]:
+    """The initial learning-rate grid of the rung at ``budget_multiple`` x the budget (see RUNG_MULTIPLIERS)."""
+    steps = math.log2(budget_multiple) / 2  # one factor-2 step of the rate per full 4x of the budget
+    shift = int(math.copysign(math.floor(abs(steps)), steps))
+    return [best * 2.0 ** -shift * m for m in RUNG_MULTIPLIERS]
 # Three factor-2 steps reach 8x beyond the initial grid's edge, more than the 4x by which the demo's 3-point grid
 # missed (measured 2026-11-23/25: adafactor's best at the grid's x1 edge, lion's and Muon's at the x16 edge), for at
 # most 3 more runs per tuning seed, optimizer x size and axis.
@@ -292,9 +303,9 @@ def _extend(axis: Axis, best: float | None, r: Replay, what: str) -> bool:
 
 def replay_axis(name: str, initial: Sequence[float], r: Replay) -> Axis:
     """The rule of the module doc, replayed on one axis: ``r.losses(m)`` is {seed: loss} of the finished runs at
-    multiplier ``m``. Bracket on the tuning seeds first; then, with confirm seeds, confirm the best and its
-    neighbours where the noise is unknown or the margin within it, re-choosing among the confirmed points until
-    the best's neighbours are all confirmed."""
+    multiplier ``m``. Bracket on the tuning seeds first; then, with confirm seeds, run the best and each neighbour
+    whose margin is within the noise at them (the nearer neighbour while the noise is unmeasured), re-choosing among
+    the confirmed points until no unconfirmed neighbour of the best is within the noise."""
     axis = Axis(name, sorted({canon(m) for m in initial}))
     full: set[float] = set()
     all_seeds = tuple(r.seeds) + tuple(r.confirm)
@@ -312,47 +323,63 @@ def replay_axis(name: str, initial: Sequence[float], r: Replay) -> Axis:
                 continue
             noise = r.noise if r.noise is not None else pooled_sd(
                 [[r.losses(m)[s] for s in r.seeds] for m in axis.grid])
-            margin = _margin(base, axis.grid, best)
-            # confirm where the noise is unknown, or measured and at least the margin (a noise of 0, a run with
-            # no seed-to-seed variation, leaves nothing for more seeds to decide)
-            if r.confirm and best is not None and (noise is None or 0 < noise and margin <= noise):
-                full = {best, *_neighbours(axis.grid, best)}
-                axis.note = (f"{name} x{best:g}'s margin {margin:.3g} is within the noise "
+            close = _close(r, axis.grid, best, noise, full)
+            if r.confirm and close:
+                full = {best, *close}
+                axis.note = (f"{name} x{best:g}'s margin over {grid_text(sorted(close))} is within the noise "
                              f"{'(not measured yet)' if noise is None else f'{noise:.3g}'}: confirming "
                              f"{grid_text(sorted(full))} at seeds {list(r.confirm)}")
                 continue
-            return _settle(axis, base, best, r.floor, noise, r.seeds, measured=r.noise is None and noise is not None)
+            return _settle(axis, r, base, best, noise, r.seeds, measured=r.noise is None and noise is not None)
         scores = {m: _mean(r.losses(m), all_seeds) for m in full}
         best = choose(scores)
-        grow = {*_neighbours(axis.grid, best)} - full if best is not None else set()
+        noise = pooled_sd([[r.losses(m)[s] for s in all_seeds] for m in sorted(full)])
+        grow = _close(r, axis.grid, best, noise if noise is not None else r.noise, full)
         if grow:
             full |= grow
             continue
-        if best is not None and not is_bracketed(axis.grid, best, r.floor) and best in (axis.grid[0], axis.grid[-1]) \
-                and _extend(axis, best, r, name):
+        if best is not None and not is_bracketed(axis.grid, best, r.floor) and _extend(axis, best, r, name):
             full.add(axis.extensions[-1])
             continue
-        noise = pooled_sd([[r.losses(m)[s] for s in all_seeds] for m in sorted(full)])
         axis.confirmed = sorted(full)
-        return _settle(axis, {**base, **scores}, best, r.floor, noise if noise is not None else r.noise, all_seeds,
+        return _settle(axis, r, {**base, **scores}, best, noise if noise is not None else r.noise, all_seeds,
                        measured=noise is not None)
 
 
-def _margin(scores: Mapping[float, float], grid: Sequence[float], best: float | None) -> float:
-    """The loss gap from the best to its nearest neighbour (inf when its neighbours diverged or it has none)."""
-    if best is None:
-        return math.inf
-    return min((scores[m] - scores[best] for m in _neighbours(grid, best)), default=math.inf)
+def _pair_margin(r: Replay, a: float, b: float) -> float:
+    """How much worse ``b`` is than ``a``, over the seeds both ran (paired: a seed's own luck cancels)."""
+    la, lb = r.losses(a), r.losses(b)
+    shared = [s for s in la if s in lb]
+    return _mean(lb, shared) - _mean(la, shared) if shared else math.inf
 
 
-def _settle(axis: Axis, scores: Mapping[float, float], best: float | None, floor: float | None,
-            noise: float | None, seeds: Sequence[int], measured: bool) -> Axis:
+def _close(r: Replay, grid: Sequence[float], best: float | None, noise: float | None,
+           confirmed: set[float]) -> set[float]:
+    """The best's unconfirmed neighbours that more seeds must decide: those whose margin is within the noise, or,
+    while the noise is unmeasured, the nearer one (a noise of 0, a run with no seed-to-seed variation, leaves
+    nothing for more seeds to decide)."""
+    if best is None or not r.confirm:
+        return set()
+    margins = {n: _pair_margin(r, best, n) for n in _neighbours(grid, best) if n not in confirmed}
+    if not margins:
+        return set()
+    if noise is None:
+        nearest = min(margins, key=lambda n: margins[n])
+        return {nearest} if math.isfinite(margins[nearest]) else set()
+    return {n for n, m in margins.items() if 0 < noise and m <= noise}
+
+
+def _settle(axis: Axis, r: Replay, scores: Mapping[float, float], best: float | None, noise: float | None,
+            seeds: Sequence[int], measured: bool) -> Axis:
+    """The axis's choice and what it was decided on: its margin (paired, over the seeds the best and each neighbour
+    share; inf when its neighbours diverged or it has none), the noise, the seeds."""
     axis.scores, axis.best, axis.seeds = dict(scores), best, tuple(seeds)
-    axis.bracketed = is_bracketed(axis.grid, best, floor)
-    axis.margin = _margin(scores, axis.grid, best) if best is not None else None
+    axis.bracketed = is_bracketed(axis.grid, best, r.floor)
+    axis.margin = min((_pair_margin(r, best, n) for n in _neighbours(axis.grid, best)), default=math.inf) \
+        if best is not None else None
     axis.noise, axis.noise_measured = noise, measured
-    if axis.bracketed and best == floor:
-        axis.note = f"best {axis.name} is x{floor:g}, the edge of its domain: bracketed by the domain"
+    if axis.bracketed and best == r.floor:
+        axis.note = f"best {axis.name} is x{r.floor:g}, the edge of its domain: bracketed by the domain"
     elif best is None:
         axis.note = f"every {axis.name} of {grid_text(axis.grid)} diverged or failed"
     return axis
@@ -519,7 +546,7 @@ def _plan_pair(tune: TuneSpec, setup: PairSetup, runs: Runs) -> PairPlan:
     best = pair.best()
     assert best is not None
     for dx in setup.rungs:
-        pair.rungs[dx] = replay_axis(f"{RUNG}{dx:g}", [lr_best * m for m in RUNG_MULTIPLIERS], Replay(
+        pair.rungs[dx] = replay_axis(f"{RUNG}{dx:g}", rung_grid(lr_best, dx), Replay(
             losses(_rung_point(best, dx)), LR_STEP, cap, seeds, confirm if tune.confirm_rungs else (), noise))
     return pair
 

@@ -26,9 +26,11 @@ from hf_optbench.report.sensitivity import lr_sensitivity, sensitivity_table
 from hf_optbench.report.tuning_curves import bracketed_optima
 from hf_optbench.rundir import parse_run_id, read_state
 from hf_optbench.study.sweep import run_sweep
-from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, load_sweep, resolve_grid
+from hf_optbench.study.sweep_spec import RunSpec, SweepSpec
 from hf_optbench.study.tuning import Replay, replay_axis
 from hf_optbench.study.tuning_phase import extend_tuning, tune_phase
+
+from fixtures.sweep_fixture import settle_tuning, tuning_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,18 +88,8 @@ def test_weight_decay_below_its_lowest_point_tries_none_and_a_best_at_zero_is_br
 # ------------------------------------------------------------------------------- made-up results on disk
 def _spec(tmp_path: Path, tune: dict, optimizers: tuple[str, ...] = ("adamw",), extra: dict | None = None) -> SweepSpec:
     """A sweep of the tiny size; its tuning confirms no choice and tunes no group ratio unless ``tune`` asks
-    (those have tests of their own below)."""
-    tune = {"confirm_seeds": [], "nonmatrix_multipliers": [], **tune}
-    sweep = {"name": "bracket", "base": str(REPO / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
-             "overrides": {"max_steps": 4, "tuning_blocks": 4},
-             "matrix": {"optimizer": list(optimizers), "model_size": ["tiny"], "seed": [1]},
-             "tune": tune, "launcher": {"type": "command", "command": ["true"], "validate": False}, **(extra or {})}
-    path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump(sweep))
-    spec = load_sweep(path)
-    assert spec.tuning is not None
-    resolve_grid(spec.tuning)
-    return spec
+    (those have tests of their own, tests/study/test_tuning_phase.py)."""
+    return tuning_spec(tmp_path, {"confirm_seeds": [], "nonmatrix_multipliers": [], **tune}, optimizers, extra=extra)
 
 
 def _finish(spec: SweepSpec, run: RunSpec, loss: float | None) -> None:
@@ -117,18 +109,9 @@ Loss = Callable[[str, float, float | None], float | None]  # (optimizer, lr mult
 
 
 def _settle(spec: SweepSpec, loss: Loss) -> list[str]:
-    """What the sweep's tuning loop does, with made-up results: finish every pending run, ask for more, until the
-    tuner adds none. Returns what the tuner said."""
-    assert spec.tuning is not None
-    said: list[str] = []
-    new = list(spec.tuning.runs)
-    while new:
-        for run in new:
-            if not spec.tuning.run_dir(run).exists():
-                _finish(spec, run, loss(run.optimizer, float(run.lr_multiplier or 0),
-                                        parse_run_id(run.run_id).get("wd_multiplier")))
-        new = extend_tuning(spec, said.append)
-    return said
+    """The sweep's tuning loop, each run's loss from ``loss`` (its optimizer, lr and wd multipliers)."""
+    return settle_tuning(spec, lambda run: _finish(spec, run, loss(run.optimizer, float(run.lr_multiplier or 0),
+                                                                   parse_run_id(run.run_id).get("wd_multiplier"))))
 
 
 def _bowl(best_lr: float, best_wd: float | None = None) -> Loss:

@@ -20,27 +20,19 @@ from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.registry import optimizer_defaults
 from hf_optbench.optim.tuned import lookup_tuned
 from hf_optbench.rundir import parse_run_id
-from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, load_sweep, resolve_grid
+from hf_optbench.study.sweep_spec import RunSpec, SweepSpec
 from hf_optbench.study.tuning import Coords
-from hf_optbench.study.tuning_phase import extend_tuning, tune, tune_phase
+from hf_optbench.study.tuning_phase import tune, tune_phase
+
+from fixtures.sweep_fixture import settle_tuning, tuning_spec
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 8  # the compared budget's steps (overrides.max_steps); a rung at x4 runs 32
 
 
 def _spec(tmp_path: Path, tune_: dict, optimizers: tuple[str, ...], ladder: bool = False) -> SweepSpec:
-    sweep = {"name": "protocol", "base": str(REPO / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
-             "overrides": {"max_steps": STEPS, "tuning_blocks": 4},
-             "matrix": {"optimizer": list(optimizers), "model_size": ["tiny"], "seed": [1, 2]},
-             "tune": tune_, "launcher": {"type": "command", "command": ["true"], "validate": False}}
-    if ladder:
-        sweep["ladder"] = {"multiples": [0.5, 1, 2, 4], "optimizer": "adamw"}
-    path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump(sweep))
-    spec = load_sweep(path)
-    assert spec.tuning is not None
-    resolve_grid(spec.tuning)
-    return spec
+    extra = {"ladder": {"multiples": [0.5, 1, 2, 4], "optimizer": "adamw"}} if ladder else None
+    return tuning_spec(tmp_path, tune_, optimizers, steps=STEPS, seeds=(1, 2), extra=extra)
 
 
 def _jitter(run_id: str, scale: float) -> float:
@@ -79,16 +71,7 @@ def _finish(spec: SweepSpec, run: RunSpec, loss: Loss) -> None:
 
 
 def _settle(spec: SweepSpec, loss: Loss) -> list[str]:
-    """The sweep's tuning loop with made-up results: finish every pending run, ask for more, until none."""
-    assert spec.tuning is not None
-    said: list[str] = []
-    new = list(spec.tuning.runs)
-    while new:
-        for run in new:
-            if not spec.tuning.run_dir(run).exists():
-                _finish(spec, run, loss)
-        new = extend_tuning(spec, said.append)
-    return said
+    return settle_tuning(spec, lambda run: _finish(spec, run, loss))
 
 
 def test_every_parameter_group_of_adamw_and_muon_is_tuned_with_its_curve_and_bracket(tmp_path: Path) -> None:
@@ -123,7 +106,8 @@ def test_every_parameter_group_of_adamw_and_muon_is_tuned_with_its_curve_and_bra
 
 def test_every_ladder_rung_gets_its_own_bracketed_rate(tmp_path: Path) -> None:
     """Issue 29: every rung ran at the rate tuned for x1, handicapping the ladder. Each rung now tunes its own, from
-    the x1 optimum's x1/2, x1, x2, extended until bracketed; a rung run finds its rate by its steps."""
+    three factor-2 steps around the x1 optimum (a step lower per full 4x of budget), extended until bracketed; a rung run
+    finds its rate by its steps."""
     spec = _spec(tmp_path, {"lr_multipliers": [1, 2, 4, 8], "nonmatrix_multipliers": [], "confirm_seeds": []},
                  ("adamw",), ladder=True)
     _settle(spec, _bowls({"adamw": 4}, {}))  # the optimum halves with each 4x of the budget (see _bowls)
@@ -132,7 +116,10 @@ def test_every_ladder_rung_gets_its_own_bracketed_rate(tmp_path: Path) -> None:
     rungs = {r["budget_multiple"]: r for r in entry["ladder"]}
     assert sorted(rungs) == [0.5, 2.0, 4.0] and all(r["bracketed"] for r in rungs.values()) and entry["bracketed"]
     assert entry["multiplier"] == 4.0 and rungs[4.0]["multiplier"] == 2.0 and rungs[0.5]["multiplier"] in (4.0, 8.0)
-    assert rungs[4.0]["grid"] == [1.0, 2.0, 4.0, 8.0] and rungs[4.0]["extensions"] == [1.0]
+    assert rungs[4.0]["grid"] == [1.0, 2.0, 4.0] and rungs[4.0]["extensions"] == []  # 4x: centred a step lower
+    # within 4x of the budget the grid is centred on the x1 optimum: 2x's best (x2) sat at its lower edge
+    assert rungs[0.5]["grid"] == [2.0, 4.0, 8.0] and rungs[2.0]["grid"] == [1.0, 2.0, 4.0, 8.0]
+    assert rungs[2.0]["extensions"] == [1.0] and rungs[2.0]["multiplier"] == 2.0
     assert rungs[4.0]["max_steps"] == 4 * STEPS and rungs[0.5]["max_steps"] == STEPS // 2
     cited = optimizer_defaults("adamw", "tiny")["learning_rate"]
     assert lookup_tuned(str(path), "adamw", "tiny", max_steps=4 * STEPS)["learning_rate"] == pytest.approx(2 * cited)
@@ -152,14 +139,15 @@ def test_a_choice_within_the_noise_is_decided_by_more_seeds_and_says_so(tmp_path
     spec = _spec(tmp_path, {"lr_multipliers": [1, 2, 4, 8], "nonmatrix_multipliers": [],
                             "confirm_seeds": [1000, 1001]}, ("adamw",))
     said = _settle(spec, loss)
-    assert any("margin" in s and "confirming [x1, x2, x4] at seeds [1000, 1001]" in s for s in said), said
+    # the noise is not measured yet: the best (x2) and its nearer neighbour (x4) run at the confirm seeds
+    assert any("x2's margin over [x4]" in s and "confirming [x2, x4] at seeds [1000, 1001]" in s for s in said), said
     entry = yaml.safe_load(tune_phase(spec)[0].read_text())["adamw"]["tiny"]
     assert entry["multiplier"] == 4.0 and entry["lr_seeds"] == [0, 1000, 1001]
     # the noise: the pooled seed-to-seed sd at the confirmed points (seed 0's liking for x2 is part of it)
     assert entry["lr_noise_measured_here"] and 0.01 < entry["lr_noise"] < entry["lr_margin"]
     assert entry["lr_within_noise"] is False
     confirmed = {c["multiplier"]: c["seeds"] for c in entry["curve"]}
-    assert confirmed == {1.0: 3, 2.0: 3, 4.0: 3, 8.0: 3}  # x2 and its neighbours, then x4 led: its neighbour x8 too
+    assert confirmed == {1.0: 1, 2.0: 3, 4.0: 3, 8.0: 1}  # x8's margin over x4 (0.05) is beyond the noise
 
 
 def test_tune_writes_what_the_sweep_wrote(tmp_path: Path) -> None:
