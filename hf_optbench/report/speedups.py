@@ -200,9 +200,9 @@ def speedup_tables(doc: Any, an: Any, baseline: str) -> None:
     header, rows = rung_rates_table(an, baseline)
     if rows:
         doc.p(f"Each rung of {baseline}'s ladder ran at its own tuned learning rate (x the cited rate; tuned_hparams.yaml "
-              "`ladder`), tuned from three factor-2 steps around the compared budget's optimum (a step lower per full "
-              "4x of budget) and extended until bracketed: a ladder at the x1 rate would handicap every rung but one "
-              "and inflate every speedup read off it. Where a choice's margin is within the seed noise it is said.")
+              "`ladder`), tuned from the compared budget's optimum x1/2, x1, x2 and extended until bracketed: a ladder "
+              "at the x1 rate would handicap every rung but one and inflate every speedup read off it. Where a choice's "
+              "margin is within the seed noise it is said.")
         doc.table(header, rows)
     header, rows = attribution_table(an, baseline)
     if rows:

@@ -27,8 +27,7 @@ The rule, per optimizer x size, one hyperparameter (an *axis*) at a time, the ot
    group's rate** (``nonmatrix_lr_ratio``: embeddings, head, LayerNorm gains, biases) for every family that takes
    it (AdamW and Muon: the baseline gets the freedom Muon's auxiliary AdamW has), at the tuned rate and decay;
 2. then every **ladder rung** of the baseline (its runs at other budgets, ``ladder:``) tunes its own learning rate,
-   starting from three factor-2 steps around the compared budget's optimum (shifted one step down per full 4x of
-   budget: :func:`rung_grid`), at the tuned decay and ratio;
+   starting from the compared budget's optimum x1/2, x1, x2 (:func:`rung_grid`), at the tuned decay and ratio;
 3. on each axis, each point's score is its mean ``final_tuning_loss`` over the tuning seeds (a split held out from
    training and from the reported eval split), inf when a seed diverged or failed; the best is the lowest, ties to
    the point closest to x1. A best strictly inside the grid is bracketed; otherwise one step is added beyond the
@@ -73,18 +72,19 @@ WD_MULTIPLIERS = (1 / 3, 1.0, 3.0)
 # tunes Muon's AdamW part at 0.1-0.3x its matrix rate (muon_to_adam_lr, PhaseI); issue 29 measured Muon's tuned rate
 # at 4-8x AdamW's, so its optimum ratio lies near 1/8 - 1/4, which the grid reaches in one or two extensions.
 NONMATRIX_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0)
-# A rung's grid: three factor-2 steps around the compared budget's optimum, shifted one step down per full 4x of
-# budget (up per full 4x less), extended in factor-2 steps. Why shifted: the optimal rate falls with the token horizon (Bjorck et
-# al. 2024, arXiv:2409.19913: LR*(D) = B D^-beta), and issue 29 measured it at nano: the 4x rung's best rate was half
-# the compared budget's. Within a 4x of the budget the grid still holds the x1 optimum itself.
+# A rung's grid: the compared budget's optimum x1/2, x1, x2, extended in factor-2 steps until bracketed. Centred on
+# the x1 optimum, not on a guess: the optimal rate falls with a long token horizon (Bjorck et al. 2024,
+# arXiv:2409.19913), but at these horizons it need not (measured 2026-11-26, nano: the 4x rung's best was x16
+# against the compared budget's x8), so a grid shifted by a rule would only cost extensions.
 RUNG_MULTIPLIERS = (0.5, 1.0, 2.0)
 
 
 def rung_grid(best: float, budget_multiple: float) -> list[float]:
     """The initial learning-rate grid of the rung at ``budget_multiple`` x the budget (see RUNG_MULTIPLIERS)."""
-    steps = math.log2(budget_multiple) / 2  # one factor-2 step of the rate per full 4x of the budget
-    shift = int(math.copysign(math.floor(abs(steps)), steps))
-    return [best * 2.0 ** -shift * m for m in RUNG_MULTIPLIERS]
+    del budget_multiple  # every rung starts around the same optimum; its own extensions find its own
+    return [best * m for m in RUNG_MULTIPLIERS]
+
+
 # Three factor-2 steps reach 8x beyond the initial grid's edge, more than the 4x by which the demo's 3-point grid
 # missed (measured 2026-11-23/25: adafactor's best at the grid's x1 edge, lion's and Muon's at the x16 edge), for at
 # most 3 more runs per tuning seed, optimizer x size and axis.

@@ -106,8 +106,7 @@ def test_every_parameter_group_of_adamw_and_muon_is_tuned_with_its_curve_and_bra
 
 def test_every_ladder_rung_gets_its_own_bracketed_rate(tmp_path: Path) -> None:
     """Issue 29: every rung ran at the rate tuned for x1, handicapping the ladder. Each rung now tunes its own, from
-    three factor-2 steps around the x1 optimum (a step lower per full 4x of budget), extended until bracketed; a rung run
-    finds its rate by its steps."""
+    the x1 optimum's x1/2, x1, x2, extended until bracketed; a rung run finds its rate by its steps."""
     spec = _spec(tmp_path, {"lr_multipliers": [1, 2, 4, 8], "nonmatrix_multipliers": [], "confirm_seeds": []},
                  ("adamw",), ladder=True)
     _settle(spec, _bowls({"adamw": 4}, {}))  # the optimum halves with each 4x of the budget (see _bowls)
@@ -116,8 +115,7 @@ def test_every_ladder_rung_gets_its_own_bracketed_rate(tmp_path: Path) -> None:
     rungs = {r["budget_multiple"]: r for r in entry["ladder"]}
     assert sorted(rungs) == [0.5, 2.0, 4.0] and all(r["bracketed"] for r in rungs.values()) and entry["bracketed"]
     assert entry["multiplier"] == 4.0 and rungs[4.0]["multiplier"] == 2.0 and rungs[0.5]["multiplier"] in (4.0, 8.0)
-    assert rungs[4.0]["grid"] == [1.0, 2.0, 4.0] and rungs[4.0]["extensions"] == []  # 4x: centred a step lower
-    # within 4x of the budget the grid is centred on the x1 optimum: 2x's best (x2) sat at its lower edge
+    assert rungs[4.0]["grid"] == [1.0, 2.0, 4.0, 8.0] and rungs[4.0]["extensions"] == [1.0]  # its best x2: an edge
     assert rungs[0.5]["grid"] == [2.0, 4.0, 8.0] and rungs[2.0]["grid"] == [1.0, 2.0, 4.0, 8.0]
     assert rungs[2.0]["extensions"] == [1.0] and rungs[2.0]["multiplier"] == 2.0
     assert rungs[4.0]["max_steps"] == 4 * STEPS and rungs[0.5]["max_steps"] == STEPS // 2
