@@ -103,7 +103,7 @@ def test_no_ladder_no_speedup_question(tmp_path: Path) -> None:
     assert all(r.get("speedup") is None for r in an.records)
 
 
-NO_CLAIM = ("level", "no difference", "insufficient data")
+NO_CLAIM = ("level", "no difference", "insufficient data", "not measurable here")
 
 
 @pytest.mark.slow
