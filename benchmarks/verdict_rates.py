@@ -1,14 +1,20 @@
 """How often the scaling verdict is wrong, measured by simulation: python benchmarks/verdict_rates.py
 
-A benchmark of the statistics, not of speed. Simulated sweeps at the demo's three sizes (0.11M, 0.81M, 2.7M
-parameters) feed hf_optbench.measure.verdict.verdict_for:
+A benchmark of the statistics, not of speed. Simulated sweeps at three sizes (0.11M, 0.81M, 2.7M parameters) feed
+hf_optbench.measure.verdict:
 
-* null: no true difference at any size; every run's metric carries independent log-normal noise (sd ``noise``
-  on the log scale, for the optimizer and the baseline alike) plus a seed effect shared by the pair. Any verdict
-  other than "no difference" / "level" / "insufficient data" is a false verdict; the rule's nominal level is 5 %.
-* constant: a true ratio of 0.8 at every size: a "grows", "shrinks" or "deficit vanishes" is a false trend.
-* trend: the ratio falls from 1.0 at the smallest size to 0.5 at the largest: "grows" or "deficit vanishes"
-  (or "holds" counted separately) is the detection rate.
+* one cell (one optimizer, one metric; ``verdict_for``):
+  - null: no true difference at any size; every run's metric carries independent log-normal noise (sd ``noise``
+    on the log scale, for the optimizer and the baseline alike) plus a seed effect shared by the pair. Any word
+    that claims a difference (``verdict.CLAIMS``) is a false verdict; the nominal level is 5 %.
+  - constant: a true ratio of 0.8 at every size: a trend word ("grows", "gaining", "shrinks", "deficit
+    vanishes") is a false trend; "holds" or "ahead, trend unresolved" is the saving found.
+  - trend: the ratio falls from 1.0 at the smallest size to 0.5 at the largest: "grows", "gaining" or "deficit
+    vanishes" is the detection rate.
+* the whole table (``verdict``: 3 optimizers x every metric of the report, 24 cells, Holm's procedure over them):
+  null data for every metric on its own scale (log-normal ratios, losses in nats, spike counts, a speedup around 1,
+  no divergence). The family-wise false-verdict rate, the share of tables with any false claim, must stay at 5 %;
+  beside it, the same tables judged cell by cell at 5 % each (no control), as the report did before issue 29.
 """
 
 from __future__ import annotations
@@ -17,15 +23,17 @@ import argparse
 import math
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
-from hf_optbench.measure.verdict import MetricSpec, Observation, verdict_for
+from hf_optbench.measure.verdict import CLAIMS, METRICS, MetricSpec, Observation, verdict, verdict_for
 
 SIZES = {"tiny": 108_288, "mini": 809_728, "midi": 2_694_144}
 SPEC = MetricSpec("m", "convergence", "simulated metric")
-NO_CLAIM = ("no difference", "level", "insufficient data")
-TREND_CLAIMS = ("grows", "shrinks", "deficit vanishes")
+TREND_CLAIMS = ("grows", "gaining", "shrinks", "deficit vanishes")
+FOUND = ("holds", "ahead, trend unresolved")
+OPTIMIZERS = ("opt_a", "opt_b", "opt_c")
 
 
 def simulate(log_ratio: dict[str, float], seeds: int, noise: float, rng: np.random.Generator) -> list[Observation]:
@@ -53,7 +61,7 @@ def scenario(name: str) -> dict[str, float]:
 
 
 def rates(name: str, seeds: int, noise: float, trials: int, rng_seed: int = 0) -> dict[str, float]:
-    """Fraction of trials per verdict for one scenario."""
+    """Fraction of trials per verdict for one scenario (one cell)."""
     rng = np.random.default_rng(rng_seed)
     counts: dict[str, int] = {}
     truth = scenario(name)
@@ -65,15 +73,58 @@ def rates(name: str, seeds: int, noise: float, trials: int, rng_seed: int = 0) -
 
 def summarise(name: str, r: dict[str, float]) -> tuple[str, float]:
     if name == "null":
-        return "false verdict", sum(v for k, v in r.items() if k not in NO_CLAIM)
+        return "false verdict", sum(v for k, v in r.items() if k in CLAIMS)
     if name == "constant":
         return "false trend", sum(v for k, v in r.items() if k in TREND_CLAIMS)
-    return "trend found", r.get("grows", 0.0) + r.get("deficit vanishes", 0.0)
+    return "trend found", sum(r.get(k, 0.0) for k in ("grows", "gaining", "deficit vanishes"))
+
+
+# ------------------------------------------------------------------------------------------------ whole table
+def _value(spec: MetricSpec, shared: float, noise: float, rng: np.random.Generator) -> float:
+    """One run's null value of ``spec`` on its own scale (the optimizer's and the baseline's alike)."""
+    if spec.baseline_value is not None:  # a speedup: the optimizer's alone, around the baseline's 1
+        return math.exp(rng.normal(0.0, noise))
+    if spec.key == "diverged":
+        return 0.0
+    if spec.mode == "difference":  # losses (nats) and spike counts: additive noise on the margin's scale
+        return 3.0 + 5 * spec.margin * shared + rng.normal(0.0, 2 * spec.margin)
+    return math.exp(5.0 + shared + rng.normal(0.0, noise))
+
+
+def simulate_table(seeds: int, noise: float, rng: np.random.Generator) -> list[dict[str, Any]]:
+    """One sweep's records, the baseline and three optimizers with no true difference in any metric."""
+    records = []
+    for seed in range(seeds):
+        shared = rng.normal(0.0, 0.3)
+        for size, params in SIZES.items():
+            for opt in ("adamw", *OPTIMIZERS):
+                rec: dict[str, Any] = {"optimizer": opt, "model_size": size, "num_params": params, "seed": seed}
+                for spec in METRICS:
+                    if spec.baseline_value is None or opt != "adamw":
+                        rec[spec.key] = _value(spec, shared, noise, rng)
+                records.append(rec)
+    return records
+
+
+def table_rates(seeds: int, noise: float, trials: int, rng_seed: int = 0) -> dict[str, float]:
+    """{"family-wise false verdict": share of tables with a false claim under Holm's control, "uncontrolled": the
+    same tables with each cell judged alone at 5 %, "cells": the table's cells}."""
+    rng = np.random.default_rng(rng_seed)
+    holm = alone = 0
+    cells = 0
+    for _ in range(trials):
+        records = simulate_table(seeds, noise, rng)
+        table = verdict(records)
+        cells = len(table)
+        holm += any(v.verdict in CLAIMS for v in table)
+        alone += any(v.p_value is not None and v.p_value <= 0.05 for v in table)
+    return {"family-wise false verdict": holm / trials, "uncontrolled": alone / trials, "cells": cells}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=4000)
+    parser.add_argument("--table-trials", type=int, default=400)
     parser.add_argument("--seeds", type=int, nargs="+", default=[2, 3, 5])
     parser.add_argument("--noise", type=float, nargs="+", default=[0.02, 0.05, 0.10])
     args = parser.parse_args(argv)
@@ -88,6 +139,14 @@ def main(argv: list[str] | None = None) -> int:
                 what, value = summarise(name, rates(name, seeds, noise, args.trials))
                 cells.append(f"{100 * value:.1f} %")
             print(f"| {name} | {what} | {noise:g} | " + " | ".join(cells) + " |")
+    print(f"\nThe whole table, null data ({args.table_trials} simulated sweeps per cell):\n")
+    print("| noise sd (log) | seeds | cells | family-wise false verdict (Holm) | without control |")
+    print("|---|---|---|---|---|")
+    for noise in args.noise:
+        for seeds in args.seeds:
+            r = table_rates(seeds, noise, args.table_trials)
+            print(f"| {noise:g} | {seeds} | {r['cells']:.0f} | {100 * r['family-wise false verdict']:.1f} % | "
+                  f"{100 * r['uncontrolled']:.1f} % |")
     print(f"\n({time.perf_counter() - start:.0f} s)")
     return 0
 

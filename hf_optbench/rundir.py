@@ -95,18 +95,21 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
 
 
 # The optional parts of a run id after the seed, in order: (prefix, record key). ``lrx``: the learning rate as a
-# multiple of the run's resolved rate (a tuning grid); ``wdx``: the weight decay likewise; ``dx``: the data budget as
-# a multiple of the sweep's budget (the baseline ladder that the speedup is read from).
+# multiple of the run's resolved rate (a tuning grid); ``wdx``: the weight decay likewise; ``nmx``: the non-matrix
+# group's learning rate as a multiple of learning_rate (optim.adamw.NONMATRIX_KEY, tuned for AdamW and Muon); ``dx``:
+# the data budget as a multiple of the sweep's budget (the baseline ladder that the speedup is read from).
 ID_PARTS: tuple[tuple[str, str], ...] = (("lrx", "lr_multiplier"), ("wdx", "wd_multiplier"),
-                                         ("dx", "budget_multiple"))
+                                         ("nmx", "nonmatrix_multiplier"), ("dx", "budget_multiple"))
 
 
 def run_id_for(optimizer: str, model_size: str, seed: int, lr_multiplier: float | None = None, *,
-               wd_multiplier: float | None = None, budget_multiple: float | None = None) -> str:
+               wd_multiplier: float | None = None, budget_multiple: float | None = None,
+               nonmatrix_multiplier: float | None = None) -> str:
     """Deterministic, filesystem-safe id of a sweep's matrix point: ``adamw__tiny__s0``, ``lion__mini__s1__lrx0.5``
     or ``adamw__midi__s2__dx4`` (:func:`parse_run_id` reads it back)."""
     rid = f"{optimizer}__{model_size}__s{seed}"
-    values = {"lr_multiplier": lr_multiplier, "wd_multiplier": wd_multiplier, "budget_multiple": budget_multiple}
+    values = {"lr_multiplier": lr_multiplier, "wd_multiplier": wd_multiplier, "budget_multiple": budget_multiple,
+              "nonmatrix_multiplier": nonmatrix_multiplier}
     for prefix, key in ID_PARTS:
         if values[key] is not None:
             rid += f"__{prefix}{values[key]:g}"

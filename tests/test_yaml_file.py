@@ -123,7 +123,7 @@ def test_a_tuned_file_with_a_shared_value_loads_back(tmp_path: Path) -> None:
     """safe_dump writes a list shared by two keys as an anchor and an alias, which the loader refuses: the tuned
     file is written without them."""
     from hf_optbench.optim.tuned import lookup_tuned
-    from hf_optbench.study.tuning import write_tuned
+    from hf_optbench.study.tuning_phase import write_tuned
 
     grid = [0.5, 1.0, 2.0]
     path = write_tuned({"adamw": {"tiny": {"learning_rate": 1e-3, "grid": grid, "wd_grid": grid}}},

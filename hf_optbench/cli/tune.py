@@ -1,6 +1,7 @@
 """``hf-optbench tune SWEEP_DIR``: the best learning-rate multiplier per optimizer and size of a tuning sweep (by mean
 ``final_tuning_loss``, the held-out tuning split), written where recipes read it (``--tuned_hparams_file``). A sweep
-with a ``tune:`` section does this itself; this command is for a tuning grid run by hand."""
+with a ``tune:`` section does this itself; this command is for a tuning grid run by hand, or to write again (by the
+same function, :func:`hf_optbench.study.tuning_phase.write_tuned`) what such a sweep's ``tuning/`` directory holds."""
 
 from __future__ import annotations
 
@@ -14,15 +15,16 @@ from hf_optbench.rundir import TUNED_FILE
 def main(argv: list[str] | None = None) -> int:
     """Write (merge into) the tuned-values YAML, print it; warnings (a best value at the grid's edge, a size where
     every multiplier diverged) go to stderr."""
-    from hf_optbench.study import tuning
+    from hf_optbench.study import tuning_phase
 
-    parser = ArgumentParser(prog="hf-optbench tune", description=(tuning.__doc__ or "").split("\n\n")[0])
+    parser = ArgumentParser(prog="hf-optbench tune", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("sweep_dir", help="output directory of a sweep with matrix.lr_multipliers (or the tuning/ "
                                           "folder of a sweep with a tune: section)")
-    parser.add_argument("--output", default=TUNED_FILE, help="YAML to write (merged if it exists)")
+    parser.add_argument("--output", default=TUNED_FILE, help="YAML to write (merged into a tuned file hf-optbench "
+                                                             "wrote; any other existing file is refused)")
     args = parser.parse_args(argv)
     check_sweep_dir(args.sweep_dir)  # a missing folder, a corrupt manifest or summary.json: exit 2, one line
-    path, warnings = tuning.tune(args.sweep_dir, args.output)
+    path, warnings = tuning_phase.tune(args.sweep_dir, args.output)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(path.read_text(encoding="utf-8"))

@@ -3,7 +3,8 @@
 The question behind the benchmark: if growing the model shrinks an optimizer's saving in memory, convergence
 speed or stability, the optimizer should not be used for large-scale pretraining. This module turns per-run
 numbers into that answer with paired statistics, so the answer can be tested on simulated data
-(tests/measure/test_verdict_rates.py measures its false-verdict rate on data with no true difference).
+(benchmarks/verdict_rates.py and tests/measure/test_verdict_rates.py measure the false-verdict rate of the whole
+table on data with no true difference).
 
 The rule (every metric is "lower is better": bytes, tokens, seconds, loss, spikes, divergences)
 -----------------------------------------------------------------------------------------------
@@ -13,13 +14,14 @@ difference is ``d_si = log m_O - log m_B`` for ratio metrics (``exp(d)`` is the 
 ``d_si = m_O - m_B`` for difference metrics (spikes per 1k steps, divergence), whose values can be 0.
 
 * **At one size**: the mean of the n paired differences, with a Student-t confidence interval (n - 1 degrees of
-  freedom). The optimizer is **ahead** when the whole interval lies below ``-margin``, **behind** when it lies
-  above ``+margin``, **level** when it lies inside ``[-margin, +margin]`` (an equivalence test: a 0.1 % gap
-  measured with no noise is level, not a difference), and **no difference** otherwise. Each cell also states its
-  **minimal detectable effect** (MDE): the smallest true gap it would call ahead or behind with 80 % power, from
-  the measured paired spread and the number of seeds (normal approximation to the noncentral t:
-  ``margin + (t_{1-a/2} + t_{0.8}) * sd / sqrt(n)``, at the interval's own level), so "no difference (MDE 12 %)"
-  says how blind the comparison was.
+  freedom; :mod:`hf_optbench.measure.intervals`). The optimizer is **ahead** when the whole interval lies below
+  ``-margin``, **behind** when it lies above ``+margin``, **level** when it lies inside ``[-margin, +margin]`` (an
+  equivalence test: a 0.1 % gap measured with no noise is level, not a difference), and **no difference**
+  otherwise. A size where some pairs are *bounds* (a speedup beyond the ladder, a run that never reached the target)
+  gets no mean and no t interval of bounds: the censored-normal likelihood gives its estimate and interval
+  (:func:`hf_optbench.measure.intervals.censored_fit`), and the cell says how many pairs were bounds. Each cell
+  states its **minimal detectable effect** (MDE): the smallest true gap it would call ahead or behind with 80 %
+  power at the level it was tested at, computed exactly from the noncentral t distribution.
 * **The margins**, each the smallest difference worth a word on its own scale:
   - final eval loss: a difference in nats, margin :data:`LOSS_MARGIN_NATS` = 0.01. Losses are compared on the
     language-model scale: a *ratio* margin of 2 % would be ~0.05 nats at a loss of 2.5, larger than the whole
@@ -31,13 +33,17 @@ difference is ``d_si = log m_O - log m_B`` for ratio metrics (``exp(d)`` is the 
   - memory, tokens and seconds to target: ratios, margin 2 %;
   - differences with their own floor: 1 spike / 1k steps; 0.2 of the seeds diverging.
 * **The trend**: for each seed, the least-squares slope of its paired differences on log10(parameters); the mean
-  of those per-seed slopes, with its own t interval, is the trend per decade. Taking one slope per seed keeps the
-  pairing and needs no assumption that the noise is equal across sizes. The trend is **significant** when its
-  interval lies wholly beyond ``margin / decades spanned`` on one side (a change of at least the margin across
-  the sizes run).
-* The size-level interval is taken at the largest size only, and both tests run at ``alpha / 2`` (Bonferroni),
-  so on data with no true difference the chance of any verdict other than "no difference" / "level" is at most
-  ``alpha`` (5 %).
+  of those per-seed slopes, with its own t interval, is the trend per decade (seeds with a bound at some size are
+  left out: a slope through a bound is no slope). Taking one slope per seed keeps the pairing and needs no
+  assumption that the noise is equal across sizes. The trend is **significant** when its interval lies wholly
+  beyond ``threshold = margin / decades spanned`` on one side (a change of at least the margin across the sizes
+  run), and **shown flat** when it lies wholly inside ``[-threshold, +threshold]``.
+* **Error control over the whole table.** One cell (an optimizer x a metric) makes a difference claim when the
+  largest size's test or the trend's test rejects; its p-value is ``2 min(p_largest, p_trend)`` (Bonferroni over
+  its two tests). Across the table's cells Holm's step-down procedure (Holm 1979) holds the chance of *any* false
+  difference claim in the table at :data:`ALPHA` (5 %): the cells are tested in order of their p-values, the k-th
+  at ``ALPHA / (m - k + 1)``, and each cell's verdict is computed at the level it was tested at (both of its tests at
+  half of it). Wall-clock cells that cannot be measured on this machine are left out of the family.
 
 The verdicts (one per optimizer and metric) and what each means: :data:`VERDICT_MEANINGS`.
 """
@@ -48,28 +54,46 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
+from hf_optbench.measure.intervals import (
+    Censor,
+    censored_fit,
+    minimal_detectable_effect,
+    t_interval,
+    t_p_values,
+)
 from hf_optbench.rundir import BASELINE
 
-VERDICTS = ("grows", "holds", "shrinks", "deficit vanishes", "behind", "level", "no difference",
-            "insufficient data")
+VERDICTS = ("grows", "holds", "ahead, trend unresolved", "gaining", "shrinks", "deficit vanishes", "behind", "level",
+            "no difference", "not measurable here", "insufficient data")
 VERDICT_MEANINGS = {
-    "grows": "significant favourable trend with model size, and ahead of the baseline at the largest size",
-    "holds": "ahead of the baseline at the largest size, no significant trend with model size",
+    "grows": "ahead of the baseline at the largest size, and a significant favourable trend with model size",
+    "holds": "ahead at the largest size, and the trend's interval lies inside the equivalence margin: the advantage "
+             "is shown to stay within the margin across the sizes run",
+    "ahead, trend unresolved": "ahead at the largest size; the trend is neither significant nor shown to lie inside "
+                               "the margin (the data cannot say whether the advantage holds as models grow)",
+    "gaining": "a significant favourable trend with model size, not (yet) ahead at the largest size",
     "shrinks": "significant unfavourable trend: the advantage decreases (or the deficit deepens) as models grow",
     "deficit vanishes": "behind at the smallest size, a significant favourable trend, not behind at the largest",
     "behind": "worse than the baseline at the largest size, no significant favourable trend",
     "level": "equivalent to the baseline within the margin at every size",
-    "no difference": "the data do not show a difference or a trend",
+    "no difference": "neither ahead, behind nor level at the largest size, and no significant trend: the data show "
+                     "no difference (the MDE says how large a true one could be and stay unseen)",
+    "not measurable here": "a wall-clock figure that this machine's load or the sharing of it with other runs makes "
+                           "uninterpretable (the reason is given); no word is drawn from it",
     "insufficient data": "fewer than two sizes with two or more seeds paired with the baseline",
 }
+# The words that claim a difference from the baseline (ahead, behind or a trend): the claims whose family-wise
+# error rate Holm's procedure controls. "level" and "no difference" claim none.
+CLAIMS = ("grows", "holds", "ahead, trend unresolved", "gaining", "shrinks", "deficit vanishes", "behind")
 STANCES = ("ahead", "behind", "level", "no difference")
-ALPHA = 0.05  # family-wise: split between the trend test and the largest-size test (Bonferroni)
+ALPHA = 0.05  # family-wise, over every cell of the verdict table (Holm), each cell's two tests at half its level
 RATIO_MARGIN = math.log(1.02)
 SPEEDUP_MARGIN = math.log(1.03)  # see the module doc: a tenth of the ~1.1x gains that recent studies report
 LOSS_MARGIN_NATS = 0.01  # see the module doc: hundredths of a nat matter in language modelling
-POWER = 0.8  # the power at which each cell's minimal detectable effect is stated
+NOT_MEASURABLE = "not measurable here"
 
 
 @dataclass(frozen=True)
@@ -88,7 +112,7 @@ class MetricSpec:
     higher_is_better: bool = False
     baseline_value: float | None = None
     unit: str = ""  # of a difference metric, for the MDE text ("nats")
-    censored_means: str = "a run that never reached the target (counted at its budget)"
+    censored_means: str = "a run that never reached the target (counted at its budget: a bound)"
 
 
 # The metrics the report compares (keys of the per-run records the report builds from summary.json).
@@ -97,7 +121,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("peak_memory_bytes", "memory", "peak memory"),
     MetricSpec("speedup", "convergence", "speedup (AdamW-equivalent data)", margin=SPEEDUP_MARGIN,
                higher_is_better=True, baseline_value=1.0,
-               censored_means="a loss beyond the ladder's range (counted at its end: the speedup is a bound)"),
+               censored_means="a loss beyond the ladder's range (a bound, never a value)"),
     MetricSpec("final_eval_loss", "convergence", "final eval loss", "difference", LOSS_MARGIN_NATS, unit="nats"),
     MetricSpec("tokens_to_target", "convergence", "tokens to target loss"),
     MetricSpec("seconds_to_target", "convergence", "seconds to target loss"),
@@ -109,8 +133,10 @@ METRICS: tuple[MetricSpec, ...] = (
 
 @dataclass(frozen=True)
 class Observation:
-    """One run's value of one metric (None: not measured). ``censored``: the value is a bound (a run that never
-    reached a target counts at its budget), which the evidence line reports."""
+    """One run's value of one metric (None: not measured). ``censored``: the value is a bound, not a measurement;
+    ``bound`` says which way: "above" (the true value is at least this: a run that never reached a target counts at
+    its budget; a speedup beyond the ladder's top) or "below" (at most this). A censored value without ``bound``
+    is read as "above"."""
 
     optimizer: str
     model_size: str
@@ -118,16 +144,23 @@ class Observation:
     seed: int
     value: float | None
     censored: bool = False
+    bound: Literal["above", "below"] | None = None
+
+    @property
+    def direction(self) -> Literal["above", "below"] | None:
+        return (self.bound or "above") if self.censored else None
 
 
 @dataclass
 class SizeComparison:
-    """Optimizer vs baseline at one model size, paired by seed."""
+    """Optimizer vs baseline at one model size, paired by seed. ``gap`` is the mean paired difference, or, where
+    some pairs are bounds, the censored-normal estimate; when every pair is a bound on the same side no estimate
+    exists and ``gap`` holds the weakest bound (``bounded`` says which way: "upper": the true gap is at most it)."""
 
     model_size: str
     num_params: float
-    gap: float  # mean paired log-ratio (ratio mode) or difference
-    spread: float  # sample standard deviation of the paired differences
+    gap: float
+    spread: float  # sample standard deviation of the paired differences (the fitted spread where censored)
     ci_low: float
     ci_high: float
     stance: str  # one of STANCES
@@ -135,17 +168,35 @@ class SizeComparison:
     mean_optimizer: float
     mean_baseline: float
     censored_pairs: int = 0
-    mde: float = math.inf  # minimal detectable effect (|gap| at POWER), on the gap's scale
+    level: float = ALPHA  # the two-sided level of this size's interval
+    margin: float = 0.0
     higher_is_better: bool = False
+    bounded: Censor = None
+    p_ahead: float = 1.0  # one-sided p-values of "beyond -margin" / "beyond +margin"
+    p_behind: float = 1.0
 
     @property
     def significant(self) -> bool:
         """A difference beyond the margin, with confidence (ahead or behind)."""
         return self.stance in ("ahead", "behind")
 
+    @cached_property
+    def mde(self) -> float:
+        """The minimal detectable effect (the |gap| called ahead or behind with 80 % power at this size's level),
+        on the gap's scale; computed when asked (an exact noncentral-t solve: the simulations judge thousands of
+        tables and read none of them)."""
+        if self.n_pairs < 2 or not math.isfinite(self.spread):
+            return math.inf
+        return minimal_detectable_effect(self.spread, self.n_pairs, self.level, self.margin)
+
+    @property
+    def p_value(self) -> float:
+        """Two-sided p-value of a difference beyond the margin (ahead or behind)."""
+        return min(1.0, 2.0 * min(self.p_ahead, self.p_behind))
+
     def ratio(self) -> float:
         """The figure a reader expects for ratio metrics: exp(gap) (0.5 = half the baseline), or for a
-        higher-is-better metric the value itself (a speedup of 1.6)."""
+        higher-is-better metric the value itself (a speedup of 1.6); a bound where ``bounded``."""
         return math.exp(-self.gap if self.higher_is_better else self.gap)
 
     def interval(self) -> tuple[float, float]:
@@ -154,21 +205,37 @@ class SizeComparison:
             return math.exp(-self.ci_high), math.exp(-self.ci_low)
         return math.exp(self.ci_low), math.exp(self.ci_high)
 
+    def bound_sign(self) -> str:
+        """"≥ " or "≤ " before a figure that is a bound (every pair censored one way), else ""."""
+        if self.bounded is None:
+            return ""
+        at_least = (self.bounded == "upper") == self.higher_is_better  # a speedup's gap is -log(speedup)
+        return "≥ " if at_least else "≤ "
+
+    def ratio_text(self) -> str:
+        """"0.823 [0.70, 0.96] ahead (1/5 pairs bounds)": the ratio (a bound, "≥ 4", where every pair is one), its
+        interval and stance, and how many pairs are bounds."""
+        low, high = self.interval()
+        return f"{self.bound_sign()}{self.ratio():.3g} [{low:.3g}, {high:.3g}] {self.stance}{self.censored_text()}"
+
+    def censored_text(self) -> str:
+        return f" ({self.censored_pairs}/{self.n_pairs} pairs bounds)" if self.censored_pairs else ""
+
     def describe(self, spec: MetricSpec) -> str:
         """"speedup 1.6 [1.5, 1.7] (midi, ahead)", with the MDE where the stance is "no difference"."""
         if spec.mode == "ratio":
             low, high = self.interval()
             kind = "speedup" if spec.higher_is_better else "ratio"
-            text = f"{kind} {self.ratio():.3g} [{low:.3g}, {high:.3g}]"
+            text = f"{kind} {self.bound_sign()}{self.ratio():.3g} [{low:.3g}, {high:.3g}]"
         else:
-            text = f"gap {self.gap:+.3g} [{self.ci_low:+.3g}, {self.ci_high:+.3g}]"
+            text = f"gap {self.bound_sign()}{self.gap:+.3g} [{self.ci_low:+.3g}, {self.ci_high:+.3g}]"
         mde = f", {self.mde_text(spec.mode, spec.unit)}" if self.stance == "no difference" else ""
-        return f"{text} ({self.model_size}, {self.stance}{mde})"
+        return f"{text}{self.censored_text()} ({self.model_size}, {self.stance}{mde})"
 
     def mde_text(self, mode: str, unit: str = "") -> str:
         """"MDE 12 %" (ratio metrics: the smallest detectable ratio change) or "MDE 0.012 nats"."""
         if not math.isfinite(self.mde):
-            return "MDE n/a: one seed"
+            return "MDE n/a: one seed" if self.n_pairs < 2 else "MDE n/a: bounds"
         if mode == "ratio":
             return f"MDE {math.expm1(self.mde):.0%}"
         return f"MDE {self.mde:.2g}" + (f" {unit}" if unit else "")
@@ -185,6 +252,10 @@ class Verdict:
     change: float | None = None  # fitted change across the sizes run (slope x decades)
     threshold: float | None = None  # the slope beyond which a trend counts (margin / decades)
     notes: list[str] = field(default_factory=list)
+    p_value: float | None = None  # of a difference claim in this cell (None: no test possible)
+    level: float = ALPHA  # the level this cell was tested at (Holm over the table)
+    trend_p: tuple[float, float] = (1.0, 1.0)  # one-sided p of a favourable / unfavourable trend
+    family: int = 1  # the cells Holm's procedure controlled together (the table's testable cells)
 
     @property
     def evidence(self) -> str:
@@ -196,20 +267,9 @@ class Verdict:
         if self.slope_per_decade is not None and self.slope_ci is not None:
             parts.append(f"trend {self.slope_per_decade:+.3f}/decade [{self.slope_ci[0]:+.3f}, "
                          f"{self.slope_ci[1]:+.3f}] vs +-{self.threshold:.3f}")
+        if self.p_value is not None:
+            parts.append(f"p {self.p_value:.2g}, tested at {self.level:.2g} (Holm over {self.family} cells)")
         return "; ".join(parts + self.notes)
-
-
-def t_interval(values: Sequence[float], alpha: float) -> tuple[float, float, float, float]:
-    """(mean, sample sd, low, high): the two-sided (1 - alpha) Student-t interval of the mean (scipy's t quantile).
-    A single value has no interval: (-inf, inf)."""
-    from scipy.stats import t as student_t
-
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, float("nan"), -math.inf, math.inf
-    sd = statistics.stdev(values)
-    half = float(student_t.ppf(1 - alpha / 2, len(values) - 1)) * sd / math.sqrt(len(values))
-    return mean, sd, mean - half, mean + half
 
 
 def stance(low: float, high: float, margin: float) -> str:
@@ -236,24 +296,43 @@ def _difference(o: float, b: float, spec: MetricSpec) -> float:
     return -d if spec.higher_is_better else d
 
 
-def minimal_detectable_effect(sd: float, n: int, alpha: float, margin: float, power: float = POWER) -> float:
-    """The smallest true gap an interval at level ``alpha`` (two-sided) from ``n`` paired values with spread ``sd``
-    would place wholly beyond ``margin`` with probability ``power`` (normal approximation to the noncentral t);
-    inf with fewer than two values."""
-    from scipy.stats import t as student_t
-
-    if n < 2 or not math.isfinite(sd):
-        return math.inf
-    q = float(student_t.ppf(1 - alpha / 2, n - 1)) + float(student_t.ppf(power, n - 1))
-    return margin + q * sd / math.sqrt(n)
+def _flag(o: Observation, b: Observation, spec: MetricSpec) -> Censor | Literal["both"]:
+    """Which way a pair's oriented difference is a bound: the optimizer's value at least its record raises the gap
+    ("lower": the true gap is at least it), the baseline's lowers it; both ways cancel out ("both": no
+    information); higher-is-better metrics flip."""
+    sides = set()
+    for ob, sign in ((o, 1), (b, -1)):
+        if ob.direction is not None:
+            up = (ob.direction == "above") == (sign == 1)
+            sides.add("lower" if up != spec.higher_is_better else "upper")
+    if not sides:
+        return None
+    return sides.pop() if len(sides) == 1 else "both"
 
 
 @dataclass
 class _Pairs:
-    """Paired values of one size: seed -> (optimizer value, baseline value, censored)."""
+    """Paired values of one size: seed -> (optimizer value, baseline value, censoring of the difference)."""
 
     num_params: float
-    by_seed: dict[int, tuple[float, float, bool]] = field(default_factory=dict)
+    by_seed: dict[int, tuple[float, float, Censor]] = field(default_factory=dict)
+
+
+def _usable(values: Mapping[tuple[str, int, str], Observation], size: str, seed: int, optimizer: str, baseline: str,
+            spec: MetricSpec, notes: list[str]) -> tuple[float, float, Censor] | None:
+    o, b = values.get((size, seed, optimizer)), values.get((size, seed, baseline))
+    if o is None or b is None or o.value is None or b.value is None:
+        return None
+    if spec.mode == "ratio" and (o.value <= 0 or b.value <= 0):
+        stateless = o.value == 0 and b.value > 0
+        notes.append(f"{size} seed {seed}: " + (f"ratio 0 ({optimizer} measures 0)" if stateless
+                                                else "non-positive value, no ratio"))
+        return None
+    flag = _flag(o, b, spec)
+    if flag == "both":
+        notes.append(f"{size} seed {seed}: both runs are bounds, the pair carries no information")
+        return None
+    return o.value, b.value, flag
 
 
 def _collect(observations: Iterable[Observation], optimizer: str, baseline: str, spec: MetricSpec,
@@ -272,17 +351,10 @@ def _collect(observations: Iterable[Observation], optimizer: str, baseline: str,
     out: dict[str, _Pairs] = {}
     for size in sorted(params, key=params.__getitem__):
         pairs = _Pairs(params[size])
-        seeds = sorted({k[1] for k in values if k[0] == size})
-        for seed in seeds:
-            o, b = values.get((size, seed, optimizer)), values.get((size, seed, baseline))
-            if o is None or b is None:
-                continue
-            if spec.mode == "ratio" and (o.value <= 0 or b.value <= 0):
-                stateless = o.value == 0 and b.value > 0
-                notes.append(f"{size} seed {seed}: " + (f"ratio 0 ({optimizer} measures 0)" if stateless
-                                                        else "non-positive value, no ratio"))
-                continue
-            pairs.by_seed[seed] = (o.value, b.value, o.censored or b.censored)
+        for seed in sorted({k[1] for k in values if k[0] == size}):
+            pair = _usable(values, size, seed, optimizer, baseline, spec, notes)
+            if pair is not None:
+                pairs.by_seed[seed] = pair
         if len(pairs.by_seed) < 2:
             notes.append(f"{size}: {len(pairs.by_seed)} paired seed(s), needs 2")
             continue
@@ -290,48 +362,89 @@ def _collect(observations: Iterable[Observation], optimizer: str, baseline: str,
     return out
 
 
-def _compare(size: str, pairs: _Pairs, spec: MetricSpec, alpha: float) -> SizeComparison:
+def _pooled(sizes: Mapping[str, _Pairs], spec: MetricSpec) -> tuple[float | None, int]:
+    """(pooled sd, degrees of freedom) of the paired differences of the sizes measured without bounds: the spread
+    a size made only of bounds is judged by."""
+    ss, df = 0.0, 0
+    for p in sizes.values():
+        if any(f is not None for _, _, f in p.by_seed.values()):
+            continue
+        diffs = [_difference(o, b, spec) for o, b, _ in p.by_seed.values()]
+        m = statistics.fmean(diffs)
+        ss += sum((d - m) ** 2 for d in diffs)
+        df += len(diffs) - 1
+    return (math.sqrt(ss / df), df) if df > 0 and ss > 0 else (None, 0)
+
+
+def _compare(size: str, pairs: _Pairs, spec: MetricSpec, alpha: float,
+             pooled: tuple[float | None, int] = (None, 0)) -> SizeComparison:
+    """One size's comparison at level ``alpha``: the t interval of measured pairs, the censored-normal fit where
+    some pairs are bounds."""
     diffs = [_difference(o, b, spec) for o, b, _ in pairs.by_seed.values()]
-    mean, sd, low, high = t_interval(diffs, alpha)
+    flags = [f for _, _, f in pairs.by_seed.values()]
+    n, bounded = len(diffs), None
+    if any(f is not None for f in flags):
+        fit = censored_fit(diffs, flags, *pooled)
+        gap, sd = fit.estimate, fit.sd
+        low, high = fit.interval(alpha)
+        p_ahead, p_behind = fit.p_values(spec.margin)
+        if not math.isfinite(gap):  # every pair a bound on one side: the weakest bound is what every seed shows
+            bounded = flags[0]
+            gap = max(diffs) if bounded == "upper" else min(diffs)
+    else:
+        gap, sd, low, high = t_interval(diffs, alpha)
+        p_ahead, p_behind = t_p_values(gap, sd, n, spec.margin)
     return SizeComparison(
-        size, pairs.num_params, mean, sd, low, high, stance(low, high, spec.margin), len(diffs),
+        size, pairs.num_params, gap, sd, low, high, stance(low, high, spec.margin), n,
         statistics.fmean(o for o, _, _ in pairs.by_seed.values()),
         statistics.fmean(b for _, b, _ in pairs.by_seed.values()),
-        sum(c for _, _, c in pairs.by_seed.values()),
-        minimal_detectable_effect(sd, len(diffs), alpha, spec.margin), spec.higher_is_better)
+        sum(f is not None for f in flags), alpha, spec.margin, spec.higher_is_better, bounded, p_ahead, p_behind)
 
 
-def _trend(sizes: dict[str, _Pairs], spec: MetricSpec, alpha: float
-           ) -> tuple[float, tuple[float, float], float, int] | None:
-    """(mean per-seed slope per decade, its t interval, the decades spanned, seeds used); None with < 2 seeds
-    observed at two or more sizes."""
+@dataclass(frozen=True)
+class _Trend:
+    slope: float
+    sd: float
+    seeds: int
+    span: float
+
+
+def _trend(sizes: dict[str, _Pairs], spec: MetricSpec, notes: list[str]) -> _Trend | None:
+    """The mean per-seed slope per decade, its spread, the seeds used and the decades spanned; None with < 2 seeds
+    observed at two or more sizes. Seeds with a bound at some size are left out (a slope through a bound is no
+    slope), and said."""
     seeds = sorted({s for p in sizes.values() for s in p.by_seed})
-    slopes, span = [], 0.0
+    slopes, span, dropped = [], 0.0, 0
     for seed in seeds:
+        if any(p.by_seed[seed][2] is not None for p in sizes.values() if seed in p.by_seed):
+            dropped += 1
+            continue
         xs = [math.log10(p.num_params) for p in sizes.values() if seed in p.by_seed]
         ys = [_difference(*p.by_seed[seed][:2], spec) for p in sizes.values() if seed in p.by_seed]
         if len(xs) >= 2 and max(xs) > min(xs):
             slopes.append(_fit_slope(xs, ys))
             span = max(span, max(xs) - min(xs))
+    if dropped:
+        notes.append(f"trend from {len(slopes)} seed(s): {dropped} seed(s) with a bound at some size left out")
     if len(slopes) < 2:
         return None
-    mean, _, low, high = t_interval(slopes, alpha)
-    return mean, (low, high), span, len(slopes)
+    return _Trend(statistics.fmean(slopes), statistics.stdev(slopes), len(slopes), span)
 
 
 def classify(points: Sequence[SizeComparison], trend: str, all_level: bool) -> str:
-    """The verdict from the largest and smallest sizes' stances and the trend ("favourable" | "unfavourable" |
-    "none"); see the module doc."""
+    """The verdict from the smallest and largest sizes' stances and the trend ("favourable" | "unfavourable" |
+    "flat": its interval inside the threshold | "unresolved"); see :data:`VERDICT_MEANINGS`."""
     first, last = points[0].stance, points[-1].stance
     if trend == "favourable":
         if last == "ahead":
             return "grows"
         if first == "behind" and last in ("level", "no difference"):
             return "deficit vanishes"
+        return "gaining"
     if trend == "unfavourable":
         return "shrinks"
     if last == "ahead":
-        return "holds"
+        return "holds" if trend == "flat" else "ahead, trend unresolved"
     if last == "behind":
         return "behind"
     if all_level:
@@ -339,57 +452,134 @@ def classify(points: Sequence[SizeComparison], trend: str, all_level: bool) -> s
     return "no difference"
 
 
-def verdict_for(observations: Iterable[Observation], optimizer: str, spec: MetricSpec, *,
-                baseline: str = BASELINE, alpha: float = ALPHA) -> Verdict:
-    """The verdict for one optimizer and one metric from per-run observations of it and of the baseline."""
+@dataclass
+class _Cell:
+    """One cell's data, ready to be judged at any level: its sizes' pairs, the pooled spread and the trend."""
+
+    optimizer: str
+    spec: MetricSpec
+    sizes: dict[str, _Pairs]
+    notes: list[str]
+    trend: _Trend | None
+    pooled: tuple[float | None, int]
+
+    def p_value(self) -> float | None:
+        """2 min(p of the largest size's difference, p of the trend): None without two sizes to judge."""
+        if len(self.sizes) < 2:
+            return None
+        last = _compare(*list(self.sizes.items())[-1], self.spec, 1.0, self.pooled)
+        p = last.p_value
+        if self.trend is not None:
+            fav, unfav = t_p_values(self.trend.slope, self.trend.sd, self.trend.seeds,
+                                    self.spec.margin / self.trend.span)
+            p = min(p, min(1.0, 2.0 * min(fav, unfav)))
+        return min(1.0, 2.0 * p)
+
+
+def _cell(observations: Iterable[Observation], optimizer: str, spec: MetricSpec, baseline: str) -> _Cell:
     notes: list[str] = []
     sizes = _collect(list(observations), optimizer, baseline, spec, notes)
+    trend = _trend(sizes, spec, notes) if len(sizes) >= 2 else None
+    return _Cell(optimizer, spec, sizes, notes, trend, _pooled(sizes, spec))
+
+
+def _judge(cell: _Cell, alpha: float) -> Verdict:
+    """The cell's verdict with both its tests at ``alpha / 2``."""
+    spec, sizes, notes = cell.spec, cell.sizes, list(cell.notes)
     if len(sizes) < 2:
-        pts = [_compare(s, p, spec, alpha / 2) for s, p in sizes.items()]
+        pts = [_compare(s, p, spec, alpha / 2, cell.pooled) for s, p in sizes.items()]
         zero_sizes = {n.split(" ")[0] for n in notes if "ratio 0" in n}
         # e.g. SGD without momentum keeps no state: a 100 % saving at every size, which no ratio can express
         label = "holds" if not pts and len(zero_sizes) >= 2 else "insufficient data"
-        return Verdict(optimizer, spec, label, pts, notes=notes)
-    # every size's interval at alpha/2, so the largest size's stance (the one the verdict uses) is at alpha/2
-    points = [_compare(s, p, spec, alpha / 2) for s, p in sizes.items()]
+        return Verdict(cell.optimizer, spec, label, pts, notes=notes, level=alpha)
+    points = [_compare(s, p, spec, alpha / 2, cell.pooled) for s, p in sizes.items()]
     # "level" at every size is an equivalence claim (TOST at alpha/2 per size); it is never a false difference
     all_level = all(p.stance == "level" for p in points)
-    fitted = _trend(sizes, spec, alpha / 2)
-    direction, slope, ci, change, threshold = "none", None, None, None, None
-    if fitted is not None:
-        slope, ci, span, _ = fitted
-        threshold = spec.margin / span
-        change = slope * span
+    direction, slope, ci, change, threshold, trend_p = "unresolved", None, None, None, None, (1.0, 1.0)
+    if cell.trend is not None:
+        tr = cell.trend
+        slope, threshold, change = tr.slope, spec.margin / tr.span, tr.slope * tr.span
+        from scipy.stats import t as student_t
+
+        width = float(student_t.ppf(1 - alpha / 4, tr.seeds - 1)) * tr.sd / math.sqrt(tr.seeds)  # at alpha / 2
+        ci = (slope - width, slope + width)
+        trend_p = t_p_values(slope, tr.sd, tr.seeds, threshold)
         if ci[1] < -threshold:
             direction = "favourable"
         elif ci[0] > threshold:
             direction = "unfavourable"
+        elif -threshold <= ci[0] and ci[1] <= threshold:
+            direction = "flat"
     censored = sum(p.censored_pairs for p in points)
     if censored:
         notes.append(f"{censored} pair(s) include {spec.censored_means}")
-    return Verdict(optimizer, spec, classify(points, direction, all_level), points, slope, ci, change, threshold,
-                   notes)
+    return Verdict(cell.optimizer, spec, classify(points, direction, all_level), points, slope, ci, change, threshold,
+                   notes, cell.p_value(), alpha, trend_p)
+
+
+def verdict_for(observations: Iterable[Observation], optimizer: str, spec: MetricSpec, *,
+                baseline: str = BASELINE, alpha: float = ALPHA) -> Verdict:
+    """The verdict for one optimizer and one metric on its own (a family of one cell, at ``alpha``)."""
+    return _judge(_cell(observations, optimizer, spec, baseline), alpha)
+
+
+def holm_levels(p_values: Sequence[float | None], alpha: float = ALPHA) -> list[float]:
+    """The level each test is judged at under Holm's step-down procedure (Holm 1979): in order of p-value, the
+    k-th (from 0) of m at ``alpha / (m - k)`` while each rejects; from the first that does not, every later one at
+    that level (so none of them rejects). A test without a p-value (None) is not in the family."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    m = len(order)
+    levels = [alpha] * len(p_values)
+    stop = None
+    for k, (p, i) in enumerate(order):
+        level = alpha / (m - k)
+        if stop is None and p > level:
+            stop = level
+        levels[i] = level if stop is None else stop
+    return levels
 
 
 def verdict(records: Sequence[Mapping[str, object]], *, baseline: str = BASELINE,
-            metrics: Sequence[MetricSpec] = METRICS, alpha: float = ALPHA) -> list[Verdict]:
-    """All verdicts: every optimizer other than ``baseline`` x every metric.
+            metrics: Sequence[MetricSpec] = METRICS, alpha: float = ALPHA,
+            unmeasurable: Mapping[tuple[str, str], str] | None = None) -> list[Verdict]:
+    """All verdicts: every optimizer other than ``baseline`` x every metric, with Holm's control of the family-wise
+    error over the table (see the module doc).
 
     ``records``: one mapping per run with ``optimizer``, ``model_size``, ``num_params``, ``seed`` and the metric
-    keys (missing or None = not measured; ``<key>_censored`` true = the value is the run's budget because the
-    run never reached the target). Failed runs should be left out by the caller.
+    keys (missing or None = not measured; ``<key>_censored`` true = the value is a bound, ``<key>_bound`` "above"
+    or "below" which way). Failed runs should be left out by the caller. ``unmeasurable``: {(optimizer, metric
+    key): reason} for cells this machine cannot measure (wall-clock figures under load or sharing): they get
+    "not measurable here" and stay out of the family.
     """
     optimizers = sorted({str(r["optimizer"]) for r in records} - {baseline})
-    out = []
+    skip = dict(unmeasurable or {})
+    cells: list[_Cell] = []
+    out: list[Verdict | None] = []
     for spec in metrics:
         if spec.baseline_value is not None and not any(_num(r.get(spec.key)) is not None for r in records):
             continue  # a relative metric nobody measured (a speedup needs the baseline's ladder)
-        obs = [Observation(str(r["optimizer"]), str(r["model_size"]), float(r["num_params"]),  # type: ignore[arg-type]
-                           int(r.get("seed", 0) or 0), _num(r.get(spec.key)),  # type: ignore[arg-type]
-                           bool(r.get(f"{spec.key}_censored", False))) for r in records]
+        obs = [_observation(r, spec) for r in records]
         for name in optimizers:
-            out.append(verdict_for(obs, name, spec, baseline=baseline, alpha=alpha))
-    return out
+            if (name, spec.key) in skip:
+                out.append(Verdict(name, spec, NOT_MEASURABLE, notes=[skip[(name, spec.key)]]))
+                continue
+            cells.append(_cell(obs, name, spec, baseline))
+            out.append(None)
+    p_values = [c.p_value() for c in cells]
+    family = sum(p is not None for p in p_values)
+    judged = [_judge(c, level) for c, level in zip(cells, holm_levels(p_values, alpha), strict=True)]
+    for v in judged:
+        v.family = family
+    it = iter(judged)
+    return [v if v is not None else next(it) for v in out]
+
+
+def _observation(r: Mapping[str, object], spec: MetricSpec) -> Observation:
+    bound = r.get(f"{spec.key}_bound")
+    return Observation(str(r["optimizer"]), str(r["model_size"]), float(r["num_params"]),  # type: ignore[arg-type]
+                       int(r.get("seed", 0) or 0), _num(r.get(spec.key)),  # type: ignore[arg-type]
+                       bool(r.get(f"{spec.key}_censored", False)),
+                       bound if bound in ("above", "below") else None)  # type: ignore[arg-type]
 
 
 def _num(value: object) -> float | None:

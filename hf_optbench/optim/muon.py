@@ -1,8 +1,11 @@
 """Muon (Jordan et al. 2024; KellerJordan/Muon) on GPT-2's hidden matrices with an auxiliary AdamW for the rest.
 
-The composite optimizer, :class:`MuonWithAuxAdamW`, and :func:`split_muon_params` live in ``muon_impl`` (they need
-torch at import),
-so that this module stays standard-library only.
+The composite optimizer, :class:`MuonWithAuxAdamW`, lives in ``muon_impl`` (it needs torch at import), so that this
+module stays standard-library only; which tensors are hidden matrices is ``adamw.split_matrix_params``'s rule.
+
+Two learning rates, two groups: ``learning_rate`` drives the hidden matrices (Muon), ``nonmatrix_lr_ratio`` x
+learning_rate the rest (the auxiliary AdamW: embeddings, head, LayerNorm gains, biases). Both are tuned, one after
+the other (study.tuning), as Marin's phase I tunes Muon's ``muon_to_adam_lr``; AdamW gets the same freedom.
 """
 
 from __future__ import annotations
@@ -10,7 +13,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError
-from hf_optbench.optim.adamw import adamw_base, adamw_tensor_bytes, fused_ok
+from hf_optbench.optim.adamw import (
+    NONMATRIX_KEY,
+    adamw_base,
+    adamw_tensor_bytes,
+    fused_ok,
+    split_matrix_params,
+)
 from hf_optbench.optim.spec import (
     EMBEDDING,
     MATRIX,
@@ -29,7 +38,7 @@ if TYPE_CHECKING:
 CITATIONS: dict[str, str] = {
     "muon": "KellerJordan/Muon README (momentum 0.95, nesterov, ns_steps 5; AdamW for embeddings/head/gains); "
             "Liu et al. 2025, Muon is Scalable for LLM Training, arXiv:2502.16982 Sec. 2.2 (adjust_lr_fn "
-            "match_rms_adamw: reuse AdamW's LR and weight decay 0.1)",
+            "match_rms_adamw: reuse AdamW's LR and weight decay 0.1, for the AdamW part too: nonmatrix_lr_ratio 1)",
 }
 
 
@@ -39,15 +48,19 @@ def defaults(size_class: str) -> CitedDefaults:
     adamw = {"adamw_betas": base.values["betas"], "adamw_eps": base.values["eps"]}  # the auxiliary AdamW's
     return base.derive("muon", drop=("betas", "eps"), base_values=adamw, momentum=0.95, nesterov=True, ns_steps=5,
                        adjust_lr_fn="match_rms_adamw", learning_rate=base.values["learning_rate"],
-                       weight_decay=base.values["weight_decay"])
+                       weight_decay=base.values["weight_decay"], **{NONMATRIX_KEY: 1.0})
 
 
 def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any],
           **_: Any) -> tuple[Any, str]:
-    """MuonWithAuxAdamW: the GPT-3 groups split into Muon's (hidden matrices) and AdamW's (the rest)."""
-    from hf_optbench.optim.muon_impl import MuonWithAuxAdamW, split_muon_params
+    """MuonWithAuxAdamW: the GPT-3 groups split into Muon's (hidden matrices, at ``muon_lr`` or lr) and AdamW's (the
+    rest, at ``nonmatrix_lr_ratio`` x lr)."""
+    from hf_optbench.optim.muon_impl import MuonWithAuxAdamW
 
     muon_lr = ctor.pop("muon_lr", None)
+    ratio = float(ctor.pop(NONMATRIX_KEY, 1.0))
+    if not 0 < ratio < float("inf"):
+        raise OptBenchError(f"{NONMATRIX_KEY} must be a finite number > 0, got {ratio!r}.")
     adamw_betas = ctor.pop("adamw_betas", (0.9, 0.95))
     adamw_eps = ctor.pop("adamw_eps", 1e-8)
     if ctor.get("adjust_lr_fn") in (None, "original") and muon_lr is None:
@@ -55,7 +68,7 @@ def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor:
             "muon with adjust_lr_fn 'original' takes its LR in spectral units (Keller Jordan's README: 0.02), not "
             "AdamW's: set optimizer_kwargs muon_lr (e.g. 0.02), or keep adjust_lr_fn 'match_rms_adamw'."
         )
-    hidden, _ = split_muon_params(model)
+    hidden, _ = split_matrix_params(model)
     hidden_ids = {id(p) for p in hidden}
     muon_groups, adamw_groups = [], []
     for g in groups:
@@ -64,8 +77,8 @@ def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor:
         if mine:
             muon_groups.append({**g, "params": mine, "lr": muon_lr if muon_lr is not None else lr})
         if rest:
-            adamw_groups.append({**g, "params": rest, "lr": lr})
-    adamw_kwargs: dict[str, Any] = {"lr": lr, "betas": tuple(adamw_betas), "eps": adamw_eps}
+            adamw_groups.append({**g, "params": rest, "lr": lr * ratio})
+    adamw_kwargs: dict[str, Any] = {"lr": lr * ratio, "betas": tuple(adamw_betas), "eps": adamw_eps}
     if fused_ok(trainable_params(model)):
         adamw_kwargs["fused"] = True
     opt = MuonWithAuxAdamW(muon_groups, adamw_groups, muon_kwargs={"lr": lr, **ctor}, adamw_kwargs=adamw_kwargs)
@@ -82,14 +95,15 @@ def muon_tensor_bytes(p: Any, s: int) -> int:
 
 LAYOUT = StateLayout("muon", per_tensor(muon_tensor_bytes), per_tensor=True)
 # The groups build() makes: Muon's hidden matrices (at muon_lr when set), then the auxiliary AdamW's embeddings
-# (decayed) and vectors (not decayed).
-GROUPS = (GroupLayout("muon", (MATRIX,), lr_kwarg="muon_lr"), GroupLayout("adamw_decay", (EMBEDDING,)),
-          GroupLayout("adamw_no_decay", (VECTOR,), decay=False))
+# (decayed) and vectors (not decayed), both at nonmatrix_lr_ratio x the learning rate.
+GROUPS = (GroupLayout("muon", (MATRIX,), lr_kwarg="muon_lr"),
+          GroupLayout("adamw_decay", (EMBEDDING,), lr_ratio_kwarg=NONMATRIX_KEY),
+          GroupLayout("adamw_no_decay", (VECTOR,), decay=False, lr_ratio_kwarg=NONMATRIX_KEY))
 
 SPECS = (
     OptimizerSpec("muon", "torch.optim.Muon+torch.optim.AdamW", build, defaults,
                   ("momentum", "nesterov", "ns_steps", "ns_coefficients", "adjust_lr_fn", "muon_lr",
-                   "adamw_betas", "adamw_eps"),
+                   "adamw_betas", "adamw_eps", NONMATRIX_KEY),
                   "Muon (Jordan et al. 2024) on hidden 2-D matrices, AdamW on embeddings, head and 1-D tensors",
                   LAYOUT, groups=GROUPS, zero_incompatible="ZeRO hands the optimizer 1-D flat partitions and Muon orthogonalises 2-D "
                   "matrices (measured: torch.optim.Muon fails at step 1, 'Param gradient must be a 2D matrix')"),

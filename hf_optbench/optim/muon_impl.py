@@ -19,8 +19,9 @@ default here is ``adjust_lr_fn="match_rms_adamw"`` (0.2 * sqrt(max(rows, cols));
 Scalable for LLM Training", arXiv:2502.16982, Sec. 2.2), which is symmetric in the shape, so the transposition is
 harmless, and which matches the update RMS to AdamW's so Muon can use AdamW's learning rate and weight decay.
 
-The registry entry (cited defaults, builder, memory-planner layout) is ``hf_optbench/optim/muon.py``, which
-re-exports this module's public names.
+The registry entry (cited defaults, builder, memory-planner layout) is ``hf_optbench/optim/muon.py``; which tensors
+are hidden matrices is ``hf_optbench.optim.adamw.split_matrix_params``'s rule (shared with AdamW's non-matrix
+group).
 """
 
 from __future__ import annotations
@@ -50,25 +51,6 @@ class _MergedState(Mapping):
 
     def __len__(self) -> int:
         return sum(len(s) for s in self._states)
-
-
-def split_muon_params(model: torch.nn.Module) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
-    """(hidden 2-D matrices for Muon, everything else for AdamW). Embeddings (input and output, tied or not) and
-    every tensor that is not 2-D go to AdamW, as the Muon README prescribes."""
-    excluded: set[int] = set()
-    for module in model.modules():
-        if isinstance(module, torch.nn.Embedding):
-            excluded.add(id(module.weight))
-    get_out = getattr(model, "get_output_embeddings", None)
-    out = get_out() if callable(get_out) else None
-    if out is not None and getattr(out, "weight", None) is not None:
-        excluded.add(id(out.weight))
-    muon, other = [], []
-    for _, p in model.named_parameters():  # named_parameters() yields a tied weight once
-        if not p.requires_grad:
-            continue
-        (muon if p.ndim == 2 and id(p) not in excluded else other).append(p)
-    return muon, other
 
 
 class MuonWithAuxAdamW(torch.optim.Optimizer):

@@ -8,7 +8,7 @@ cycle. Standard library only: ``hf-optbench --help`` / ``validate`` read the reg
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -92,8 +92,10 @@ MATRIX, EMBEDDING, VECTOR = "matrix", "embedding", "vector"
 class GroupLayout:
     """One parameter group a family's builder creates: the tensor roles it holds, whether it takes the run's weight
     decay (else 0.0), and the constructor arguments that set its rate and decay instead of ``learning_rate`` /
-    ``weight_decay`` (Muon's ``muon_lr`` for the matrices). The run's plan reads a family's layouts to state each
-    group's learning rate and weight decay with their sources before anything is built, and checks the built
+    ``weight_decay`` (Muon's ``muon_lr`` for the matrices), or that scales ``learning_rate`` for it
+    (``nonmatrix_lr_ratio``, the non-matrix group's tuned rate: adamw, muon). The run's plan reads a family's
+    layouts to state each group's learning rate and weight decay with their sources before anything is built, and
+    checks the built
     optimizer's ``param_groups`` against them (``hf_optbench.run.plan``). A family that gives a group its own rate
     declares the constructor argument here and sets the group's ``lr`` from it in its builder."""
 
@@ -102,6 +104,7 @@ class GroupLayout:
     decay: bool = True
     lr_kwarg: str | None = None
     wd_kwarg: str | None = None
+    lr_ratio_kwarg: str | None = None  # the group's rate is this constructor argument x learning_rate (adamw, muon)
 
 
 # GPT-3 / nanoGPT groups (:func:`param_groups`): decay on matrices and embeddings, none on vectors.
@@ -125,7 +128,7 @@ class OptimizerSpec:
     flattened the parameters). ``groups``: the parameter groups its builder makes (:class:`GroupLayout`).
     ``tune_weight_decay``: its cited weight decay differs from AdamW's (the Lion paper moves it 3-10x with the
     learning rate, Chen et al. 2023 Sec. 5), so a sweep's ``tune:`` phase tunes it too, after the learning rate
-    (``study.tuning_grid``); an optimizer whose cited weight decay is AdamW's keeps it.
+    (``study.tuning``); an optimizer whose cited weight decay is AdamW's keeps it.
     """
 
     name: str
@@ -146,7 +149,13 @@ class OptimizerSpec:
     describe: Callable[[Any, str, bool], str] | None = None
     tune_weight_decay: bool = False
     manual_step: Callable[..., None] | None = None
-    groups: tuple[GroupLayout, ...] = GPT3_GROUPS
+    # the layouts, or a function of the constructor values giving them (AdamW splits its non-matrix parameters
+    # into groups of their own only where their rate differs: optim.adamw.groups)
+    groups: tuple[GroupLayout, ...] | Callable[[Mapping[str, Any]], tuple[GroupLayout, ...]] = GPT3_GROUPS
+
+    def group_layouts(self, constructor: Mapping[str, Any]) -> tuple[GroupLayout, ...]:
+        """The parameter groups the builder makes with these constructor values."""
+        return self.groups(constructor) if callable(self.groups) else self.groups
 
 
 def with_note(impl: str, note: str) -> str:

@@ -70,6 +70,7 @@ class Analysis:
     all_records: list[dict[str, Any]] = field(default_factory=list)  # every run directory of the sweep
     tuning: list[dict[str, Any]] = field(default_factory=list)  # runs with an lr multiplier (+ --tuning-dir)
     ladder: list[dict[str, Any]] = field(default_factory=list)  # the baseline's runs at other budgets
+    attribution: list[dict[str, Any]] = field(default_factory=list)  # <sweep>/attribution (study.comparison_runs)
     ladder_fits: dict[tuple[str, int], Any] = field(default_factory=dict)  # (size, seed) -> speedup.LadderFit
     metrics: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     targets: dict[str, list[Any]] = field(default_factory=dict)  # size -> [targets.Target]
@@ -107,8 +108,10 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     curves (the sweep's own runs at lr multipliers other than 1 always do)."""
     from hf_optbench.measure.verdict import verdict
     from hf_optbench.report.comparability import check_comparable
+    from hf_optbench.report.noise import unmeasurable
     from hf_optbench.report.planned import planner_state, predicted_ratios
     from hf_optbench.report.speedups import derive_speedups
+    from hf_optbench.study.comparison_runs import attribution_dir
 
     everything = load_runs(sweep_dir)
     if not everything:
@@ -118,6 +121,8 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     extra = load_runs(tuning_dir) if tuning_dir is not None else []
     an.tuning = [r for r in everything + extra if r.get("lr_multiplier") is not None]
     an.ladder = [r for r in everything if is_ladder(r)]
+    attributed = attribution_dir(sweep_dir)
+    an.attribution = [r for r in load_runs(attributed) if r["status"] in FINISHED_STATUSES] if attributed else []
     # before anything is derived: runs that differ in more than what is compared are refused, never pooled
     check_comparable([r for r in an.records if r["status"] in FINISHED_STATUSES],
                      [r for r in an.ladder if r["status"] in FINISHED_STATUSES])
@@ -143,7 +148,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
         r["planner_optimizer_state_bytes"] = planner_state(r)
     derive_speedups(an, baseline)
     if any(r["optimizer"] == baseline for r in ok):
-        an.verdicts = verdict(ok, baseline=baseline)
+        an.verdicts = verdict(ok, baseline=baseline, unmeasurable=unmeasurable(ok, an.optimizers, an.sizes, baseline))
     else:
         an.notes.append(f"no completed '{baseline}' runs: ratios and verdicts need the baseline")
     an.predicted = predicted_ratios(an, baseline)

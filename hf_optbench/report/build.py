@@ -23,6 +23,8 @@ from hf_optbench.report import tables as T
 from hf_optbench.report import tables_targets as TT
 from hf_optbench.report.analysis import DERIVED_COLUMNS, Analysis, analyse
 from hf_optbench.report.plots import write_plots
+from hf_optbench.report.reference import reference_section
+from hf_optbench.report.speedups import speedup_tables
 from hf_optbench.rundir import BASELINE, write_text_atomic
 from hf_optbench.study.records import write_summary_csv
 
@@ -110,20 +112,9 @@ def _verdict(doc: Doc, an: Analysis) -> None:
         doc.p(f"No verdict: it needs completed {BASELINE} runs and at least one other optimizer.")
         return
     doc.table(*T.render(T.verdict_columns(an), [o for o in an.optimizers if o != BASELINE]))
-    from hf_optbench.measure.verdict import ALPHA, VERDICT_MEANINGS
+    from hf_optbench.measure.verdict import VERDICT_MEANINGS
 
-    doc.p(f"Cells: the verdict, then the ratio (or gap) to {BASELINE} at the smallest → largest size run and where "
-          f"the optimizer stands at the largest size. Runs are paired with {BASELINE} by seed (same initial weights "
-          f"and data order); each size has a Student-t interval of the mean paired log-ratio, and the trend is the "
-          f"mean of per-seed slopes over log10(parameters) with its own interval. Both tests share a family-wise "
-          f"level of {ALPHA:.0%} (each at {ALPHA / 2:.1%}, so the intervals shown are {1 - ALPHA / 2:.1%} intervals); "
-          "differences within the margin count as level: 0.01 nats of final eval loss (language-model scale: hundredths "
-          "of a nat separate optimizers at scale), 3 % of speedup, 2 % for the other ratios, 1 spike / 1k steps, 0.2 "
-          "of seeds diverging. A \"no difference\" cell states its MDE: the smallest true effect it would have called "
-          "with 80 % power, from the measured paired spread and the number of seeds. "
-          "Time to target uses the 50 % target (see Convergence); a run that never reached it, or diverged, counts "
-          "at its budget and the pair is marked censored (the true ratio is then at least as far from 1 in that "
-          "run's disfavour). Full rule: hf_optbench/measure/verdict.py.")
+    doc.p(T.verdict_legend(an))
     _bracketing(doc, an)
     doc.table(["verdict", "meaning"], [[k, v] for k, v in VERDICT_MEANINGS.items()])
     doc.h(3, "Evidence")
@@ -133,7 +124,7 @@ def _verdict(doc: Doc, an: Analysis) -> None:
 def _bracketing(doc: Doc, an: Analysis) -> None:
     """Under the verdict table: whether every tuned optimum was bracketed (the loss rises on both sides of it)."""
     from hf_optbench.report.tuning_curves import bracketed_optima
-    from hf_optbench.study.tuning import lost_tuning_points
+    from hf_optbench.study.tuning_phase import lost_tuning_points
 
     lost = lost_tuning_points(an.sweep_dir) if an.sweep_dir else []
     if lost:
@@ -150,19 +141,20 @@ def _bracketing(doc: Doc, an: Analysis) -> None:
               "it.")
     else:
         doc.p(f"Every tuned optimum compared here is bracketed ({len(found)} optimizer x size pairs): the tuning "
-              "loss rises on both sides of the chosen learning rate (and weight decay, where tuned).")
+              "loss rises on both sides of the chosen learning rate (and weight decay, the non-matrix group's rate and "
+              "each ladder rung's rate, where tuned).")
 
 
 def _ratios(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
-    from hf_optbench.measure.verdict import ALPHA
-
     if not an.verdicts:
         return
     doc.h(2, f"Ratios to {BASELINE} per model size")
     doc.table(*T.render(T.ratio_columns(), T.ratio_rows(an)))
-    doc.p(f"Cells: mean paired ratio to {BASELINE} [its {1 - ALPHA / 2:.1%} t interval] and the stance (ahead / behind: "
-          "the whole interval beyond the ±2 % margin; level: inside it; no difference: neither); censored: pairs where "
-          "a run never reached the target and counts at its budget. A wall-clock figure whose per-seed ratios spread "
+    doc.p(f"Cells: mean paired ratio to {BASELINE} [its interval at the level Holm's procedure gave the verdict's cell, "
+          "see above] and the stance (ahead / behind: the whole interval beyond the ±2 % margin; level: inside it; no "
+          "difference: neither); bounds: pairs where a run never reached the target (counted at its budget) or a "
+          "speedup lies beyond the ladder, estimated by the censored-normal likelihood, never averaged. A wall-clock "
+          "figure whose per-seed ratios spread "
           "wider than its effect is marked not interpretable: the machine's load, not the optimizer, moved it. "
           "Predicted rows: the memory planner's "
           "optimizer-state ratio at GPT-2 sizes not run (`hf-optbench memory`), with GPT-2's 50,304-row embedding and "
@@ -192,6 +184,7 @@ def _speedup(doc: Doc, an: Analysis) -> None:
           "never extrapolated; a diverged run is censored below. The speedup's verdict and per-size intervals are in "
           "the tables above; per run: summary.csv's speedup columns.")
     doc.table(header, rows)
+    speedup_tables(doc, an, BASELINE)
 
 
 def _memory(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
@@ -241,7 +234,7 @@ def _convergence(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
 
 
 def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
-    from hf_optbench.report.sensitivity import sensitivity_section
+    from hf_optbench.report.sensitivity import sensitivity_section, tuned_values_section
     from hf_optbench.report.tuning_curves import sources_cell
 
     doc.h(2, "Hyperparameters: where each came from, and the tuning curves")
@@ -253,6 +246,7 @@ def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
               [[o, s, " / ".join(sorted(seen[(o, s)]))] for o in an.optimizers for s in an.sizes if (o, s) in seen])
     doc.p("cited: the optimizer registry's default for the size, with its citation (`hf-optbench optimizers`); tuned: "
           "the tuned_hparams_file that gave it; user: set in the recipe or on the command line. Per run: the Runs table.")
+    tuned_values_section(doc, an)
     header, rows, key = TT.tuning_table(an)
     if not rows:
         doc.p("No tuning runs (runs at learning-rate multipliers) in this sweep: pass a tuning sweep with "
@@ -314,6 +308,7 @@ def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[st
     doc = Doc()
     _overview(doc, an, name)
     _verdict(doc, an)
+    reference_section(doc, an)
     _ratios(doc, an, files)
     _speedup(doc, an)
     _memory(doc, an, files)

@@ -11,7 +11,8 @@ directory holding runs of several sweeps (or runs started by hand) would otherwi
   runs, ``__dx`` in their id, are at other budgets by design and are left out of that one check);
 * across sizes: the same max_steps, or the same budget in tokens per parameter (within one step's rounding);
 * the runs of one optimizer x size (the seeds the report pools, and the ladder's runs): every hyperparameter, tuned
-  ones included, the schedule and its arguments, and the optimizer's constructor values; each seed once;
+  ones included, the schedule and its arguments, and the optimizer's constructor values; the learning rate is the
+  ladder's one exception: each rung is tuned at its own budget, so its seeds share one rate, its own.
 * the runs of one size, across optimizers (the pairs by seed): every other setting of the identity (dropout, warmup,
   data, batch, ...), except the optimizer's own hyperparameters and what the sweep file sets per optimizer.
 
@@ -183,5 +184,12 @@ def check_comparable(compared: Sequence[Mapping[str, Any]], ladder: Sequence[Map
         groups.setdefault((str(r.get("optimizer")), str(r.get("model_size"))), []).append(r)
     for (opt, size), members in sorted(groups.items()):
         pooled = {r["run_id"]: _pooled(r["_summary"], idents[r["run_id"]]) for r in members}
+        rungs: dict[Any, list[tuple[str, Any]]] = {}
+        for r in members:  # every ladder rung runs at its own tuned rate (issue 29): one rate per rung, not per group
+            if r["run_id"] in ladder_ids:
+                rungs.setdefault(r.get("budget_multiple"), []).append(
+                    (r["run_id"], pooled[r["run_id"]].pop("learning_rate", None)))
         for key in sorted({k for p in pooled.values() for k in p}):
             _check_key(f"{opt}/{size} ", key, [(rid, p.get(key)) for rid, p in pooled.items()])
+        for multiple, rates in sorted(rungs.items(), key=lambda kv: float(kv[0] or 1.0)):
+            _check_key(f"{opt}/{size} x{float(multiple or 1.0):g} budget ", "learning_rate", rates)

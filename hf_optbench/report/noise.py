@@ -82,3 +82,34 @@ def by_seed(records: Sequence[Mapping[str, Any]], key: str, optimizer: str, size
     out = SeedValues({r.get("seed"): (None if r.get(key) is None else float(r[key])) for r in chosen})
     out.concurrent_runs = max((_concurrent_runs(r) for r in chosen if r.get(key) is not None), default=1)
     return out
+
+
+def unmeasurable(records: Sequence[Mapping[str, Any]], optimizers: Sequence[str], sizes: Sequence[str],
+                 baseline: str) -> dict[tuple[str, str], str]:
+    """{(optimizer, wall-clock metric): reason} for the verdict cells no word may be drawn from (issue 29: identical
+    reruns of the demo flipped Lion's seconds-to-target verdict between "no difference" and "deficit vanishes"):
+    figures measured while runs shared the machine, or whose per-seed ratios spread wider than their effect at some
+    size. ``measure.verdict.verdict`` gives them "not measurable here" with the reason and leaves them out of the
+    family it controls."""
+    from hf_optbench.measure.verdict import METRICS
+
+    out: dict[tuple[str, str], str] = {}
+    for key in (m.key for m in METRICS if m.key in WALL_CLOCK_KEYS):
+        for opt in (o for o in optimizers if o != baseline):
+            reasons = []
+            for size in sizes:
+                mine, base = by_seed(records, key, opt, size), by_seed(records, key, baseline, size)
+                ratios = paired_ratios(mine, base)
+                if not ratios:
+                    continue
+                shared = max(mine.concurrent_runs, base.concurrent_runs)
+                if shared > 1:
+                    reasons.append(f"{size}: measured with {shared} runs at once sharing the machine (a sweep with "
+                                   "launcher.jobs: 1 measures each run alone)")
+                elif spread_exceeds_effect(ratios):
+                    effect = math.exp(statistics.fmean(math.log(r) for r in ratios))
+                    reasons.append(f"{size}: per-seed ratios spread {min(ratios):.2g}-{max(ratios):.2g}x, wider than "
+                                   f"the effect {effect:.2g}x (this machine's load moves it)")
+            if reasons:
+                out[(opt, key)] = "; ".join(reasons)
+    return out

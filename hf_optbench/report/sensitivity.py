@@ -91,7 +91,7 @@ def sensitivity_table(records: Sequence[Mapping[str, Any]]) -> tuple[list[str], 
     bracketed = bracketed_from_records(tuning)
     rows = []
     for (opt, size), points in sorted(point_losses(tuning).items()):
-        s = lr_sensitivity({m: v for (m, w), v in points.items() if w is None})
+        s = lr_sensitivity({p.lr: v for p, v in points.items() if p.wd is None and p.nm is None and p.dx is None})
         if s is None:
             rows.append([opt, size, "–", "every point diverged or failed", "–", "no"])
             continue
@@ -142,3 +142,72 @@ def tuned_ratio_table(records: Sequence[Mapping[str, Any]], baseline: str = BASE
         wd_ratio = f"{wd / base[1]:.3g}" if base[1] else "–"
         rows.append([opt, size, f"{lr / base[0]:.3g}", wd_ratio, cite])
     return header, rows
+
+
+def _g(value: Any) -> str:
+    """A margin or noise from the tuned file, to two significant digits ("not measured" for none)."""
+    if value is None:
+        return "not measured"
+    try:
+        return f"{float(value):.2g}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _noise_text(entry: Mapping[str, Any], prefix: str, label: str) -> str:
+    """"lr: margin 0.0024 vs noise 0.0036 over 3 seeds, within the noise" from a tuned entry's fields."""
+    if f"{prefix}margin" not in entry:
+        return ""
+    seeds = len(entry.get(f"{prefix}seeds") or [])
+    text = f"{label}: margin {_g(entry[f'{prefix}margin'])} vs noise {_g(entry.get(f'{prefix}noise'))}"
+    text += f" over {seeds} seed(s)"
+    return text + (", within the noise" if entry.get(f"{prefix}within_noise") else "")
+
+
+def tuned_values_table(tuned: Mapping[str, Any], optimizers: Sequence[str]
+                       ) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the report's tuned-values table, from tuned_hparams.yaml: per optimizer and size, every tuned
+    hyperparameter as a first-class value (the learning rate, the weight decay, the non-matrix group's rate: issue 29)
+    with its multiplier, whether it is bracketed, and the margin it won by against the seed noise it was judged by."""
+    header = ["optimizer", "size", "learning rate (x cited)", "weight decay", "non-matrix group's rate (x the rate)",
+              "ladder rungs tuned", "bracketed", "margin vs seed noise"]
+    rows = []
+    for opt in optimizers:
+        for size, e in (tuned.get(opt) or {}).items():
+            if not isinstance(e, dict) or "learning_rate" not in e:
+                continue
+            wd = (f"{float(e['weight_decay']):.3g} (x{float(e['wd_multiplier']):g}, tuned)" if "wd_multiplier" in e
+                  else f"cited{'; not tuned: ' + e['wd_not_tuned'] if e.get('wd_not_tuned') else ''}")
+            nm = (f"{float(e['nonmatrix_lr']):.3g} (x{float(e['nonmatrix_lr_ratio']):g}"
+                  f"{'' if e.get('nonmatrix_bracketed', True) else ', not bracketed'})" if "nonmatrix_lr" in e
+                  else "the learning rate (one rate" + ("; not tuned: " + e["nonmatrix_not_tuned"]
+                                                        if e.get("nonmatrix_not_tuned") else "") + ")")
+            rungs = e.get("ladder") or []
+            rung_text = f"{sum(1 for r in rungs if r.get('bracketed'))}/{len(rungs)} bracketed" if rungs else "–"
+            noise = "; ".join(t for t in (_noise_text(e, "lr_", "lr"), _noise_text(e, "wd_", "wd"),
+                                          _noise_text(e, "nonmatrix_", "non-matrix")) if t) or "–"
+            rows.append([opt, str(size), f"{float(e['learning_rate']):.3g} (x{float(e.get('multiplier', 1)):g})", wd, nm,
+                         rung_text, "yes" if e.get("bracketed", True) else "**no**", noise])
+    return header, rows
+
+
+def tuned_values_section(doc: Any, an: Any) -> None:
+    """The tuned-values table (``doc``: report.build.Doc), from the sweep's tuned_hparams.yaml where it has one."""
+    from hf_optbench.rundir import TUNED_FILE
+    from hf_optbench.yaml_file import read_yaml_or_empty
+
+    path = an.sweep_dir / TUNED_FILE if an.sweep_dir is not None else None
+    if path is None or not path.is_file():
+        return
+    header, rows = tuned_values_table(read_yaml_or_empty(path), an.optimizers)
+    if not rows:
+        return
+    doc.h(3, "Tuned values, every parameter group alike")
+    doc.table(header, rows)
+    doc.p("From tuned_hparams.yaml (its curves and grids are there): each hyperparameter tuned one at a time at the "
+          "others' best (learning rate, then weight decay where the optimizer's cited value is not AdamW's, then the "
+          "non-matrix group's rate: embeddings, head, LayerNorm gains and biases, for AdamW and Muon alike; Muon's "
+          "learning rate is its matrices'), then each ladder rung's own rate. Margin: the tuning-loss gap from the "
+          "choice to its nearest neighbour; noise: the seed-to-seed sd of the final tuning loss; where the margin was "
+          "within the noise the choice was decided over more seeds, and \"within the noise\" says the neighbours "
+          "stayed equivalent even then. Every compared run's summary.json records each value with its source.")

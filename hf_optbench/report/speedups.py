@@ -16,16 +16,10 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from hf_optbench.study.budget import budget_tokens, ladder_points
+
 # Sizes whose tokens per parameter differ by more than this factor are not on one scaling axis.
 RATIO_TOLERANCE = 1.1
-
-
-def budget_tokens(rec: Mapping[str, Any]) -> float | None:
-    """A run's planned data budget in tokens (planned steps x tokens per step)."""
-    summary = rec.get("_summary") or {}
-    steps = summary.get("max_steps") or rec.get("max_steps")
-    per_step = summary.get("tokens_per_step") or rec.get("tokens_per_step")
-    return float(steps) * float(per_step) if steps and per_step else None
 
 
 def tokens_per_param(rec: Mapping[str, Any]) -> float | None:
@@ -37,37 +31,22 @@ def tokens_per_param(rec: Mapping[str, Any]) -> float | None:
     return tokens / float(params) if tokens and params else None
 
 
-def _ladder(an: Any, baseline: str, size: str, seed: Any) -> tuple[list[tuple[float, float]], float | None]:
-    """(the ladder's (tokens, final eval loss) points, the baseline's own loss at the budget: its x1 run) of one size
-    and seed, from the baseline's completed runs."""
-    points, reference = [], None
-    for at_budget, runs in ((False, an.ladder), (True, an.records)):  # the x1 run is a comparison record
-        for r in runs:
-            if r.get("optimizer") != baseline or r.get("model_size") != size or r.get("seed") != seed \
-                    or r["status"] != "completed" or r.get("final_eval_loss") is None:
-                continue
-            tokens, loss = budget_tokens(r), float(r["final_eval_loss"])
-            if tokens and math.isfinite(loss):
-                points.append((tokens, loss))
-                reference = loss if at_budget else reference
-    return points, reference
-
-
 def derive_speedups(an: Any, baseline: str) -> None:
-    """Fit every (size, seed) ladder and set each comparison record's speedup fields, in place (no ladder: None)."""
+    """Fit every (size, seed) ladder and set each comparison (and attribution) record's speedup fields, in place (no
+    ladder: None)."""
     from hf_optbench.measure.speedup import Speedup, fit_ladder, speedup
 
-    for r in an.records + an.ladder:
+    for r in an.records + an.ladder + an.attribution:
         r["tokens_per_param"] = tokens_per_param(r)
     if not an.ladder:
         return
     references: dict[tuple[str, Any], float | None] = {}
-    for r in an.records:
+    for r in an.records + an.attribution:
         r.update(speedup=None, speedup_censored=False, speedup_bound="", speedup_method=None,
                  baseline_equivalent_tokens=None)
         key = (r.get("model_size"), r.get("seed"))
         if key not in an.ladder_fits:
-            pts, references[key] = _ladder(an, baseline, *key)
+            pts, references[key] = ladder_points(an.ladder + an.records, baseline, *key)
             an.ladder_fits[key] = fit_ladder([t for t, _ in pts], [v for _, v in pts]) if len(pts) >= 2 else None
         fit, tokens = an.ladder_fits[key], budget_tokens(r)
         if fit is None or not tokens:
@@ -128,3 +107,109 @@ def ladder_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
         power = sum(1 for f in fits if f.method == "power law")
         rows.append([size, *cells, f"power law {power}/{len(fits)}, interpolation {len(fits) - power}/{len(fits)}"])
     return ["size", *[f"x{m:g}" for m in mults], "curve per seed"], rows
+
+
+def _tuned(an: Any) -> dict[str, Any]:
+    from hf_optbench.rundir import TUNED_FILE
+    from hf_optbench.yaml_file import read_yaml_or_empty
+
+    return read_yaml_or_empty(an.sweep_dir / TUNED_FILE) if an.sweep_dir is not None else {}
+
+
+def _rate_cell(entry: Mapping[str, Any], prefix: str = "") -> str:
+    """"0.004 (x4)", with what the tuned file says against the choice: not bracketed, or a margin still within the
+    seed noise."""
+    text = f"{float(entry['learning_rate']):.3g} (x{float(entry['multiplier']):g})"
+    if not entry.get(f"{prefix}bracketed", entry.get("bracketed", True)):
+        text += ", not bracketed"
+    if entry.get(f"{prefix}within_noise"):
+        text += f", margin {float(entry[f'{prefix}margin']):.2g} ≤ noise {float(entry[f'{prefix}noise']):.2g}"
+    return text
+
+
+def rung_rates_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): per size, the learning rate each rung of the baseline's ladder ran at (tuned_hparams.yaml:
+    every rung tuned on its own, issue 29), x multiplier of the cited rate."""
+    tuned = (_tuned(an).get(baseline) or {})
+    entries = {size: tuned.get(size) for size in an.sizes if isinstance(tuned.get(size), dict)}
+    mults = sorted({1.0} | {float(r["budget_multiple"]) for e in entries.values() for r in e.get("ladder") or []}
+                   | {float(r["budget_multiple"]) for r in an.ladder if r.get("budget_multiple")})
+    if not any(e.get("ladder") for e in entries.values()):
+        return [], []
+    rows = []
+    for size, entry in entries.items():
+        rungs = {float(r["budget_multiple"]): r for r in entry.get("ladder") or [] if r.get("learning_rate")}
+        cells = [_rate_cell(entry, "lr_") if m == 1.0 else _rate_cell(rungs[m]) if m in rungs else "–" for m in mults]
+        rows.append([size, *cells])
+    return ["size", *[f"x{m:g}" for m in mults]], rows
+
+
+def attribution_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): per optimizer and size that has attribution runs, its fully tuned speedup beside its speedup
+    with the non-matrix group at the baseline's tuned rate (same seeds, same matrix rate), each with its interval at
+    the level of the fully tuned speedup's verdict cell, and their paired ratio."""
+    from hf_optbench.measure.intervals import t_interval
+    from hf_optbench.measure.verdict import METRICS, verdict
+
+    if not an.attribution:
+        return [], []
+    spec = next(m for m in METRICS if m.key == "speedup")
+    full = {v.optimizer: v for v in an.verdicts if v.metric.key == "speedup"}
+    tuned = _tuned(an)
+    header = ["optimizer", "size", "non-matrix group's rate (tuned)", "speedup, fully tuned",
+              f"non-matrix group at {baseline}'s rate", "speedup", "attributed / fully tuned (paired)"]
+    rows = []
+    for opt in sorted({r["optimizer"] for r in an.attribution}):
+        level = full[opt].level if opt in full else 0.05
+        mine = [{**r, "optimizer": "attributed"} for r in an.attribution if r["optimizer"] == opt]
+        attributed = verdict(mine + [r for r in an.ok() if r["optimizer"] == baseline], baseline=baseline,
+                             metrics=(spec,), alpha=level)
+        points = {p.model_size: p for v in attributed for p in v.points}
+        for size in an.sizes:
+            p_full = next((p for p in (full[opt].points if opt in full else []) if p.model_size == size), None)
+            p_attr = points.get(size)
+            entry = (tuned.get(opt) or {}).get(size) or {}
+            base = (tuned.get(baseline) or {}).get(size) or {}
+            ratios = [math.log(a["speedup"]) - math.log(f["speedup"])
+                      for a in mine for f in an.records if a.get("model_size") == size == f.get("model_size")
+                      and f.get("optimizer") == opt and f.get("seed") == a.get("seed") and a.get("speedup")
+                      and f.get("speedup") and not a.get("speedup_censored") and not f.get("speedup_censored")]
+            paired = "–"
+            if len(ratios) >= 2:
+                mean, _, low, high = t_interval(ratios, level / 2)
+                paired = f"{math.exp(mean):.3g} [{math.exp(low):.3g}, {math.exp(high):.3g}] ({len(ratios)} seeds)"
+            rows.append([opt, size, _group_rate(entry), _speedup_cell(p_full), _group_rate(base), _speedup_cell(p_attr),
+                         paired])
+    return header, rows
+
+
+def _group_rate(entry: Mapping[str, Any]) -> str:
+    if not entry.get("learning_rate"):
+        return "–"
+    rate = float(entry["learning_rate"]) * float(entry.get("nonmatrix_lr_ratio", 1.0))
+    return f"{rate:.3g} (x{float(entry.get('nonmatrix_lr_ratio', 1.0)):g} of {float(entry['learning_rate']):.3g})"
+
+
+def _speedup_cell(p: Any) -> str:
+    return "–" if p is None else p.ratio_text()
+
+
+def speedup_tables(doc: Any, an: Any, baseline: str) -> None:
+    """Under the ladder: each rung's own tuned rate, and the attribution of each optimizer's speedup to its
+    non-matrix group's rate (``doc``: report.build.Doc)."""
+    header, rows = rung_rates_table(an, baseline)
+    if rows:
+        doc.p(f"Each rung of {baseline}'s ladder ran at its own tuned learning rate (x the cited rate; tuned_hparams.yaml "
+              "`ladder`), tuned from the compared budget's optimum x1/2, x1, x2 and extended until bracketed: a ladder "
+              "at the x1 rate would handicap every rung but one and inflate every speedup read off it. Where a choice's "
+              "margin is within the seed noise it is said.")
+        doc.table(header, rows)
+    header, rows = attribution_table(an, baseline)
+    if rows:
+        doc.h(3, "Attribution: the speedup with the non-matrix group at the baseline's rate")
+        doc.p(f"Fully tuned, an optimizer trains its embeddings, head, LayerNorm gains and biases at its own tuned "
+              f"rate for them; beside it, the same seeds at the same tuned matrix rate with that group at {baseline}'s "
+              "tuned rate for it (attribution runs, <sweep>/attribution). The difference is the part of the speedup "
+              "that comes from the group's rate, not from the matrix optimizer. Intervals at the level of the fully "
+              "tuned speedup's verdict cell; the paired ratio is attributed / fully tuned per seed.")
+        doc.table(header, rows)

@@ -49,18 +49,33 @@ def loss_key(records: Sequence[Mapping[str, Any]]) -> str:
     return "final_tuning_loss" if done and all(v is not None for v in has) else "final_eval_loss"
 
 
-def curve_frame(records: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
-    """(DataFrame, loss key): one row per optimizer, size and multiplier with the mean learning rate, the mean and
-    sd of the final loss over the completed seeds, the seed counts and ``best`` (the lowest mean among the
-    multipliers with no diverged or failed seed, the rule of hf_optbench.study.tuning)."""
-    import pandas as pd
+def _point(r: Mapping[str, Any]) -> Any:
+    """A tuning run's point (study.tuning.Coords: learning rate, weight decay, group ratio, budget multiples)."""
+    from hf_optbench.rundir import parse_run_id
+    from hf_optbench.study.tuning import Coords
 
-    from hf_optbench.study.tuning_grid import wd_multiplier_of
+    p = parse_run_id(str(r.get("run_id") or ""))
+    wd = r.get("wd_multiplier") if r.get("wd_multiplier") is not None else p.get("wd_multiplier")
+    return Coords.of(float(r["lr_multiplier"]), wd, p.get("nonmatrix_multiplier"), p.get("budget_multiple"))
+
+
+def _is_lr_point(r: Mapping[str, Any]) -> bool:
+    """A run of the learning-rate curve at the compared budget (not of a weight-decay, group-ratio or rung axis)."""
+    point = _point(r)
+    return point.wd is None and point.nm is None and point.dx is None
+
+
+def curve_frame(records: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
+    """(DataFrame, loss key): one row per optimizer, size and multiplier of the learning-rate curve at the compared
+    budget with the mean learning rate, the mean and sd of the final loss over the completed seeds, the seed counts
+    and ``best`` (the lowest mean among the multipliers with no diverged or failed seed, the rule of
+    hf_optbench.study.tuning)."""
+    import pandas as pd
 
     key = loss_key(records)
     rows = []
     for r in records:
-        if r.get("lr_multiplier") is None or wd_multiplier_of(r) is not None:  # a weight-decay grid run: not this curve
+        if r.get("lr_multiplier") is None or not _is_lr_point(r):  # another axis's run: not this curve
             continue
         loss = (r.get("_summary") or {}).get(key, r.get(key)) if r.get("status") == "completed" else None
         rows.append({"optimizer": r.get("optimizer"), "model_size": r.get("model_size"),
@@ -79,47 +94,51 @@ def curve_frame(records: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
     return out, key
 
 
-def point_losses(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[tuple[float, float | None],
-                                                                                     float | None]]:
-    """{(optimizer, size): {(lr multiplier, wd multiplier or None): mean loss}} of the tuning runs (the loss of
-    :func:`loss_key`); None where a seed diverged or failed or has no loss (the selection rule: such a point loses)."""
-    from hf_optbench.study.tuning_grid import canon, wd_multiplier_of
-
+def point_losses(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[Any, float | None]]:
+    """{(optimizer, size): {point: mean loss}} of the tuning runs (the loss of :func:`loss_key`; the point a
+    study.tuning.Coords); None where a seed diverged or failed or has no loss (the selection rule: such a point
+    loses)."""
     key = loss_key(records)
-    seen: dict[tuple[str, str], dict[tuple[float, float | None], list[float | None]]] = {}
+    seen: dict[tuple[str, str], dict[Any, list[float | None]]] = {}
     for r in records:
         if r.get("lr_multiplier") is None:
             continue
-        wd = wd_multiplier_of(r)
         loss = (r.get("_summary") or {}).get(key, r.get(key)) if r.get("status") == "completed" else None
         ok = loss is not None and math.isfinite(float(loss))
-        point = (canon(float(r["lr_multiplier"])), None if wd is None or canon(wd) == 1.0 else canon(wd))
-        seen.setdefault((str(r.get("optimizer")), str(r.get("model_size"))), {}).setdefault(point, []).append(
+        seen.setdefault((str(r.get("optimizer")), str(r.get("model_size"))), {}).setdefault(_point(r), []).append(
             float(loss) if ok else None)
     return {pair: {p: None if None in v else sum(x for x in v if x is not None) / len(v) for p, v in points.items()}
             for pair, points in seen.items()}
 
 
 def _interior(curve: Mapping[float, float | None], floor: float | None = None) -> bool:
-    """Whether the best point (ties to x1, hf_optbench.study.tuning_grid.choose) lies strictly inside the grid, or
-    at ``floor``, the edge of the hyperparameter's domain (0 for weight decay: nothing lies beyond it)."""
-    from hf_optbench.study.tuning_grid import choose, is_bracketed
+    """Whether the best point (ties to x1, hf_optbench.study.tuning.choose) lies strictly inside the grid, or at
+    ``floor``, the edge of the hyperparameter's domain (0 for weight decay: nothing lies beyond it)."""
+    from hf_optbench.study.tuning import choose, is_bracketed
 
     return bool(curve) and is_bracketed(list(curve), choose({m: math.inf if v is None else v for m, v in curve.items()}),
                                         floor)
 
 
 def bracketed_from_records(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], bool]:
-    """{(optimizer, size): bracketed} from tuning runs: the learning-rate curve's best inside its grid, and the
-    weight-decay curve's (its runs and the learning-rate best as x1), where weight decay was tuned."""
+    """{(optimizer, size): bracketed} from tuning runs: every axis's best inside its grid (the learning-rate curve;
+    the weight-decay curve with the learning-rate best as x1, its floor 0; the group ratio's with the best before it
+    as x1; each rung's learning-rate curve), where that axis ran."""
     out = {}
     for pair, points in point_losses(records).items():
-        lr_curve = {m: v for (m, w), v in points.items() if w is None}
-        wd_runs = {(m, w): v for (m, w), v in points.items() if w is not None}
+        lr_curve = {p.lr: v for p, v in points.items() if p.wd is None and p.nm is None and p.dx is None}
         ok = _interior(lr_curve)
-        for lr in sorted({m for m, _ in wd_runs}):
-            ok = ok and _interior({1.0: lr_curve.get(lr), **{w: v for (m, w), v in wd_runs.items() if m == lr}},
+        wd_runs = {p: v for p, v in points.items() if p.wd is not None and p.dx is None}
+        for lr in sorted({p.lr for p in wd_runs}):
+            ok = ok and _interior({1.0: lr_curve.get(lr), **{p.wd: v for p, v in wd_runs.items() if p.lr == lr}},
                                   floor=0.0)
+        nm_runs = {p: v for p, v in points.items() if p.nm is not None and p.dx is None}
+        for lr, wd in sorted({(p.lr, p.wd or 1.0) for p in nm_runs}):
+            x1 = next((v for p, v in points.items() if p.lr == lr and (p.wd or 1.0) == wd and p.nm is None
+                       and p.dx is None), None)
+            ok = ok and _interior({1.0: x1, **{p.nm: v for p, v in nm_runs.items() if p.lr == lr}})
+        for dx in sorted({p.dx for p in points if p.dx is not None}):
+            ok = ok and _interior({p.lr: v for p, v in points.items() if p.dx == dx})
         out[pair] = ok
     return out
 

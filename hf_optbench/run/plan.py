@@ -245,20 +245,33 @@ def _dotted_defaults(cfg: RunConfig) -> tuple[dict[str, Any], bool]:
     return out, "weight_decay" in named
 
 
-def _constructor(cfg: RunConfig, spec: OptimizerSpec | None, cited: Mapping[str, Any]) -> dict[str, Sourced]:
+def _constructor(cfg: RunConfig, spec: OptimizerSpec | None, cited: Mapping[str, Any],
+                 tuned: Mapping[str, Any] | None = None, tuned_file: str | None = None) -> dict[str, Sourced]:
     """Every constructor argument the builder gets: the user's optimizer_kwargs and adam_* (AdamW family), over the
-    registry's cited values. Lists as tuples, as the builders take them."""
+    tuned file's constructor values (``optim.tuned.CONSTRUCTOR_KEYS``: a parameter group's tuned rate ratio), over
+    the registry's cited values. Lists as tuples, as the builders take them."""
     from hf_optbench.config.checks import adam_constructor, check_betas_length, check_optimizer_values
     from hf_optbench.optim.registry import constructor_kwargs
+    from hf_optbench.optim.tuned import CONSTRUCTOR_KEYS
 
     user = cfg.optim.kwargs()
     if "betas" in cited:  # adam_* are refused at parse for every optimizer without Adam's betas
         user.update(adam_constructor(cfg.training, cfg.explicit, tuple(cited["betas"])))
     check_optimizer_values(user)
     check_betas_length(cfg.optim.optimizer, user)
-    values = constructor_kwargs(spec, cited, user) if spec is not None else dict(user)
-    return {k: Sourced(v, "user" if k in user else cited["sources"].get(k, cited.get("source", "")))
-            for k, v in values.items()}
+    from_file = {k: (tuned or {})[k] for k in CONSTRUCTOR_KEYS
+                 if spec is not None and k in spec.kwargs and k in (tuned or {}) and k not in user}
+    given = {**from_file, **user}
+    values = constructor_kwargs(spec, cited, given) if spec is not None else dict(user)
+
+    def source(k: str) -> str:
+        if k in user:
+            return "user"
+        if k in from_file:
+            return f"tuned: {tuned_file}"
+        return cited["sources"].get(k, cited.get("source", ""))
+
+    return {k: Sourced(v, source(k)) for k, v in values.items()}
 
 
 def _groups(layouts: tuple[GroupLayout, ...], lr: Sourced, wd: Sourced | None,
@@ -267,6 +280,10 @@ def _groups(layouts: tuple[GroupLayout, ...], lr: Sourced, wd: Sourced | None,
     out = []
     for layout in layouts:
         g_lr = ctor[layout.lr_kwarg] if layout.lr_kwarg and layout.lr_kwarg in ctor else lr
+        ratio = ctor.get(layout.lr_ratio_kwarg) if layout.lr_ratio_kwarg else None
+        if g_lr is lr and ratio is not None and float(ratio.value) != 1.0:  # the builder's own product, exactly
+            g_lr = Sourced(lr.value * float(ratio.value),
+                           f"learning_rate x {layout.lr_ratio_kwarg} {ratio.value:g} ({ratio.source})")
         if not layout.decay:
             g_wd = Sourced(0.0, NO_DECAY_SOURCE) if wd is not None else None
         else:
@@ -367,16 +384,19 @@ def resolve_optimization(cfg: RunConfig) -> tuple[OptimizerPlan, Sourced, dict[s
     cited, takes_wd = (cited_defaults(spec, SIZE_CLASS[cfg.model.model_size]), True) if spec is not None \
         else _dotted_defaults(cfg)
     tuned_file = cfg.optim.tuned_hparams_file
-    tuned = lookup_tuned(tuned_file, cfg.optim.optimizer, cfg.model.model_size) if tuned_file else {}
+    # a ladder rung finds its own tuned rate by its budget (issue 29: every rung tuned)
+    tuned = lookup_tuned(tuned_file, cfg.optim.optimizer, cfg.model.model_size,
+                         max_steps=cfg.training.max_steps) if tuned_file else {}
     lr, wd, mgn = (_training_value(cfg, k, tuned, tuned_file, cited)
                    for k in ("learning_rate", "weight_decay", "max_grad_norm"))
     if spec is None and "weight_decay" not in cfg.explicit and "weight_decay" not in cited:
         wd = Sourced(0.0, "the class's default (none given)" if takes_wd else "none: the class takes no weight decay")
     for key, entry in (("learning_rate", lr), ("weight_decay", wd), ("max_grad_norm", mgn)):
         _check_value(key, entry)
-    ctor = _constructor(cfg, spec, cited)
+    ctor = _constructor(cfg, spec, cited, tuned, tuned_file)
     schedule = _schedule(cfg, spec, ctor)
-    layouts = spec.groups if spec is not None else GPT3_GROUPS if takes_wd else SINGLE_GROUP
+    layouts = spec.group_layouts({k: v.value for k, v in ctor.items()}) if spec is not None \
+        else GPT3_GROUPS if takes_wd else SINGLE_GROUP
     optimizer = OptimizerPlan(cfg.optim.optimizer, spec, lr, wd, MappingProxyType(ctor),
                               _groups(layouts, lr, wd if takes_wd else None, ctor), cfg.optim.embedding_state_32bit)
     return optimizer, mgn, schedule

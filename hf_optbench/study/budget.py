@@ -14,6 +14,12 @@ Sweep file::
     ladder:
       multiples: [0.5, 1, 2, 4]    # the baseline also runs at these multiples of the budget, each a full schedule
       optimizer: adamw             # the baseline (default adamw; must be in the matrix)
+      max_multiple: 32             # the cap of the ladder's automatic extension (default 8 x the largest multiple)
+
+The ladder is extended, not extrapolated: when a compared run ends below the curve of its seed's ladder at the top
+rung (its speedup would only be a bound, "> 4x"), every seed of that size gets a rung at twice the top budget
+(tuned like the others), until no compared run beats the top or the next rung would pass ``max_multiple``
+(:func:`ladder_multiples`, replayed from the finished runs). A speedup still beyond the cap stays a bound.
 
 Without ``budget``, the steps of the recipe (or ``overrides.max_steps``) are the budget, and a ladder multiplies
 them. Tokens per step = per_device_train_batch_size x gradient_accumulation_steps x processes x block_size, read
@@ -23,7 +29,7 @@ from each run's parsed arguments (processes: the launcher's accelerate config ``
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +40,10 @@ if TYPE_CHECKING:
     from hf_optbench.config.parse import RunConfig
 
 BUDGET_KEYS = {"tokens_per_param"}
-LADDER_KEYS = {"multiples", "optimizer"}
+LADDER_KEYS = {"multiples", "optimizer", "max_multiple"}
+# Without max_multiple: three doublings beyond the file's top rung (4x -> 32x), the reach issue 29 needed (Muon beat
+# a 4x ladder in every seed on real text; two seeds were still beyond it at 32x).
+DEFAULT_CAP_FACTOR = 8.0
 # Marin's ladder (experiments/optimizer_sweep) spans 1-8x Chinchilla; four points (0.5-4x) are the fewest that
 # leave the three-parameter fit of hf_optbench.measure.speedup a degree of freedom to be judged by.
 MIN_LADDER_POINTS = 3
@@ -53,6 +62,11 @@ class Ladder:
 
     multiples: tuple[float, ...]
     optimizer: str = BASELINE
+    max_multiple: float = 0.0  # the extension's cap (0: DEFAULT_CAP_FACTOR x the largest multiple)
+
+    @property
+    def cap(self) -> float:
+        return self.max_multiple or DEFAULT_CAP_FACTOR * max(self.multiples)
 
     @property
     def extra(self) -> tuple[float, ...]:
@@ -107,7 +121,12 @@ def parse_ladder(raw: dict[str, Any], optimizers: list[str]) -> Ladder | None:
     if baseline not in optimizers:
         raise OptBenchError(f"ladder.optimizer '{baseline}' is not in matrix.optimizer {optimizers}: the ladder is "
                             "the baseline's, so add it to the matrix (or name the baseline there).")
-    return Ladder(tuple(mults), baseline)
+    cap = section.get("max_multiple")
+    if cap is not None and _positive(cap, "ladder.max_multiple", "32") < max(mults):
+        raise OptBenchError(f"ladder.max_multiple {cap} is below the ladder's largest multiple {max(mults):g}: it caps "
+                            "the automatic extension beyond it, so give at least that (or as many doublings as the "
+                            "extension may add, e.g. 32).")
+    return Ladder(tuple(mults), baseline, float(cap or 0.0))
 
 
 def world_size(launcher: dict[str, Any]) -> int:
@@ -151,6 +170,69 @@ def steps_table(budget: Budget | None, sizes: list[str], optimizers: list[str], 
 def ladder_steps(steps: int, multiple: float | None) -> int:
     """max_steps of a ladder run: its multiple of the budget's steps (at least 1)."""
     return steps if multiple is None else max(1, round(multiple * steps))
+
+
+def budget_tokens(rec: Mapping[str, Any]) -> float | None:
+    """A run's planned data budget in tokens (planned steps x tokens per step)."""
+    summary = rec.get("_summary") or {}
+    steps = summary.get("max_steps") or rec.get("max_steps")
+    per_step = summary.get("tokens_per_step") or rec.get("tokens_per_step")
+    return float(steps) * float(per_step) if steps and per_step else None
+
+
+def ladder_points(records: Sequence[Mapping[str, Any]], baseline: str, size: str, seed: Any
+                  ) -> tuple[list[tuple[float, float]], float | None]:
+    """(the ladder's (tokens, final eval loss) points, the baseline's own loss at the budget: its x1 run) of one size
+    and seed, from the baseline's completed runs among ``records`` (its ladder and compared runs alike)."""
+    points, reference = [], None
+    for r in records:
+        if r.get("optimizer") != baseline or r.get("model_size") != size or r.get("seed") != seed \
+                or r.get("status") != "completed" or r.get("final_eval_loss") is None \
+                or r.get("lr_multiplier") is not None:
+            continue
+        tokens, loss = budget_tokens(r), float(r["final_eval_loss"])
+        if tokens and math.isfinite(loss):
+            points.append((tokens, loss))
+            reference = loss if r.get("budget_multiple") in (None, 1.0) else reference
+    return points, reference
+
+
+def beats_top(records: Sequence[Mapping[str, Any]], baseline: str, size: str, top_tokens: float) -> list[str]:
+    """The compared runs of ``size`` whose final eval loss lies below their seed's ladder curve at its top budget
+    (``top_tokens``): their speedup would only be a bound."""
+    from hf_optbench.measure.speedup import fit_ladder
+
+    out = []
+    for r in records:
+        if r.get("model_size") != size or r.get("optimizer") == baseline or r.get("status") != "completed" \
+                or r.get("final_eval_loss") is None or r.get("lr_multiplier") is not None:
+            continue
+        pts, _ = ladder_points(records, baseline, size, r.get("seed"))
+        pts = [(t, v) for t, v in pts if t <= top_tokens * (1 + 1e-6)]  # the ladder as it stood at this top
+        fit = fit_ladder([t for t, _ in pts], [v for _, v in pts]) if len(pts) >= 2 else None
+        # as measure.speedup.speedup censors: below the curve's value at its largest budget (exp/log round-trips
+        # of the budgets leave it a hair under the top's tokens)
+        if fit is not None and fit.tokens[-1] >= top_tokens * (1 - 1e-6) \
+                and float(r["final_eval_loss"]) < fit.loss_at(fit.tokens[-1]):
+            out.append(str(r.get("run_id")))
+    return out
+
+
+def ladder_multiples(ladder: Ladder, size: str, records: Sequence[Mapping[str, Any]]) -> tuple[float, ...]:
+    """The ladder's multiples at ``size``: the file's, then twice the top while a compared run beats the top rung
+    (:func:`beats_top`) and every baseline run at the top has finished, up to :attr:`Ladder.cap`. Replayed from
+    the finished runs, so a restarted sweep decides the same."""
+    mults = sorted(ladder.multiples)
+    while mults[-1] * 2 <= ladder.cap:
+        top = [r for r in records if r.get("optimizer") == ladder.optimizer and r.get("model_size") == size
+               and r.get("lr_multiplier") is None and float(r.get("budget_multiple") or 1.0) == mults[-1]]
+        if not top or any(r.get("status") not in ("completed", "diverged", "failed", "oom") for r in top):
+            break
+        tokens = [budget_tokens(r) for r in top if budget_tokens(r)]
+        if not tokens or not beats_top(records, ladder.optimizer, size, max(tokens)):
+            break
+        mults.append(mults[-1] * 2)
+    return tuple(mults)
 
 
 def check_ladder(ladder: Ladder, table: dict[tuple[str, str], int]) -> None:

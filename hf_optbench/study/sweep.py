@@ -18,12 +18,16 @@ Sweep file (YAML)::
       lr_grid: {low: 0.25, high: 4}        #   factor-2 steps from low to high (powers of 2, low <= 1 <= high)
       max_extensions: 3                    # steps the tuner may add beyond an edge holding the best (default 3)
       wd_multipliers: [0.333333, 1, 3]     # weight decay x the cited value, optimizers that tune it (default)
+      nonmatrix_multipliers: [0.25, 0.5, 1, 2]  # the non-matrix group's rate x the tuned rate (adamw, muon); [] off
       seed: [0]                            # seeds of the tuning runs
+      confirm_seeds: [1000, 1001]          # more seeds where a choice's margin is within the seed noise (default)
+      confirm_rungs: true                  # the same for the ladder rungs' rates (study/tuning.py has the rule)
     budget: {tokens_per_param: 0.5}      # optional: max_steps per size = 0.5 x non-embedding params / tokens per
                                            # step, the same data per parameter at every size (study/budget.py)
     ladder:                                # optional: the baseline also runs at these multiples of the budget,
-      multiples: [0.25, 0.5, 1, 2]         #   each a full schedule; the report reads every other optimizer's
-      optimizer: adamw                     #   speedup (AdamW-equivalent data) off it (measure/speedup.py)
+      multiples: [0.25, 0.5, 1, 2]         #   each a full schedule, each at its own tuned rate; the report reads
+      optimizer: adamw                     #   every other optimizer's speedup off it (measure/speedup.py)
+      max_multiple: 16                     #   doubled while a run beats the top rung, up to this (default 8x top)
     per_optimizer: {lion: {weight_decay: 1.0}}   # optional recipe keys for one optimizer
     per_model_size: {gpt2-xl: {per_device_train_batch_size: 4}}   # optional recipe keys for one size
     launcher:
@@ -264,12 +268,12 @@ def _tune_until_bracketed(spec: SweepSpec, max_runs: int | None, retry_failed: b
                           rerun_changed: bool = False, progress: Progress | None = None,
                           pool: WorkerPool | None = None) -> tuple[dict[str, int], int | None, bool]:
     """The tuning phase as a loop: run its pending runs, let the tuner add the runs its finished results call for
-    (a step beyond an edge holding the best, the weight-decay grid: study.tuning_grid.extend_tuning), repeat until
+    (a step beyond an edge holding the best, the weight-decay grid: study.tuning_phase.extend_tuning), repeat until
     it adds none. (counts, max_runs left, finished). A tuning run that failed (a crash, a killed worker) runs once
     more before its point counts; ``--retry_failed`` also applies to the first pass. A run that fails twice is
     final, its point counts as a rise of the loss, and the tuned file and the report say so
     (study.tuning.tune_phase)."""
-    from hf_optbench.study.tuning_grid import extend_tuning
+    from hf_optbench.study.tuning_phase import extend_tuning
 
     assert spec.tuning is not None
 
@@ -307,7 +311,7 @@ def _failed_once(spec: SweepSpec) -> list[str]:
 def _tune_then_attach(spec: SweepSpec, out_stream: Any) -> None:
     """Select the tuned values, write them (tune_phase checks that every compared optimizer x size has one), and
     point the comparison runs at them."""
-    from hf_optbench.study.tuning import tune_phase
+    from hf_optbench.study.tuning_phase import tune_phase
 
     path, warnings = tune_phase(spec)
     for w in warnings:
@@ -346,6 +350,41 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
                 return _add(counts, {"pending": len(spec.runs)})
             _tune_then_attach(spec, out_stream)
         before = len(spec.tuning.runs) if spec.tuning is not None else 0
-        compared, _ = _run_phase(spec, max_runs, retry_failed, out_stream, sweep_copy=True,
-                                 rerun_changed=rerun_changed, progress=progress, pool=pool, before=before)
-        return _add(counts, compared)
+        compared, tuned = _compare_until_uncensored(spec, max_runs, retry_failed, out_stream, rerun_changed, progress,
+                                                    pool, before)
+        return _add(tuned if tuned is not None else counts, compared)
+
+
+def _compare_until_uncensored(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any,
+                              rerun_changed: bool = False, progress: Progress | None = None,
+                              pool: WorkerPool | None = None,
+                              before: int = 0) -> tuple[dict[str, int], dict[str, int] | None]:
+    """The comparison phase as a loop (issue 29): the compared runs, the attribution runs (study.comparison_runs),
+    then, while a compared run beats the ladder's top rung, that rung's tuning and a rung at twice its budget for
+    every seed of the size, up to the ladder's cap. (counts of the comparison and attribution runs, counts of the
+    tuning phase when it ran again)."""
+    from hf_optbench.study.comparison_runs import attribution_phase, extend_ladder
+
+    def say(text: str) -> None:
+        print(f"[sweep] ladder: {text}", file=out_stream, flush=True)
+
+    tuned = None
+    while True:
+        counts, launched = _run_phase(spec, max_runs, retry_failed, out_stream, sweep_copy=True,
+                                      rerun_changed=rerun_changed, progress=progress, pool=pool, before=before)
+        max_runs = None if max_runs is None else max_runs - launched
+        attribution = attribution_phase(spec)
+        if attribution is not None:
+            extra, launched = _run_phase(attribution, max_runs, retry_failed, out_stream, sweep_copy=False,
+                                         rerun_changed=rerun_changed, progress=progress, pool=pool,
+                                         before=before + len(spec.runs))
+            max_runs = None if max_runs is None else max_runs - launched
+            counts = _add(counts, extra)
+        if set(counts) - {"completed", "diverged", "failed", "oom"} or not extend_ladder(spec, say):
+            return counts, tuned
+        if spec.tuning is not None:  # the new rung's own learning rate first, as every rung's
+            tuned, max_runs, finished = _tune_until_bracketed(spec, max_runs, retry_failed, out_stream,
+                                                              rerun_changed, progress, pool)
+            if not finished:
+                return counts, tuned
+            _tune_then_attach(spec, out_stream)

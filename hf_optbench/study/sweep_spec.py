@@ -28,7 +28,7 @@ from hf_optbench.study.sweep_values import (
     seed_list,
 )
 from hf_optbench.study.tracking_env import tracker_env
-from hf_optbench.study.tune_spec import TUNE_KEYS, TuneSpec, parse_tune
+from hf_optbench.study.tuning import TUNE_KEYS, TUNING_METRIC, TuneSpec, parse_tune
 from hf_optbench.yaml_file import load_yaml_mapping
 
 if TYPE_CHECKING:
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 SWEEP_KEYS = {"base", "output_dir", "overrides", "matrix", "per_optimizer", "per_model_size", "launcher", "name",
               "description", "tune", "budget", "ladder"}
-TUNING_METRIC = "final_tuning_loss"  # summary.json: loss on the held-out tuning split (DataArguments.tuning_blocks)
 # Keys that would beat or bypass the tuned value (an explicit value wins in run.plan.resolve_optimization).
 TUNED_KEYS = ("learning_rate", "tuned_hparams_file")
 MATRIX_KEYS = {"optimizer", "model_size", "seed", "lr_multipliers"}
@@ -154,7 +153,7 @@ def _matrix(raw: dict[str, Any]) -> tuple[list[str], list[str], list[int], list[
 
 
 def _tune(raw: dict[str, Any], mults: list[float], tables: list[tuple[str, dict[str, Any]]]) -> TuneSpec | None:
-    """The ``tune:`` section, checked (:func:`hf_optbench.study.tune_spec.parse_tune`: grids of >= 3 multipliers
+    """The ``tune:`` section, checked (:func:`hf_optbench.study.tuning.parse_tune`: grids of >= 3 multipliers
     that hold x1, the cited default, so the tuned value is never worse than the citation on the tuning split), and
     nothing in ``tables`` (overrides and the per-point keys, by where they stand) that would replace the tuned
     learning rate."""

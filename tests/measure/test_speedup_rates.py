@@ -41,7 +41,17 @@ def test_a_rule_without_intervals_would_fail_the_null_check() -> None:
     assert false / 100 > 0.05
 
 
+def test_a_true_speedup_beyond_the_ladder_is_measured_after_the_automatic_extension() -> None:
+    """Issue 29: a ladder ending below the true speedup gave bounds, and the report averaged them ("4 [4, 4]").
+    The sweep doubles the top rung while a run beats it (to its cap): every speedup is then measured and found.
+    Without the extension every speedup stays a bound, and no mean or interval is built from bounds: no claim."""
+    extended = speedup_rates.rates(6.0, DEMO_SEEDS, 0.005, 40, rng_seed=3, cap=16.0)
+    assert extended["censored"] == 0.0 and speedup_rates.found(extended) >= 0.95 and extended["coverage"] >= 0.9
+    stuck = speedup_rates.rates(6.0, DEMO_SEEDS, 0.005, 20, rng_seed=3, cap=4.0)
+    assert stuck["censored"] == 1.0 and math.isnan(stuck["coverage"]) and speedup_rates.false_verdict(stuck) == 0.0
+
+
 def test_the_benchmark_prints_its_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert speedup_rates.main(["--trials", "3", "--seeds", "3", "--noise", "0.01"]) == 0
+    assert speedup_rates.main(["--trials", "4", "--seeds", "3", "--noise", "0.01"]) == 0
     out = capsys.readouterr().out
-    assert "| 0.01 | 3 |" in out and "95 % interval coverage" in out
+    assert "| 0.01 | 3 |" in out and "95 % interval coverage" in out and "| 0.01 | 3 | not extended |" in out

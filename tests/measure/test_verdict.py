@@ -6,14 +6,16 @@ import math
 
 import pytest
 
+from hf_optbench.measure.intervals import t_interval
 from hf_optbench.measure.verdict import (
+    CLAIMS,
     METRICS,
     VERDICT_MEANINGS,
     VERDICTS,
     MetricSpec,
     Observation,
+    holm_levels,
     stance,
-    t_interval,
     verdict,
     verdict_for,
 )
@@ -38,7 +40,7 @@ def _obs(ratios: dict[str, float], *, base: float = 100.0, jitter: float = 0.0, 
 
 def test_vocabulary_is_small_and_defined() -> None:
     assert set(VERDICT_MEANINGS) == set(VERDICTS)
-    assert len(VERDICTS) <= 8
+    assert len(VERDICTS) <= 11
 
 
 def test_t_interval_matches_the_textbook() -> None:
@@ -161,4 +163,102 @@ def test_verdict_over_records_reads_censored_flags() -> None:
                             "tokens_to_target": 200.0, "tokens_to_target_censored": True})
     vs = [v for v in verdict(records) if v.metric.key == "tokens_to_target"]
     assert vs[0].points[0].censored_pairs == 3
-    assert vs[0].verdict == "behind"
+    # every pair a bound at every size: no spread measured to judge the bounds by, so no interval and no claim; the
+    # cell shows the bound (at least 2x the tokens) and how many pairs are bounds
+    assert vs[0].verdict == "no difference" and vs[0].points[-1].bounded == "lower"
+    assert "ratio ≥ 1.96" in vs[0].evidence and "(3/3 pairs bounds)" in vs[0].evidence
+
+
+# ------------------------------------------------------------------------------- issue 29: words and the table
+def _diffs(table: dict[str, list[float]], opt: str = "opt") -> list[Observation]:
+    """Observations whose paired log-ratios are exactly ``table[size][seed]``."""
+    out = []
+    for size, diffs in table.items():
+        for seed, d in enumerate(diffs):
+            out += [Observation("adamw", size, SIZES[size], seed, 100.0),
+                    Observation(opt, size, SIZES[size], seed, 100.0 * math.exp(d))]
+    return out
+
+
+SEED_SHIFT = (0.12, -0.10, 0.05, -0.08, 0.01)  # a per-seed effect shared by every size: wide per-size intervals,
+# yet exact per-seed slopes
+
+
+def test_ahead_with_an_undecided_trend_is_not_holds() -> None:
+    """Issue 29: "holds" was given when no trend was detected (an interval of -0.35 .. +0.33 per decade)."""
+    wobble = {"tiny": [-0.7, -0.5, -0.8], "mini": [-0.6, -0.75, -0.5], "midi": [-0.55, -0.7, -0.72]}
+    v = verdict_for(_diffs(wobble), "opt", RATIO)
+    assert v.points[-1].stance == "ahead" and v.slope_ci is not None
+    assert not (-v.threshold <= v.slope_ci[0] and v.slope_ci[1] <= v.threshold)
+    assert v.verdict == "ahead, trend unresolved"
+    flat = verdict_for(_obs({"tiny": 0.5, "mini": 0.5, "midi": 0.5}, jitter=0.001, seeds=5), "opt", RATIO)
+    assert flat.verdict == "holds"  # the trend's interval inside the margin: shown flat
+
+
+def test_a_significant_favourable_trend_not_yet_ahead_is_gaining() -> None:
+    """Issue 29: Lion's significant favourable trend read "no difference" because no word covered it."""
+    trend = {"tiny": 0.05, "mini": 0.0, "midi": -0.03}
+    v = verdict_for(_diffs({s: [t + e for e in SEED_SHIFT] for s, t in trend.items()}), "opt", RATIO)
+    assert v.slope_ci is not None and v.slope_ci[1] < -v.threshold
+    assert v.points[-1].stance == "no difference" and v.points[0].stance != "behind"
+    assert v.verdict == "gaining"
+
+
+def test_holm_levels() -> None:
+    assert holm_levels([0.001, 0.04, None, 0.02], 0.05) == pytest.approx([0.05 / 3, 0.05, 0.05, 0.025])
+    # the first that fails stops the procedure: everything after it is judged at that level
+    assert holm_levels([0.001, 0.04, 0.03], 0.05) == pytest.approx([0.05 / 3, 0.025, 0.025])
+
+
+def _table_records(n_opts: int, diff: float) -> list[dict]:
+    records = []
+    for size in ("tiny", "mini", "midi"):
+        for seed, e in enumerate(SEED_SHIFT[:3]):
+            records.append({"optimizer": "adamw", "model_size": size, "num_params": SIZES[size], "seed": seed,
+                            "optimizer_state_bytes": 100.0})
+            for k in range(n_opts):
+                records.append({"optimizer": f"opt{k}", "model_size": size, "num_params": SIZES[size], "seed": seed,
+                                "optimizer_state_bytes": 100.0 * math.exp(diff + e / 10)})
+    return records
+
+
+def test_the_table_controls_the_family_wise_error_with_holm() -> None:
+    """A difference a cell alone would call (p ~ 0.02) is not called when three such cells share the 5 %."""
+    metric = (METRICS[0],)
+    one = verdict(_table_records(1, -0.07), metrics=metric)
+    assert one[0].p_value is not None and 0.0125 < one[0].p_value < 0.05 and one[0].verdict in CLAIMS
+    three = verdict(_table_records(3, -0.07), metrics=metric)
+    assert [v.verdict for v in three] == ["no difference"] * 3
+    assert all(v.family == 3 and v.level == pytest.approx(0.05 / 3) for v in three)
+    assert "Holm over 3 cells" in three[0].evidence
+
+
+def test_an_unmeasurable_wall_clock_cell_gets_no_word_and_leaves_the_family() -> None:
+    records = _table_records(2, -0.5)
+    for r in records:
+        r["seconds_to_target"] = r["optimizer_state_bytes"]
+    seconds = next(m for m in METRICS if m.key == "seconds_to_target")
+    vs = verdict(records, metrics=(METRICS[0], seconds),
+                 unmeasurable={("opt0", "seconds_to_target"): "measured with 2 runs at once sharing the machine"})
+    cell = next(v for v in vs if v.optimizer == "opt0" and v.metric.key == "seconds_to_target")
+    assert cell.verdict == "not measurable here" and cell.points == []
+    assert cell.evidence == "measured with 2 runs at once sharing the machine"
+    assert {v.family for v in vs if v.verdict != "not measurable here"} == {3}
+
+
+def test_a_speedup_beyond_the_ladder_is_a_bound_not_a_mean() -> None:
+    """Every seed beyond the ladder's top (4x) at the largest size: no mean of bounds; the spread measured at the
+    other sizes says the bound is real, so the optimizer is ahead there, shown as "≥ 4"."""
+    speedup = next(m for m in METRICS if m.key == "speedup")
+    records = []
+    for size, values in (("tiny", [1.9, 2.1, 2.0]), ("mini", [2.6, 2.9, 3.1]), ("midi", [4.0, 4.0, 4.0])):
+        for seed, value in enumerate(values):
+            records.append({"optimizer": "muon", "model_size": size, "num_params": SIZES[size], "seed": seed,
+                            "speedup": value, "speedup_censored": size == "midi",
+                            "speedup_bound": "above" if size == "midi" else ""})
+    v = verdict(records, metrics=(speedup,))[0]
+    last = v.points[-1]
+    assert last.censored_pairs == 3 and last.bounded == "upper" and last.stance == "ahead"
+    assert last.ratio() == pytest.approx(4.0) and "speedup ≥ 4 [" in last.describe(speedup)
+    assert "trend from 0 seed(s)" in v.evidence  # no slope through a bound
+    assert v.verdict == "ahead, trend unresolved"

@@ -25,14 +25,28 @@ def test_no_true_difference_gives_a_false_verdict_at_most_at_the_nominal_level(s
 def test_a_constant_difference_gives_a_false_trend_at_most_at_the_nominal_level() -> None:
     r = verdict_rates.rates("constant", 3, 0.05, trials=1500, rng_seed=2)
     assert verdict_rates.summarise("constant", r)[1] <= NOMINAL
-    # and, with less noise, the constant saving itself is found (3 seeds give wide t intervals: df = 2)
-    assert verdict_rates.rates("constant", 3, 0.02, trials=300, rng_seed=2).get("holds", 0.0) > 0.9
+    # with less noise the constant saving itself is found; with 3 seeds (df = 2) the trend's interval is too wide
+    # to show it flat, so the word is "ahead, trend unresolved", never "holds" by default (issue 29)
+    found = verdict_rates.rates("constant", 3, 0.02, trials=300, rng_seed=2)
+    assert sum(found.get(k, 0.0) for k in verdict_rates.FOUND) > 0.9
+    assert found.get("ahead, trend unresolved", 0.0) > found.get("holds", 0.0)
 
 
 def test_a_true_trend_is_found_most_of_the_time() -> None:
     r = verdict_rates.rates("trend", 3, 0.05, trials=600, rng_seed=3)
     assert verdict_rates.summarise("trend", r)[1] >= 0.8
     assert r.get("shrinks", 0.0) == 0.0
+
+
+@pytest.mark.parametrize("seeds, rng_seed", [(3, 5), (5, 6)])
+def test_the_whole_table_gives_a_false_verdict_at_most_at_the_nominal_level(seeds: int, rng_seed: int) -> None:
+    """Issue 29: 3 optimizers x 8 metrics = 24 cells, each at its own 5 %, gave some false word in most null
+    tables; Holm's procedure over the table holds the family-wise rate at 5 %, and without it the same tables
+    fail (the simulation can fail)."""
+    r = verdict_rates.table_rates(seeds, 0.05, trials=200, rng_seed=rng_seed)
+    assert r["cells"] == 24
+    assert r["family-wise false verdict"] <= NOMINAL
+    assert r["uncontrolled"] > 2 * NOMINAL
 
 
 def test_the_old_rule_would_have_failed_this_test() -> None:

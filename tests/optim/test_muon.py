@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hf_optbench.errors import OptBenchError
-from hf_optbench.optim.muon_impl import split_muon_params
+from hf_optbench.optim.adamw import split_matrix_params
 from hf_optbench.optim.registry import build_optimizer
 from hf_optbench.optim.spec import param_groups
 
@@ -24,7 +24,7 @@ def step(model, opt, seed):
 
 def test_muon_gets_exactly_the_hidden_matrices():
     model = tiny_model()
-    hidden, other = split_muon_params(model)
+    hidden, other = split_matrix_params(model)
     names = {id(p): n for n, p in model.named_parameters()}
     assert sorted(names[id(p)].split(".", 2)[-1] for p in hidden) == sorted(
         [f"{i}.attn.c_attn.weight" for i in range(2)] + [f"{i}.attn.c_proj.weight" for i in range(2)]
@@ -36,7 +36,7 @@ def test_muon_gets_exactly_the_hidden_matrices():
 def test_hybrid_equals_separate_torch_muon_and_adamw():
     m1, m2 = tiny_model(), tiny_model()
     opt = build_optimizer("muon", m1, lr=1e-3, weight_decay=0.1, model_size="gpt2")
-    hidden, _ = split_muon_params(m2)
+    hidden, _ = split_matrix_params(m2)
     hid = {id(p) for p in hidden}
     groups = param_groups(m2, 0.1)
     muon = torch.optim.Muon([{**g, "params": [p for p in g["params"] if id(p) in hid]} for g in groups
@@ -90,3 +90,21 @@ def test_original_lr_scaling_needs_its_own_lr_and_warns_about_conv1d():
         opt = build_optimizer("muon", tiny_model(), adjust_lr_fn="original", muon_lr=0.02, lr=3e-4)
     assert {g["lr"] for g in opt.muon.param_groups} == {0.02}
     assert {g["lr"] for g in opt.adamw.param_groups} == {3e-4}
+
+
+def test_the_auxiliary_adamw_part_has_its_own_rate():
+    """Issue 29: Muon's non-matrix group (embeddings, head, gains, biases) trained at Muon's own rate; the ratio puts
+    it at a rate of its own, which a scheduler scales with the matrices' rate."""
+    from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmup
+
+    model = tiny_model()
+    opt = build_optimizer("muon", model, lr=0.064, weight_decay=0.1, model_size="tiny", nonmatrix_lr_ratio=0.125)
+    assert {g["lr"] for g in opt.muon.param_groups} == {0.064}
+    assert [g["lr"] for g in opt.adamw.param_groups] == pytest.approx([0.008] * len(opt.adamw.param_groups))
+    assert any(p is model.transformer.wte.weight for g in opt.adamw.param_groups for p in g["params"])
+    sched = get_cosine_with_min_lr_schedule_with_warmup(opt, 2, 10, min_lr_rate=0.1)
+    for s in range(3):
+        step(model, opt, s)
+        sched.step()
+    muon_lr, adamw_lr = opt.muon.param_groups[0]["lr"], opt.adamw.param_groups[0]["lr"]
+    assert muon_lr < 0.064 and adamw_lr == pytest.approx(muon_lr * 0.125)

@@ -16,7 +16,7 @@ from hf_optbench.optim.spec import StateLayout
 # The optimizer test matrix: registry name -> (the class its `kwargs` are passed to, by dotted path; the kwargs
 # the builder consumes itself; "cpu" or "cuda", where it can step). One row per registry optimizer.
 MATRIX: tuple[tuple[str, str, frozenset[str], str], ...] = (
-    ("adamw", "torch.optim.AdamW", frozenset(), "cpu"),
+    ("adamw", "torch.optim.AdamW", frozenset({"nonmatrix_lr_ratio"}), "cpu"),
     ("lion", "lion_pytorch.Lion", frozenset(), "cpu"),
     ("lion_foreach", "lion_pytorch.foreach.Lion", frozenset(), "cpu"),
     ("adamw_8bit", "bitsandbytes.optim.AdamW8bit", frozenset(), "cpu"),
@@ -26,7 +26,7 @@ MATRIX: tuple[tuple[str, str, frozenset[str], str], ...] = (
     ("adafactor", "transformers.optimization.Adafactor", frozenset(), "cpu"),
     ("sgd", "torch.optim.SGD", frozenset(), "cpu"),
     ("schedule_free_adamw", "schedulefree.AdamWScheduleFree", frozenset(), "cpu"),
-    ("muon", "torch.optim.Muon", frozenset({"muon_lr", "adamw_betas", "adamw_eps"}), "cpu"),
+    ("muon", "torch.optim.Muon", frozenset({"muon_lr", "adamw_betas", "adamw_eps", "nonmatrix_lr_ratio"}), "cpu"),
     ("sophia", "hf_optbench.optim.sophia_impl.SophiaG", frozenset(), "cpu"),
     ("soap", "pytorch_optimizer.SOAP", frozenset(), "cpu"),
 )

@@ -135,3 +135,18 @@ def test_one_seed_counted_twice_is_refused(sweep: Path) -> None:
     shutil.copytree(sweep / "runs" / "adamw__tiny__s0", sweep / "runs" / "adamw__TINY__s0")
     with pytest.raises(OptBenchError, match="adamw/tiny runs adamw__TINY__s0 and adamw__tiny__s0 both have seed 0"):
         analyse(sweep)
+
+
+def test_each_ladder_rung_has_its_own_tuned_rate_shared_by_its_seeds(sweep: Path) -> None:
+    """Issue 29: every rung is tuned at its own budget, so a rung's rate differs from the compared runs' (which
+    refused the report before); its seeds must still share it."""
+    runs = sweep / "runs"
+    for seed in (0, 1, 2):
+        rung = runs / f"adamw__tiny__s{seed}__dx4"
+        shutil.copytree(runs / f"adamw__tiny__s{seed}", rung)
+        _edit(rung, max_steps=120, learning_rate=5e-4)
+    an = analyse(sweep)
+    assert len(an.ladder) == 3
+    _edit(runs / "adamw__tiny__s2__dx4", learning_rate=2.5e-4)
+    with pytest.raises(OptBenchError, match=r"adamw/tiny x4 budget runs differ in learning_rate .*adamw__tiny__s2__dx4"):
+        analyse(sweep)

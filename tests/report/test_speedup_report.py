@@ -103,7 +103,7 @@ def test_no_ladder_no_speedup_question(tmp_path: Path) -> None:
     assert all(r.get("speedup") is None for r in an.records)
 
 
-NO_CLAIM = ("level", "no difference", "insufficient data")
+NO_CLAIM = ("level", "no difference", "insufficient data", "not measurable here")
 
 
 @pytest.mark.slow
@@ -170,3 +170,49 @@ def test_tuned_ratios_to_adamw_beside_the_lion_papers_band() -> None:
     header, rows = tuned_ratio_table(recs)
     assert rows == [["lion", "tiny", "0.25", "9", "0.1-0.33; 3-10 (Chen et al. 2023 (Lion), Sec. 5)"],
                     ["muon", "tiny", "2", "1", "–"]]
+
+
+def _tuned_file(root: Path) -> None:
+    """A tuned file as the tuning phase writes it: groups, rungs, margins (made up, the tables only read them)."""
+    import yaml
+
+    rung = {"budget_multiple": 4.0, "max_steps": 4 * STEPS, "learning_rate": 0.002, "multiplier": 2.0, "bracketed": True,
+            "margin": 0.01, "noise": 0.002, "within_noise": False}
+    tuned = {size: {"adamw": {"learning_rate": 0.004, "multiplier": 4.0, "bracketed": True, "lr_bracketed": True,
+                              "nonmatrix_lr_ratio": 1.0, "nonmatrix_lr": 0.004, "nonmatrix_bracketed": True,
+                              "lr_margin": 0.002, "lr_noise": 0.003, "lr_seeds": [0, 1000, 1001],
+                              "lr_within_noise": True, "ladder": [{**rung, "budget_multiple": 0.5,
+                                                                   "learning_rate": 0.008, "multiplier": 8.0}, rung]},
+                     "muon": {"learning_rate": 0.032, "multiplier": 32.0, "bracketed": True, "nonmatrix_lr_ratio": 0.25,
+                              "nonmatrix_lr": 0.008, "nonmatrix_bracketed": True}} for size in SIZES}
+    data = {opt: {size: tuned[size][opt] for size in SIZES} for opt in ("adamw", "muon")}
+    data = json.loads(json.dumps(data))  # no shared objects: YAML would write them as anchors, which are refused
+    (root / "tuned_hparams.yaml").write_text("# Tuned hyperparameters (hf-optbench)\n" + yaml.safe_dump(data))
+
+
+def test_the_report_attributes_muon_s_speedup_and_shows_every_rung_s_rate(tmp_path: Path) -> None:
+    """Issue 29: the report states the attribution (Muon's speedup with its non-matrix group at AdamW's tuned rate,
+    beside the fully tuned one), each ladder rung's own tuned rate, and every group's tuned rate."""
+    root = _sweep(tmp_path, {"muon": 1.5})
+    _tuned_file(root)
+    attribution = root / "attribution" / "runs"
+    attribution.mkdir(parents=True)
+    for size in SIZES:
+        for seed in SEEDS:
+            src = root / "runs" / f"muon__{size}__s{seed}"
+            shutil.copytree(src, attribution / src.name)
+            summary = json.loads((src / "summary.json").read_text())
+            summary["final_eval_loss"] = law(1.2 * D1, size) + NOISE[seed]  # a 1.2x speedup without its group rate
+            (attribution / src.name / "summary.json").write_text(json.dumps(summary))
+    an = analyse(root)
+    assert len(an.attribution) == 9 and all(r["speedup"] == pytest.approx(1.2, rel=0.03) for r in an.attribution)
+    text = build_report(root)["report.md"].read_text()
+    section = text.split("### Attribution")[1].split("\n## ")[0]
+    row = next(line for line in section.splitlines() if line.startswith("| muon | midi"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[2].startswith("0.008 (x0.25 of 0.032)") and cells[4].startswith("0.004 (x1 of 0.004)")
+    assert cells[3].startswith("1.5") and cells[5].startswith("1.2") and cells[6].startswith("0.8")
+    assert "| size | x0.5 | x1 | x2 | x4 |" in text  # every rung's own rate (x2 has none in this file)
+    assert "| midi | 0.008 (x8) | 0.004 (x4), margin 0.002 ≤ noise 0.003 | – | 0.002 (x2) |" in text
+    assert "### Tuned values, every parameter group alike" in text
+    assert "| muon | tiny | 0.032 (x32) | cited | 0.008 (x0.25) |" in text

@@ -84,8 +84,17 @@ def test_tuning_runs_get_the_budget_but_not_the_ladder(tmp_path: Path) -> None:
     ({"ladder": {"multiples": [0.5, 1, 2], "optimizer": "sgd"}}, "ladder.optimizer 'sgd' is not in matrix"),
     ({"ladder": [0.5, 1, 2]}, "ladder must be a mapping"),
     ({"budget": {"tokens_per_param": 0.003}, "ladder": {"multiples": [0.5, 1, 2]}}, "collapse to the same step"),
+    ({"ladder": {"multiples": [0.5, 1, 2], "max_multiple": 1}}, "max_multiple 1 is below the ladder's largest"),
+    ({"ladder": {"multiples": [0.5, 1, 2], "max_multiple": -4}}, "ladder.max_multiple must be a positive number"),
 ])
 def test_bad_budget_or_ladder_stops_before_any_run(tmp_path: Path, extra: dict, message: str) -> None:
     with pytest.raises(OptBenchError, match=message):
         load_sweep(_sweep(tmp_path, **extra))
     assert not (tmp_path / "out").exists()
+
+
+def test_the_ladder_states_the_cap_of_its_extension(tmp_path: Path) -> None:
+    """Issue 29: the ladder grows by doubling while a run beats its top rung, up to a cap the sweep states."""
+    spec = load_sweep(_sweep(tmp_path, ladder={"multiples": [0.5, 1, 2], "max_multiple": 16}))
+    assert spec.ladder is not None and spec.ladder.cap == 16.0
+    assert load_sweep(_sweep(tmp_path, ladder={"multiples": [0.5, 1, 2]})).ladder.cap == 16.0  # 8 x the top

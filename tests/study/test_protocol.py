@@ -91,8 +91,8 @@ def _write(tmp_path: Path, *, tune: dict | None = None, overrides: dict | None =
         "launcher": {"type": "command", "command": ["{python}", str(fake)],
                      "env": {"FAKE_BEST_LR": json.dumps(best), **(env or {})}, **(launcher or {})},
     }
-    if tune is not None:
-        sweep["tune"] = tune
+    if tune is not None:  # the learning-rate protocol alone: confirmation and group rates have their own tests
+        sweep["tune"] = {"confirm_seeds": [], "nonmatrix_multipliers": [], **tune}
     path = tmp_path / name
     path.write_text(yaml.safe_dump(sweep))
     return path
@@ -221,6 +221,7 @@ def test_old_sweep_files_still_load() -> None:
     assert demo.tune is not None and demo.tuning is not None and len(demo.tune.multipliers) >= 3
     assert {(r.optimizer, r.model_size) for r in demo.tuning.runs} == {(r.optimizer, r.model_size) for r in demo.runs}
     assert len({r.seed for r in demo.runs}) >= 3 and not {r.seed for r in demo.runs} & set(demo.tune.seeds)
+    assert not {r.seed for r in demo.runs} & set(demo.tune.confirm_seeds)  # a tuning run is never a compared one
     assert demo.overrides.get("tuning_blocks", 0) > 0 and demo.overrides.get("save_strategy") == "no"
 
 

@@ -10,7 +10,7 @@ import yaml
 
 from hf_optbench.cli.tune import main as cli_main
 from hf_optbench.errors import OptBenchError
-from hf_optbench.study.tuning import select_best, write_tuned
+from hf_optbench.study.tuning_phase import select_best, write_tuned
 
 from fixtures.sweep_fixture import build_fixture_sweep
 
@@ -31,7 +31,8 @@ def test_best_mean_tuning_loss_wins_and_diverged_loses() -> None:
     entry = best["adamw"]["tiny"]
     assert (entry["learning_rate"], entry["multiplier"], entry["tuning_loss"]) == (1e-3, 1.0, 5.05)
     assert entry["metric"] == "final_tuning_loss"
-    assert [(c["multiplier"], c["tuning_loss"]) for c in entry["curve"]] == [(0.5, 5.1), (1.0, 5.05), (2.0, None)]
+    assert [(c["multiplier"], c["tuning_loss"], c["seeds"]) for c in entry["curve"]] == [
+        (0.5, 5.1, 2), (1.0, 5.05, 2), (2.0, None, 2)]
     assert warnings == []
 
 
@@ -52,7 +53,7 @@ def test_ties_prefer_the_default_and_edges_warn() -> None:
     best, _ = select_best([_rec("lion", 0.5, 0, 5.0), _rec("lion", 1.0, 0, 5.0), _rec("lion", 2.0, 0, 5.0)])
     assert best["lion"]["tiny"]["multiplier"] == 1.0
     best, warnings = select_best([_rec("lion", 0.5, 0, 4.0), _rec("lion", 1.0, 0, 5.0)])
-    assert best["lion"]["tiny"]["multiplier"] == 0.5 and "edge of the grid" in warnings[0]
+    assert best["lion"]["tiny"]["multiplier"] == 0.5 and "lower edge of [x0.5, x1]" in warnings[0]
 
 
 def test_all_diverged_writes_nothing_and_no_grid_is_an_error() -> None:
@@ -119,7 +120,9 @@ def test_weight_decay_runs_stay_out_of_the_learning_rate_selection() -> None:
     recs = [_rec("lion", 0.5, 0, 5.0), _rec("lion", 1.0, 0, 4.9), _rec("lion", 2.0, 0, 5.1)]
     wd_run = {**_rec("lion", 0.5, 0, 1.0), "run_id": "lion__tiny__s0__lrx0.5__wdx3"}
     best, warnings = select_best(recs + [wd_run])
-    assert best["lion"]["tiny"]["multiplier"] == 1.0 and best["lion"]["tiny"]["bracketed"] is True
-    assert [c["tuning_loss"] for c in best["lion"]["tiny"]["curve"]] == [5.0, 4.9, 5.1] and warnings == []
+    assert best["lion"]["tiny"]["multiplier"] == 1.0 and best["lion"]["tiny"]["lr_bracketed"] is True
+    assert [c["tuning_loss"] for c in best["lion"]["tiny"]["curve"]] == [5.0, 4.9, 5.1]
+    # its weight-decay grid belongs at the tuned rate (x1), where none ran: said, never read from x0.5's run
+    assert "weight_decay" not in best["lion"]["tiny"] and any("not finished" in w for w in warnings)
     edge, _ = select_best([_rec("lion", 0.5, 0, 4.0), _rec("lion", 1.0, 0, 5.0), _rec("lion", 2.0, 0, 5.0)])
     assert edge["lion"]["tiny"]["bracketed"] is False

@@ -26,70 +26,70 @@ from hf_optbench.report.tuning_curves import bracketed_optima
 from hf_optbench.run.plan import resolve_hyperparameters
 from hf_optbench.rundir import parse_run_id, read_state
 from hf_optbench.study.sweep import run_sweep
-from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, load_sweep, resolve_grid
-from hf_optbench.study.tuning import tune_phase
-from hf_optbench.study.tuning_grid import extend_tuning, replay_axis
+from hf_optbench.study.sweep_spec import RunSpec, SweepSpec
+from hf_optbench.study.tuning import Replay, replay_axis
+from hf_optbench.study.tuning_phase import extend_tuning, tune_phase
+
+from fixtures.sweep_fixture import settle_tuning, tuning_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------------------- the rule itself
-def _scores(losses: dict[float, float | None]) -> Callable[[float], float | None]:
-    """A score function over a fixed curve: a point not in it has not run yet (None); math.inf: it diverged."""
-    return lambda m: losses.get(m)
+def _scores(losses: dict[float, float | None]) -> Callable[[float], dict[int, float]]:
+    """One tuning seed's losses over a fixed curve: a point not in it has not run yet; math.inf: it diverged."""
+    return lambda m: {0: losses[m]} if losses.get(m) is not None else {}
+
+
+def _replay(name: str, grid: list[float], losses: Callable[[float], dict[int, float]], step: float, cap: int,
+            floor: float | None = None):  # noqa: ANN202 - an Axis
+    return replay_axis(name, grid, Replay(losses, step, cap, (0,), floor=floor))
 
 
 def test_replay_extends_one_factor_2_step_beyond_the_edge_until_the_loss_rises() -> None:
     curve = {1.0: 5.0, 2.0: 4.8, 4.0: 4.6}
-    axis = replay_axis("learning rate", [1, 2, 4], _scores(curve), 2.0, 3)
-    assert axis.pending == [8.0] and axis.extensions == [8.0] and not axis.bracketed
+    axis = _replay("learning rate", [1, 2, 4], _scores(curve), 2.0, 3)
+    assert axis.pending == [(8.0, (0,))] and axis.extensions == [8.0] and not axis.bracketed
     assert "upper edge" in axis.note and "adding x8 (extension 1 of at most 3)" in axis.note
     curve[8.0] = 4.7  # rises beyond the edge: x4 is bracketed
-    axis = replay_axis("learning rate", [1, 2, 4], _scores(curve), 2.0, 3)
+    axis = _replay("learning rate", [1, 2, 4], _scores(curve), 2.0, 3)
     assert axis.done and axis.bracketed and axis.best == 4.0 and axis.grid == [1.0, 2.0, 4.0, 8.0]
     # lower edge: one step below; every point diverged: below too (lower rates diverge less)
-    assert replay_axis("lr", [1, 2, 4], _scores({1.0: 4.0, 2.0: 4.5, 4.0: 5.0}), 2.0, 3).pending == [0.5]
-    diverged = replay_axis("lr", [1, 2, 4], _scores(dict.fromkeys([1.0, 2.0, 4.0], math.inf)), 2.0, 3)
-    assert diverged.pending == [0.5] and "diverged or failed" in diverged.note
+    assert _replay("lr", [1, 2, 4], _scores({1.0: 4.0, 2.0: 4.5, 4.0: 5.0}), 2.0, 3).pending == [(0.5, (0,))]
+    diverged = _replay("lr", [1, 2, 4], _scores(dict.fromkeys([1.0, 2.0, 4.0], math.inf)), 2.0, 3)
+    assert diverged.pending == [(0.5, (0,))] and "diverged or failed" in diverged.note
     # a diverged point beyond the edge counts as a rise
-    assert replay_axis("lr", [1, 2], _scores({1.0: 5.0, 2.0: 4.0, 4.0: math.inf}), 2.0, 3).bracketed
+    assert _replay("lr", [1, 2], _scores({1.0: 5.0, 2.0: 4.0, 4.0: math.inf}), 2.0, 3).bracketed
 
 
 def test_replay_stops_at_the_cap_unbracketed() -> None:
     falling = {m: 5.0 - math.log2(m) * 0.1 for m in (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)}
-    axis = replay_axis("learning rate", [1, 2, 4], _scores(falling), 2.0, 2)
+    axis = _replay("learning rate", [1, 2, 4], _scores(falling), 2.0, 2)
     assert axis.done and not axis.bracketed and axis.best == 16.0 and axis.extensions == [8.0, 16.0]
     assert "after 2 extension(s) (tune.max_extensions 2): not bracketed" in axis.note
-    assert replay_axis("learning rate", [1, 2, 4], _scores(falling), 2.0, 0).extensions == []
+    assert _replay("learning rate", [1, 2, 4], _scores(falling), 2.0, 0).extensions == []
 
 
 def test_weight_decay_below_its_lowest_point_tries_none_and_a_best_at_zero_is_bracketed_by_the_domain() -> None:
     """Lion at `tiny` (measured): the tuning loss kept falling as weight decay shrank, so factor-3 steps could never
     bracket it; its domain ends at 0, which the grid tries next."""
     falling = {1 / 3: 2.6269, 1.0: 2.6273, 3.0: 2.6317}
-    axis = replay_axis("weight decay", [1 / 3, 1, 3], _scores({round(k, 6): v for k, v in falling.items()}), 3.0, 3,
+    axis = _replay("weight decay", [1 / 3, 1, 3], _scores({round(k, 6): v for k, v in falling.items()}), 3.0, 3,
                        floor=0.0)
-    assert axis.pending == [0.0] and axis.extensions == [0.0]
-    at_zero = replay_axis("weight decay", [1 / 3, 1, 3],
+    assert axis.pending == [(0.0, (0,))] and axis.extensions == [0.0]
+    at_zero = _replay("weight decay", [1 / 3, 1, 3],
                           _scores({0.0: 2.6201, 0.333333: 2.6269, 1.0: 2.6273, 3.0: 2.6317}), 3.0, 3, floor=0.0)
     assert at_zero.done and at_zero.bracketed and at_zero.best == 0.0 and "edge of its domain" in at_zero.note
-    between = replay_axis("weight decay", [1 / 3, 1, 3],
+    between = _replay("weight decay", [1 / 3, 1, 3],
                           _scores({0.0: 2.6290, 0.333333: 2.6269, 1.0: 2.6273, 3.0: 2.6317}), 3.0, 3, floor=0.0)
     assert between.bracketed and between.best == 0.333333
 
 
 # ------------------------------------------------------------------------------- made-up results on disk
 def _spec(tmp_path: Path, tune: dict, optimizers: tuple[str, ...] = ("adamw",), extra: dict | None = None) -> SweepSpec:
-    sweep = {"name": "bracket", "base": str(REPO / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
-             "overrides": {"max_steps": 4, "tuning_blocks": 4},
-             "matrix": {"optimizer": list(optimizers), "model_size": ["tiny"], "seed": [1]},
-             "tune": tune, "launcher": {"type": "command", "command": ["true"], "validate": False}, **(extra or {})}
-    path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump(sweep))
-    spec = load_sweep(path)
-    assert spec.tuning is not None
-    resolve_grid(spec.tuning)
-    return spec
+    """A sweep of the tiny size; its tuning confirms no choice and tunes no group ratio unless ``tune`` asks
+    (those have tests of their own, tests/study/test_tuning_phase.py)."""
+    return tuning_spec(tmp_path, {"confirm_seeds": [], "nonmatrix_multipliers": [], **tune}, optimizers, extra=extra)
 
 
 def _finish(spec: SweepSpec, run: RunSpec, loss: float | None) -> None:
@@ -109,18 +109,9 @@ Loss = Callable[[str, float, float | None], float | None]  # (optimizer, lr mult
 
 
 def _settle(spec: SweepSpec, loss: Loss) -> list[str]:
-    """What the sweep's tuning loop does, with made-up results: finish every pending run, ask for more, until the
-    tuner adds none. Returns what the tuner said."""
-    assert spec.tuning is not None
-    said: list[str] = []
-    new = list(spec.tuning.runs)
-    while new:
-        for run in new:
-            if not spec.tuning.run_dir(run).exists():
-                _finish(spec, run, loss(run.optimizer, float(run.lr_multiplier or 0),
-                                        parse_run_id(run.run_id).get("wd_multiplier")))
-        new = extend_tuning(spec, said.append)
-    return said
+    """The sweep's tuning loop, each run's loss from ``loss`` (its optimizer, lr and wd multipliers)."""
+    return settle_tuning(spec, lambda run: _finish(spec, run, loss(run.optimizer, float(run.lr_multiplier or 0),
+                                                                   parse_run_id(run.run_id).get("wd_multiplier"))))
 
 
 def _bowl(best_lr: float, best_wd: float | None = None) -> Loss:
@@ -316,7 +307,7 @@ def test_a_sweep_stopped_mid_extension_continues_exactly(tmp_path: Path) -> None
     sweep = {"name": "restart", "base": str(REPO / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
              "overrides": {"max_steps": 4, "tuning_blocks": 4},
              "matrix": {"optimizer": ["adamw", "lion"], "model_size": ["tiny"], "seed": [1, 2]},
-             "tune": {"lr_multipliers": [1, 2, 4], "seed": [0]},
+             "tune": {"lr_multipliers": [1, 2, 4], "seed": [0], "confirm_seeds": [], "nonmatrix_multipliers": []},
              "launcher": {"type": "command", "command": ["{python}", str(fake)], "validate": False,
                           "env": {"FAKE_BEST": json.dumps(best), "FAKE_CITED_WD": json.dumps(
                               {f"{o}/tiny": cited[o]["weight_decay"] for o in cited})}}}

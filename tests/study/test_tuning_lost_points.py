@@ -16,8 +16,7 @@ import yaml
 
 from hf_optbench.report.build import build_report
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, load_sweep, resolve_grid
-from hf_optbench.study.tuning import tune_phase
-from hf_optbench.study.tuning_grid import extend_tuning
+from hf_optbench.study.tuning_phase import extend_tuning, tune_phase
 
 from fixtures.sweep_fixture import build_fixture_sweep
 
@@ -29,7 +28,7 @@ def _spec(tmp_path: Path) -> SweepSpec:
     sweep = {"name": "lost", "base": str(REPO / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
              "overrides": {"max_steps": 4, "tuning_blocks": 4},
              "matrix": {"optimizer": ["adamw"], "model_size": ["tiny"], "seed": [1]},
-             "tune": {"lr_multipliers": [0.5, 1, 2], "seed": [0]},
+             "tune": {"lr_multipliers": [0.5, 1, 2], "seed": [0], "confirm_seeds": []},
              "launcher": {"type": "command", "command": ["true"], "validate": False}}
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(sweep))
     spec = load_sweep(tmp_path / "sweep.yaml")
@@ -62,8 +61,7 @@ def test_a_choice_made_without_a_failed_point_says_so_in_the_tuned_file_and_the_
     path, warnings = tune_phase(spec)
     entry = yaml.safe_load(path.read_text())["adamw"]["tiny"]
     assert entry["multiplier"] != 1.0  # the lost best point moved the choice: which is why it must be said
-    assert entry["missing_points"] == [{"run_id": LOST, "lr_multiplier": 1.0, "wd_multiplier": None,
-                                        "status": "failed"}]
+    assert entry["missing_points"] == [{"run_id": LOST, "status": "failed"}]
     assert any(LOST in w and "missing_points" in w for w in warnings), warnings
     assert "# warning: adamw/tiny: 1 tuning run(s) failed" in path.read_text()
     # the report of the comparison reads the same file
