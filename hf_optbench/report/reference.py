@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
-from hf_optbench.report.analysis import BASELINE, Analysis
+from hf_optbench.report.analysis import Analysis
+from hf_optbench.rundir import BASELINE
 
 
 def eval_blocks(rec: Mapping[str, Any]) -> tuple[list[list[int]], int]:

@@ -371,7 +371,7 @@ def test_one_warm_worker_serves_every_round_and_phase_and_one_count_runs_on(
     path = _sweep(tmp_path, ("adamw",), env={"FAKE_BEST_LR": str(best)}, jobs=1)  # as recipes/sweeps/smoke_cpu.yaml
     spec = yaml.safe_load(path.read_text())
     spec["matrix"]["seed"] = [1, 2]
-    spec["tune"] = {"lr_multipliers": [0.5, 1, 2], "seed": [0]}
+    spec["tune"] = {"lr_multipliers": [0.5, 1, 2], "seed": [0], "confirm_seeds": [], "nonmatrix_multipliers": []}
     path.write_text(yaml.safe_dump(spec))
     log = io.StringIO()
     assert run_sweep(path, stream=log) == {"completed": 4 + 2}  # x0.5, x1, x2, then x4; two compared seeds
