@@ -133,6 +133,14 @@ class DataArguments:
     synthetic_seed: int = field(
         default=0, metadata={"help": "seed of the synthetic graph (transition tables) and of the training samples."}
     )
+    synthetic_topics: int = field(
+        default=0,
+        metadata={"help": "document topics of the synthetic source: each sequence keeps one, and a token comes from "
+                  "its word distribution with probability synthetic_topic_weight (0: none, the graph alone)."},
+    )
+    synthetic_topic_weight: float = field(
+        default=0.5, metadata={"help": "probability that a synthetic token comes from its sequence's topic."}
+    )
 
     def __post_init__(self) -> None:
         if self.data_source not in DATA_SOURCES:
@@ -175,6 +183,9 @@ class DataArguments:
             raise OptBenchError(f"synthetic_hidden_nodes must be >= 0, got {self.synthetic_hidden_nodes}.")
         if self.synthetic_hidden_states < 1:
             raise OptBenchError(f"synthetic_hidden_states must be >= 1, got {self.synthetic_hidden_states}.")
+        if self.synthetic_topics < 0 or not 0.0 <= self.synthetic_topic_weight <= 1.0:
+            raise OptBenchError(f"synthetic_topics must be >= 0 and synthetic_topic_weight in [0, 1], got "
+                                f"{self.synthetic_topics} and {self.synthetic_topic_weight}. Use e.g. 8 and 0.5.")
         for key in ("synthetic_alpha_x", "synthetic_alpha_z"):
             value = getattr(self, key)
             if not value > 0:

@@ -349,6 +349,8 @@ def _prepare_synthetic(data_args: DataArguments, cache_root: str) -> DatasetBund
     knobs = {k: getattr(data_args, k) for k in (
         "synthetic_vocab_size", "synthetic_hidden_nodes", "synthetic_hidden_states", "synthetic_alpha_x",
         "synthetic_alpha_z", "synthetic_num_tokens", "synthetic_seed")}
+    if data_args.synthetic_topics:  # only when set: the default source keeps its fingerprint (and cache entries)
+        knobs.update(synthetic_topics=data_args.synthetic_topics, synthetic_topic_weight=data_args.synthetic_topic_weight)
     fp = fingerprint({**_split_settings(data_args), "synthetic": knobs, "n_eval": n_eval})
     final = os.path.join(cache_root, fp)
     vocab = data_args.synthetic_vocab_size

@@ -15,6 +15,17 @@ difficulty knob: small ones make rows nearly one-hot (predictable, compressible)
 (P_X has V*S*V entries), so any graph size samples fast. The alphas that give a ratio depend on the graph size:
 after changing it, calibrate with ``hf-optbench data difficulty --data_source synthetic --target_ratio 0.75``.
 
+Document topics (``topics`` > 0; off by default, which leaves the source above unchanged draw for draw): each
+sequence draws one of ``topics`` topics at its start, kept for the whole sequence, and each token comes with
+probability ``topic_weight`` from that topic's word distribution T[topic] (rows ~ Dirichlet(``alpha_x``)) instead
+of from the graph; the next step's X(t-1) is the token emitted either way. This is the composite model of Griffiths
+et al. 2005 ("Integrating topics and syntax", NIPS 17): short-range syntax from a hidden Markov model, long-range
+semantics from a document topic. Why: in the graph alone, what lies beyond the bigram is a lookup on (X(t-1),
+hidden state) pairs that models of the CPU sizes learn far more slowly than pair statistics (``nano`` at 4-8 and
+``tiny`` at 2-4 tokens per parameter end within 0.05 nats of the bigram reference loss, docs/notes/regime_design.md);
+a topic is evidence that accumulates over the whole context, as in text, where an n-gram model cannot see it and
+attention can.
+
 Sampling is vectorised over sequences (numpy), looping only over time, so ~1M tokens take well under a second.
 """
 
@@ -56,6 +67,14 @@ def _dirichlet_rows(rng: np.random.Generator, alpha: float, shape: tuple[int, ..
     return rows / rows.sum(axis=-1, keepdims=True)
 
 
+def _pmf(cdf: np.ndarray) -> np.ndarray:
+    """The probabilities ``HMMSource._draw`` samples from a cumulative table: the last entry takes what rounding
+    left below 1 (``_draw`` clips to it)."""
+    pmf = np.diff(cdf, axis=-1, prepend=0.0)
+    pmf[..., -1] = 1.0 - pmf[..., :-1].sum(-1)
+    return pmf
+
+
 @dataclass
 class HMMSource:
     """Seedable generator of token sequences from a graph of hidden Markov nodes (``DataArguments.synthetic_*``)."""
@@ -66,14 +85,19 @@ class HMMSource:
     alpha_x: float = 0.068  # with alpha_z = 0.068: gzip token ratio 0.750 on this graph (seed 0), "hard but learnable"
     alpha_z: float = 0.068
     seed: int = 0
+    topics: int = 0  # document topics (0: none, the graph alone)
+    topic_weight: float = 0.5  # probability that a token comes from its sequence's topic (with topics > 0)
     _hidden_cdf: list[np.ndarray] = field(init=False, repr=False, compare=False)
     _x_cdf: np.ndarray = field(init=False, repr=False, compare=False)
+    _topic_cdf: np.ndarray | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.vocab_size < 2 or self.hidden_states < 1 or self.hidden_nodes < 0:
             raise ValueError(f"invalid HMMSource sizes: {self}")
         if not (self.alpha_x > 0 and self.alpha_z > 0):
             raise ValueError("Dirichlet concentrations must be > 0")
+        if self.topics < 0 or not 0.0 <= self.topic_weight <= 1.0:
+            raise ValueError(f"invalid HMMSource topics: {self}")
         rng = np.random.default_rng([self.seed, _GRAPH_STREAM])
         s, v = self.hidden_states, self.vocab_size
         self._hidden_cdf = []
@@ -82,6 +106,9 @@ class HMMSource:
             self._hidden_cdf.append(np.cumsum(_dirichlet_rows(rng, self.alpha_z, (s, parents), s), axis=-1))
         x_parents = s if self.hidden_nodes else 1
         self._x_cdf = np.cumsum(_dirichlet_rows(rng, self.alpha_x, (v, x_parents), v), axis=-1)
+        # drawn after the graph's tables, so the graph of a seed is the same with or without topics
+        self._topic_cdf = (np.cumsum(_dirichlet_rows(rng, self.alpha_x, (self.topics,), v), axis=-1)
+                           if self.topics else None)
 
     @classmethod
     def from_data_args(cls, data_args: DataArguments) -> HMMSource:
@@ -93,6 +120,8 @@ class HMMSource:
             alpha_x=data_args.synthetic_alpha_x,
             alpha_z=data_args.synthetic_alpha_z,
             seed=data_args.synthetic_seed,
+            topics=data_args.synthetic_topics,
+            topic_weight=data_args.synthetic_topic_weight,
         )
 
     @staticmethod
@@ -106,6 +135,7 @@ class HMMSource:
         s, v = self.hidden_states, self.vocab_size
         z = [rng.integers(0, s, size=n_sequences) for _ in range(self.hidden_nodes)]
         x = rng.integers(0, v, size=n_sequences)
+        topic = rng.integers(0, self.topics, size=n_sequences) if self._topic_cdf is not None else None
         zeros = np.zeros(n_sequences, dtype=np.int64)
         out = np.empty((n_sequences, length), dtype=np.int32)
         for t in range(length):
@@ -114,8 +144,48 @@ class HMMSource:
                 z[k] = self._draw(cdf[z[k], parent], rng)
                 parent = z[k]
             x = self._draw(self._x_cdf[x, parent], rng)
+            if topic is not None:
+                from_topic = rng.random(n_sequences) < self.topic_weight
+                x = np.where(from_topic, self._draw(self._topic_cdf[topic], rng), x)
             out[:, t] = x
         return out
+
+    def optimal_loss(self, blocks: np.ndarray) -> float:
+        """The true source's cross-entropy on ``blocks`` (rows of tokens it sampled), in nats per predicted token:
+        the mean of -log P(x_t | x_0 .. x_{t-1}) over t >= 1 in each row, the context a model has inside a block.
+
+        Why: it is the loss of a perfect model on the same positions a model's eval loss covers, so it shows how
+        far below the n-gram references (:mod:`hf_optbench.data.ngram`) there is left to learn. Computed exactly by
+        the forward algorithm (Rabiner 1989, "A tutorial on hidden Markov models", eq. 19-20) over the sequence's
+        topic and the joint state of the hidden nodes, advanced node by node (never an S**K x S**K matrix),
+        starting as ``sample`` starts: topic, hidden nodes and the token before the row uniform.
+        """
+        rows = np.asarray(blocks, dtype=np.int64)
+        if rows.ndim != 2 or rows.shape[1] < 2:
+            raise ValueError(f"blocks must be 2-D rows of at least 2 tokens, got shape {rows.shape}")
+        n, s, k_nodes = rows.shape[0], self.hidden_states, self.hidden_nodes
+        n_topics = self.topics or 1
+        emit = _pmf(self._x_cdf)  # [x_prev, z_K, x]
+        hidden = [_pmf(c) for c in self._hidden_cdf]  # [z_k old, z_{k-1} new, z_k new]
+        belief = np.full((n, n_topics) + (s,) * k_nodes, 1.0 / (n_topics * s**k_nodes))
+        graph_shape = (n, 1) + (1,) * (k_nodes - 1) + (s,) if k_nodes else (n, 1)  # over z_K
+        nll = 0.0
+        for t in range(rows.shape[1]):
+            for k, table in enumerate(hidden):  # advance node k given its old state and node k-1's new one
+                b = belief.reshape(n * n_topics, s ** max(k - 1, 0), s if k else 1, s, -1)
+                belief = np.einsum("npjar,ajc->npjcr", b, table[:, : (s if k else 1)]).reshape(belief.shape)
+            x = rows[:, t]
+            # P(x_t | x_{t-1}, z_K) per row and state of z_K; before the row, x_{t-1} is uniform over the vocabulary
+            lik = (emit[:, :, x].mean(0).T if t == 0 else emit[rows[:, t - 1], :, x]).reshape(graph_shape)
+            if self._topic_cdf is not None:
+                topic_lik = _pmf(self._topic_cdf)[:, x].T.reshape((n, n_topics) + (1,) * k_nodes)
+                lik = (1.0 - self.topic_weight) * lik + self.topic_weight * topic_lik
+            weighted = belief * lik
+            p = weighted.reshape(n, -1).sum(1)
+            if t > 0:
+                nll -= np.log(p).sum()
+            belief = weighted / p.reshape((n,) + (1,) * (belief.ndim - 1))
+        return float(nll / (n * (rows.shape[1] - 1)))
 
     def iter_blocks(
         self, n_blocks: int, block_size: int, *, split: str = "train", split_seed: int = 0, chunk: int = 4096
@@ -167,7 +237,9 @@ def build_synthetic_entry(data_args: DataArguments, n_train: int, n_eval: int, c
             "data_source": "synthetic",
             "source": f"synthetic: HMM graph V={vocab} K={data_args.synthetic_hidden_nodes} "
             f"S={data_args.synthetic_hidden_states} alpha_x={data_args.synthetic_alpha_x} "
-            f"alpha_z={data_args.synthetic_alpha_z} seed={data_args.synthetic_seed}",
+            f"alpha_z={data_args.synthetic_alpha_z} seed={data_args.synthetic_seed}"
+            + (f" topics={data_args.synthetic_topics} topic_weight={data_args.synthetic_topic_weight}"
+               if data_args.synthetic_topics else ""),
             "tokenizer": None,
             "vocab_size": vocab,
             "block_size": bs,

@@ -223,6 +223,18 @@ def test_synthetic_source_needs_no_tokenizer_and_is_deterministic(tmp_path):
     assert not np.array_equal(_ids(a.eval), _ids(a.train)[:8])
 
 
+def test_synthetic_topics_enter_the_fingerprint_only_when_set(tmp_path):
+    kw = {"data_source": "synthetic", "synthetic_num_tokens": 64 * 200, "validation_blocks": 8}
+    plain = prepare_data(_args(tmp_path, **kw), n_positions=128)
+    # the default source's fingerprint from before the topic knob existed (commit 497d4ab): caches stay valid
+    assert plain.info["fingerprint"] == "c50593730996b6bab89c"
+    weight_only = prepare_data(_args(tmp_path, **kw, synthetic_topic_weight=0.9), n_positions=128)
+    assert weight_only.info["cache_hit"] and weight_only.info["fingerprint"] == plain.info["fingerprint"]
+    topical = prepare_data(_args(tmp_path, **kw, synthetic_topics=4), n_positions=128)
+    assert topical.info["fingerprint"] != plain.info["fingerprint"] and "topics=4" in topical.info["source"]
+    assert not np.array_equal(_ids(topical.train), _ids(plain.train))
+
+
 # ------------------------------------------------------------------------------------------------------ bad input
 def test_block_size_larger_than_n_positions(tmp_path):
     with pytest.raises(OptBenchError, match="n_positions"):
@@ -320,6 +332,8 @@ def test_tokenizer_without_eos(tmp_path, monkeypatch):
         ({"validation_blocks": 0}, "validation_blocks"),
         ({"max_train_tokens": 10}, "max_train_tokens"),
         ({"synthetic_alpha_x": 0.0}, "synthetic_alpha_x"),
+        ({"synthetic_topics": -1}, "synthetic_topics"),
+        ({"synthetic_topic_weight": 1.5}, "synthetic_topic_weight"),
         ({"data_source": "nope"}, "data_source"),
     ],
 )

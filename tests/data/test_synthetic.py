@@ -1,14 +1,18 @@
-"""The hidden-Markov synthetic source: deterministic, fast, well-formed, and Dirichlet-distributed rows."""
+"""The hidden-Markov synthetic source: deterministic, fast, well-formed, Dirichlet-distributed rows, the default
+source unchanged by the topic knob, and the exact optimal loss checked against brute force."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import time
 
 import numpy as np
 import pytest
 
 from hf_optbench.config.data_args import DataArguments
-from hf_optbench.data.synthetic import HMMSource, _dirichlet_rows
+from hf_optbench.data.ngram import heldout_reference_losses
+from hf_optbench.data.synthetic import HMMSource, _dirichlet_rows, _pmf
 
 
 def test_deterministic_by_seed_and_in_range():
@@ -72,3 +76,78 @@ def test_from_data_args_and_no_hidden_nodes():
     assert (src.vocab_size, src.hidden_nodes, src.seed) == (300, 0, 9)
     toks = src.tokens(5000)
     assert toks.size == 5000 and toks.max() < 300
+
+
+# ------------------------------------------------------------------------------------------------ document topics
+def test_default_source_is_unchanged_draw_for_draw():
+    # sha256 of this sample taken from the code before topics and optimal_loss existed (commit 497d4ab)
+    sample = HMMSource().sample(64, 64, np.random.default_rng(0))
+    assert hashlib.sha256(sample.tobytes()).hexdigest() == (
+        "f7f64d4abd19f9a1d5819ad6da010d805de2f941d706ead398e76c52dc6e90da")
+    off = HMMSource(topics=0, topic_weight=0.9).sample(64, 64, np.random.default_rng(0))
+    assert np.array_equal(off, sample)  # the weight means nothing without topics
+
+
+def test_topics_keep_the_graph_and_hold_for_a_whole_sequence():
+    plain, topical = HMMSource(seed=5), HMMSource(seed=5, topics=3, topic_weight=1.0, alpha_x=1e-3)
+    assert np.array_equal(plain._x_cdf, HMMSource(seed=5, topics=3, alpha_x=0.068)._x_cdf)  # same graph tables
+    rows = topical.sample(40, 50, np.random.default_rng(1))
+    # weight 1 and sparse topic rows: one topic explains every token of a row (its few words), and rows differ
+    words = _pmf(topical._topic_cdf) > 1e-3
+    explained_by = [{tp for tp in range(3) if words[tp, r].all()} for r in rows]
+    assert all(len(tps) >= 1 for tps in explained_by)
+    assert len(set().union(*explained_by)) > 1 and words.sum(1).max() <= 4
+    with pytest.raises(ValueError):
+        HMMSource(topics=-1)
+    with pytest.raises(ValueError):
+        HMMSource(topics=2, topic_weight=1.5)
+
+
+def test_optimal_loss_of_a_markov_chain_is_its_own_log_likelihood():
+    src = HMMSource(hidden_nodes=0, vocab_size=12, alpha_x=0.3, seed=2)
+    rows = src.sample(30, 40, np.random.default_rng(3))
+    pmf = _pmf(src._x_cdf)[:, 0, :]
+    direct = -np.log(pmf[rows[:, :-1], rows[:, 1:]]).mean()
+    assert src.optimal_loss(rows) == pytest.approx(direct, rel=1e-12)
+
+
+def _brute_force_loss(src: HMMSource, rows: np.ndarray) -> float:
+    """Mean -log P(x_t | x_<t) by enumerating every topic, start state and hidden path (loops, no tensor tricks)."""
+    s, k_nodes = src.hidden_states, src.hidden_nodes
+    hidden = [_pmf(c) for c in src._hidden_cdf]
+    emit, topic_pmf = _pmf(src._x_cdf), _pmf(src._topic_cdf)
+    states = list(itertools.product(range(s), repeat=k_nodes))
+    total = 0.0
+    for row in rows:
+        # alpha[(topic, z)] = P(x_0 .. x_t, topic, z_t); starts: topic, z and the token before the row uniform
+        alpha = {(tp, z): 1.0 / (src.topics * len(states)) for tp in range(src.topics) for z in states}
+        prefix = []
+        for t, x in enumerate(row):
+            new = {}
+            for (tp, z), a in alpha.items():
+                for z2 in states:
+                    p_move = 1.0
+                    for k in range(k_nodes):
+                        p_move *= hidden[k][z[k], z2[k - 1] if k else 0, z2[k]]
+                    graph = np.mean(emit[:, z2[-1], x]) if t == 0 else emit[row[t - 1], z2[-1], x]
+                    p_x = (1 - src.topic_weight) * graph + src.topic_weight * topic_pmf[tp, x]
+                    new[(tp, z2)] = new.get((tp, z2), 0.0) + a * p_move * p_x
+            prefix.append(sum(new.values()))
+            alpha = new
+        total += -sum(np.log(prefix[t] / prefix[t - 1]) for t in range(1, len(row)))
+    return total / (rows.shape[0] * (rows.shape[1] - 1))
+
+
+def test_optimal_loss_matches_brute_force_enumeration():
+    src = HMMSource(vocab_size=3, hidden_nodes=2, hidden_states=2, alpha_x=0.5, alpha_z=0.3, topics=2,
+                    topic_weight=0.4, seed=7)
+    rows = src.sample(3, 5, np.random.default_rng(2))
+    assert src.optimal_loss(rows) == pytest.approx(_brute_force_loss(src, rows), rel=1e-10)
+
+
+def test_optimal_loss_is_below_every_ngram_reference():
+    src = HMMSource(topics=8, alpha_x=0.02)
+    train = np.concatenate(list(src.iter_blocks(2048, 64, split="train")))
+    held = np.concatenate(list(src.iter_blocks(128, 64, split="eval")))
+    ref = heldout_reference_losses(train, held, 32)
+    assert src.optimal_loss(held) < ref["trigram"] < ref["bigram"] < ref["unigram"]
