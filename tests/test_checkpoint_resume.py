@@ -267,6 +267,22 @@ def _weights_step(ck: Path) -> float:
     return float(load_file(str(ck / "model.safetensors"))["w"][0])
 
 
+def test_every_path_a_run_creates_fits_within_the_longest_the_output_dir_check_allows(runs: dict,
+                                                                                      tmp_path: Path) -> None:
+    """config.checks.RUN_DIR_LONGEST_INSIDE is what check_path_fits adds to an output_dir before PATH_MAX: every path
+    a real run (checkpoints, a kill, a resume) created inside its directory, and a checkpoint of it set aside as
+    torn, is no longer, so a directory that passes the check leaves room for all of them."""
+    from hf_optbench.config.checks import RUN_DIR_LONGEST_INSIDE
+    from hf_optbench.run.identity import move_torn_checkpoint
+
+    torn = tmp_path / "run"
+    shutil.copytree(runs["full"] / f"checkpoint-{STEPS}", torn / f"checkpoint-{STEPS}")
+    move_torn_checkpoint(torn / f"checkpoint-{STEPS}")
+    for run in (runs["full"], runs["resumed"], torn):
+        longest = max((str(p.relative_to(run)) for p in run.rglob("*")), key=lambda rel: len(os.fsencode(rel)))
+        assert len(os.fsencode(longest)) <= len(os.fsencode(RUN_DIR_LONGEST_INSIDE)), longest
+
+
 def test_a_torn_checkpoint_survives_save_total_limit_rotation(tmp_path: Path) -> None:
     """Trainer's rotation (save_total_limit) globs checkpoint-* and reads the number in any such name: a torn copy
     left there as checkpoint-12.incomplete was counted and deleted by the resumed run's next save."""
@@ -302,13 +318,25 @@ def test_the_same_step_torn_twice_keeps_both_copies(tmp_path: Path) -> None:
 
 
 def test_resuming_a_finished_run_is_a_no_op_that_says_so(runs: dict, tmp_path: Path) -> None:
-    """Not more steps past max_steps that rewrite the results, and no relabelling by the resume's arguments."""
+    """Not more steps past max_steps that rewrite the results, and no relabelling by the resume's arguments. Through
+    the installed command, whose answer is one line saying what happened (issue 33: it also printed the result
+    block, "wrote RUN (...)", as if the run had just been written)."""
+    exe = Path(sys.executable).with_name("hf-optbench")
+    if not exe.exists():
+        pytest.skip("hf-optbench console script not installed (pip install -e .)")
     done = tmp_path / "done"
     shutil.copytree(runs["full"], done)
-    before = {name: (done / name).read_bytes() for name in ("summary.json", "metrics.jsonl", "config.yaml")}
-    proc = _run(done, "--resume_from_checkpoint", "true", "--optimizer", "lion", "--seed", "9")
-    assert "already holds a finished run (status 'completed', 12 steps): nothing to resume" in proc.stderr
-    assert {name: (done / name).read_bytes() for name in before} == before
+    before = {p.name: p.read_bytes() for p in done.iterdir() if p.is_file()}
+    proc = subprocess.run([str(exe), "run", RECIPE, "--output_dir", str(done), *ARGS, "--resume_from_checkpoint",
+                           "true", "--optimizer", "lion", "--seed", "9"], cwd=ROOT, env=_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in proc.stdout.splitlines() if str(done) in line]  # ([INFO] lines: WANDB_MODE's notice)
+    assert said == [
+        f"{done} already finished at step {STEPS}: nothing to do (summary.json unchanged). To train it again, use a "
+        "new --output_dir, or --overwrite_output_dir true without --resume_from_checkpoint."], proc.stdout
+    assert "wrote" not in proc.stdout + proc.stderr
+    assert {p.name: p.read_bytes() for p in done.iterdir() if p.is_file()} == before
     assert not (done / f"checkpoint-{STEPS + SAVE_EVERY}").exists()
 
 
@@ -319,7 +347,7 @@ def test_a_finished_run_resumed_with_overwrite_does_not_train_past_its_end(runs:
     shutil.copytree(runs["full"], done)
     before = {name: (done / name).read_bytes() for name in ("summary.json", "metrics.jsonl", "config.yaml")}
     proc = _run(done, "--resume_from_checkpoint", "true", "--overwrite_output_dir", "true")
-    assert "nothing to resume" in proc.stderr
+    assert f"already finished at step {STEPS}: nothing to do" in proc.stdout
     assert {name: (done / name).read_bytes() for name in before} == before
     assert not (done / f"checkpoint-{STEPS + 1}").exists()
 

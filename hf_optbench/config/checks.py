@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
+from hf_optbench.rundir import TORN_CHECKPOINTS_DIR
 
 # TrainingArguments fields the stock Trainer reads only in create_optimizer / create_scheduler /
 # get_optimizer_cls_and_kwargs (transformers 5 trainer.py, trainer_optimizer.py), which never run because the run
@@ -45,6 +46,20 @@ HONOURED_TRAINING_KEYS = {
     "gradient_accumulation_steps": "the Trainer's own loop",
     "max_grad_norm": "the Trainer's own clipping (unset: the cited default)",
 }
+# The largest position table and vocabulary padding a run accepts (refused at parse time, not after 13-90 s of
+# allocating 12-26 GB): GPT-2 learned 1,024 positions (Radford et al. 2019, sec. 2.3) and GPT-3 2,048 (Brown et al.
+# 2020, sec. 2.1); 65,536 leaves long-context experiments 32x GPT-3's room. Padding pads to a matmul-friendly multiple
+# (nanoGPT: 64, 50257 -> 50304); a multiple past 65,536 only adds rows no token uses.
+MAX_POSITIONS = 2**16
+MAX_VOCAB_PAD = 2**16
+
+
+def check_int_range(key: str, value: Any, low: int, high: int, fix: str) -> None:
+    """``value`` is an integer in [low, high], else an OptBenchError naming the key, the accepted range and ``fix``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise OptBenchError(f"{key} must be an integer in [{low:,}, {high:,}], got {value!r}. {fix}")
+
+
 # TrainingArguments fields that must be integers >= 1 (0 divides by zero or evaluates nothing, late).
 POSITIVE_INT_KEYS = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
 
@@ -154,10 +169,71 @@ def adam_constructor(training: Any, explicit: set[str], cited_betas: tuple[float
     return out
 
 
-def check_writable_dir(path: str | os.PathLike[str], key: str) -> None:
-    """``path`` is a directory we can write, or can be created: it is not a file, its nearest existing ancestor is
-    a directory, and that ancestor is writable (``os.access`` also says no on a read-only filesystem). Nothing is
-    created: a bad path fails here, before the data and the model are built, and leaves no trace."""
+# The longest path a run creates inside its output_dir: a torn checkpoint set aside under its step and time
+# (run.identity.move_torn_checkpoint: checkpoint-N.YYYYmmddTHHMMSS-n), holding the longest file name transformers
+# writes into a checkpoint; 12 digits of steps. tests/test_checkpoint_resume.py checks it against a real run's files.
+RUN_DIR_LONGEST_INSIDE = f"{TORN_CHECKPOINTS_DIR}/checkpoint-{'9' * 12}.20261126T000000-99/model.safetensors.index.json"
+# Where os.pathconf cannot say (another OS, a filesystem that does not answer): Linux's limits.
+NAME_MAX_DEFAULT, PATH_MAX_DEFAULT = 255, 4096
+
+
+def _abbrev(text: str, keep: int = 24) -> str:
+    """``text`` cut to its first and last ``keep`` characters: an error line stays one readable line."""
+    return text if len(text) <= 2 * keep + 3 else f"{text[:keep]}...{text[-keep:]}"
+
+
+def _nearest_existing(p: Path) -> Path:
+    """The nearest ancestor of ``p`` (or ``p``) that exists; ``Path.exists`` itself raises on a name too long."""
+    for candidate in (p, *p.parents):
+        try:
+            candidate.stat()
+            return candidate
+        except OSError:
+            continue
+    return Path(p.anchor or "/")
+
+
+def _limit(where: Path, name: str, default: int) -> int:
+    try:
+        value = os.pathconf(where, name)
+    except (OSError, ValueError, AttributeError):  # no pathconf (Windows), or the filesystem does not say
+        return default
+    return value if isinstance(value, int) and value > 0 else default
+
+
+def check_path_fits(path: str | os.PathLike[str], key: str, inside: str = "") -> None:
+    """Every name of ``path`` fits the filesystem's NAME_MAX and ``path`` joined with ``inside`` (the longest path
+    the tool will create below it) fits its PATH_MAX, both in bytes (a Thai letter is 3 bytes of UTF-8), read with
+    ``os.pathconf`` on the nearest existing ancestor (where the new names will be made). Why: a 300-character
+    output_dir ended in an OSError traceback ("File name too long") after the recipe was parsed; a path that fits
+    but leaves no room for a checkpoint's files would fail at the first save."""
+    p = Path(os.path.abspath(os.path.expanduser(str(path))))
+    ancestor = _nearest_existing(p)
+    name_max = _limit(ancestor, "PC_NAME_MAX", NAME_MAX_DEFAULT)
+    for part in p.parts[1:]:
+        if len(os.fsencode(part)) > name_max:
+            raise OptBenchError(
+                f"{key} '{_abbrev(str(path))}' has a name of {len(os.fsencode(part))} bytes ('{_abbrev(part, 12)}'), "
+                f"longer than the {name_max} bytes the filesystem of '{_abbrev(str(ancestor))}' allows for one name "
+                f"(NAME_MAX). Choose a shorter {key}.")
+    path_max = _limit(ancestor, "PC_PATH_MAX", PATH_MAX_DEFAULT)
+    longest = os.path.join(p, inside) if inside else str(p)
+    if len(os.fsencode(longest)) >= path_max:  # PATH_MAX counts the terminating NUL
+        n = len(os.fsencode(str(p)))
+        within = "" if n >= path_max else \
+            f" and the longest path created inside it makes {len(os.fsencode(longest))}, which is"
+        raise OptBenchError(
+            f"{key} '{_abbrev(str(path))}' is {n} bytes long{within or ','} past the {path_max - 1} bytes the filesystem "
+            f"of '{_abbrev(str(ancestor))}' allows for a path (PATH_MAX). Choose a shorter {key}.")
+
+
+def check_writable_dir(path: str | os.PathLike[str], key: str, inside: str = "") -> None:
+    """``path`` is a directory we can write, or can be created: its names fit the filesystem
+    (:func:`check_path_fits`, with ``inside`` the longest path to be created below it), it is not a file, its
+    nearest existing ancestor is a directory, and that ancestor is writable (``os.access`` also says no on a
+    read-only filesystem). Nothing is created: a bad path fails here, before the data and the model are built, and
+    leaves no trace."""
+    check_path_fits(path, key, inside)
     p = Path(os.path.abspath(os.path.expanduser(str(path))))
     if p.exists() and not p.is_dir():
         raise OptBenchError(f"{key} '{path}' is a file, not a directory. Choose another {key} (a new or existing "

@@ -24,10 +24,14 @@ from typing import Any
 
 from hf_optbench.config.bench_args import BenchArguments
 from hf_optbench.config.checks import (
+    MAX_POSITIONS,
+    MAX_VOCAB_PAD,
     REPLACED_TRAINING_KEYS,
+    RUN_DIR_LONGEST_INSIDE,
     check_adam_arguments,
     check_data_files,
     check_finite,
+    check_int_range,
     check_optimizer_values,
     check_positive_ints,
     check_writable_dir,
@@ -71,8 +75,11 @@ class ModelArguments:
             raise OptBenchError(
                 f"attn_implementation '{self.attn_implementation}' is not one of {', '.join(ATTN_IMPLEMENTATIONS)}."
             )
-        if self.n_positions is not None and self.n_positions <= 0:
-            raise OptBenchError(f"n_positions must be positive, got {self.n_positions}.")
+        if self.n_positions is not None:
+            check_int_range("n_positions", self.n_positions, 1, MAX_POSITIONS,
+                            "Leave it unset to use block_size (GPT-2: 1024).")
+        check_int_range("pad_vocab_to_multiple_of", self.pad_vocab_to_multiple_of, 1, MAX_VOCAB_PAD,
+                        "Use 64 (the default) or 1 for no padding.")
         if not 0.0 <= self.dropout < 1.0:
             raise OptBenchError(f"dropout must be in [0, 1), got {self.dropout}.")
 
@@ -94,6 +101,11 @@ class RunArguments:
         default=True,
         metadata={"help": "Save the final model and tokenizer into output_dir (from_pretrained(output_dir) loads "
                           "it); false keeps only the checkpoints."},
+    )
+    skip_memory_check: bool = field(
+        default=False,
+        metadata={"help": "Build the model even when the memory planner says it cannot fit in the device's memory "
+                          "(hf_optbench.run.memory_fit refuses such a run otherwise)."},
     )
 
 
@@ -387,6 +399,8 @@ def _validate(cfg: RunConfig) -> None:
             f"max_steps must be a positive number of optimizer steps, got {t.max_steps}: the benchmark compares "
             "optimizers at equal steps/tokens, so set it (e.g. --max_steps 200)."
         )
+    # the model's position table is block_size rows when n_positions is unset: the same ceiling
+    check_int_range("block_size", cfg.data.block_size, 2, MAX_POSITIONS, "Use e.g. 128 or the model's n_positions.")
     check_block_size(cfg.data.block_size, cfg.model.n_positions or cfg.data.block_size)
     check_output_dir(cfg)
 
@@ -395,7 +409,7 @@ def check_output_dir(cfg: RunConfig) -> None:
     """A writable directory; refuse to overwrite a finished run unless asked, or to silently restart an
     unfinished one."""
     out = Path(cfg.training.output_dir)
-    check_writable_dir(out, "output_dir")
+    check_writable_dir(out, "output_dir", RUN_DIR_LONGEST_INSIDE)
     resuming = cfg.resume.requested
     if not cfg.run.overwrite_output_dir:
         status = (read_summary(out) or {}).get("status")  # None when missing or unreadable

@@ -335,12 +335,47 @@ def _tokenized_documents(
     return docs, stats.get("documents", {})
 
 
+# ------------------------------------------------------------------------------------------- sizes up front
+@dataclass(frozen=True)
+class PlannedSplits:
+    """The splits' sizes in blocks as far as the settings say, before any data is read. ``exact``: the source
+    makes exactly these (synthetic); otherwise ``train`` is an upper bound and ``eval``/``tuning`` are unknown
+    (None). ``basis`` says where the figure comes from, for an error line."""
+
+    train: int
+    eval: int | None
+    tuning: int | None
+    exact: bool
+    basis: str
+
+
+def _synthetic_sizes(data_args: DataArguments) -> tuple[int, int]:
+    """(training blocks, eval blocks) the synthetic source generates: whole blocks of its token budget, and the
+    eval blocks asked for (or the validation fraction of the training blocks)."""
+    n_train = data_args.synthetic_num_tokens // data_args.block_size
+    return n_train, data_args.validation_blocks or max(1, round(data_args.validation_fraction * n_train))
+
+
+def planned_split_sizes(data_args: DataArguments) -> PlannedSplits | None:
+    """What the settings alone say of the splits' sizes, so that a batch larger than the training split is refused
+    before the data is generated or tokenized: the synthetic source's sizes exactly; a text source read up to
+    ``max_train_tokens`` has at most that many whole blocks to train on; otherwise None (a text source's size is
+    known once it is tokenized, or from a cache entry once its checksums are verified)."""
+    bs = data_args.block_size
+    if data_args.data_source == "synthetic":
+        n_train, n_eval = _synthetic_sizes(data_args)
+        return PlannedSplits(n_train, n_eval, data_args.tuning_blocks, True,
+                             f"synthetic_num_tokens {data_args.synthetic_num_tokens:,} / block_size {bs}")
+    if data_args.max_train_tokens is not None:
+        return PlannedSplits(data_args.max_train_tokens // bs, None, None, False,
+                             f"max_train_tokens {data_args.max_train_tokens:,} / block_size {bs}")
+    return None
+
+
 # ------------------------------------------------------------------------------------------- synthetic source
 def _prepare_synthetic(data_args: DataArguments, cache_root: str) -> DatasetBundle:
     """The synthetic source's bundle: sizes checked, cache looked up, else generated (no tokenizer involved)."""
-    bs = data_args.block_size
-    n_train = data_args.synthetic_num_tokens // bs
-    n_eval = data_args.validation_blocks or max(1, round(data_args.validation_fraction * n_train))
+    n_train, n_eval = _synthetic_sizes(data_args)
     if n_eval > n_train:
         raise OptBenchError(
             f"validation split larger than the data: {n_eval} validation blocks > {n_train} training blocks. "

@@ -154,6 +154,16 @@ def _numbered(out: Path) -> list[Path]:
     return sorted(found, key=lambda p: -int(p.name.split("-")[1]))
 
 
+def newest_loadable_checkpoint(out: Path) -> Path | None:
+    """The checkpoint a ``--resume_from_checkpoint true`` would load from ``out`` as far as its files say: the newest
+    complete (trainer_state.json readable) and readable (:func:`checkpoint_problem`) one; None when there is none.
+    Its identity is checked by the resume itself."""
+    for ckpt in _numbered(out):
+        if read_trainer_state(ckpt) is not None and checkpoint_problem(ckpt) is None:
+            return ckpt
+    return None
+
+
 def _verify(plan: RunPlan, ckpt: Path, state: Mapping[str, Any], where: str) -> bool:
     """True when forced; OptBenchError when the checkpoint's stamp is missing (without force) or differs."""
     stamp = read_stamp(state)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,19 +146,19 @@ def print_result(summary: dict[str, Any], out: Path) -> None:
 
 
 def finished_run_summary(cfg: RunConfig, out: Path) -> dict[str, Any] | None:
-    """A resume of a run that already finished is a no-op that says so (its summary, untouched), not more steps past
-    max_steps that rewrite its results, whatever else was asked (--overwrite_output_dir does not apply to a
-    resume); None when no resume was asked or the run is not finished."""
+    """A resume of a run that already finished is a no-op that says so in one line (on the main process) and returns
+    its summary, untouched: not more steps past max_steps that rewrite its results, whatever else was asked
+    (--overwrite_output_dir does not apply to a resume); None when no resume was asked or the run is not finished."""
     if not cfg.resume.requested:
         return None
     summary = read_summary(out)
     if not summary or summary.get("status") not in FINISHED_STATUSES:
         return None
     if cfg.training.process_index == 0:
-        print(f"[hf_optbench] '{out}' already holds a finished run (status '{summary['status']}', "
-              f"{summary.get('steps')} steps): nothing to resume, nothing written. To train it again, use a new "
-              "output_dir or --overwrite_output_dir true without --resume_from_checkpoint.", file=sys.stderr,
-              flush=True)
+        status = "" if summary["status"] == "completed" else f" (status '{summary['status']}')"
+        print(f"{out} already finished at step {summary.get('steps')}{status}: nothing to do ({SUMMARY_FILE} "
+              "unchanged). To train it again, use a new --output_dir, or --overwrite_output_dir true without "
+              "--resume_from_checkpoint.", flush=True)
     return summary
 
 

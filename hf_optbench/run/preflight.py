@@ -1,5 +1,5 @@
-"""What a run checks before transformers is even imported: that no other run owns its output_dir, and that the
-machine has the hardware the recipe's precision needs.
+"""What a run checks before transformers is even imported: that its output_dir's names fit the filesystem, that no
+other run owns it, and that the machine has the hardware the recipe's precision needs.
 
 Both must answer before ``parse_args`` (which builds ``TrainingArguments``: 5-6 s of imports on a loaded 2-core
 machine). A second run into a busy directory is refused in well under 2 s; a bf16 recipe on a machine without a
@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.config.checks import RUN_DIR_LONGEST_INSIDE, check_path_fits
 from hf_optbench.config.parse import RunConfig, load_recipe
 from hf_optbench.errors import OptBenchError
 from hf_optbench.run.lock import RunLock, acquire_run_lock, check_not_busy, is_launch_main_process
@@ -144,6 +145,8 @@ def preflight(argv: list[str]) -> dict[str, Any] | None:
     it), or None without a recipe."""
     values, where, recipe = light_settings(argv)
     out = explicit_output_dir(values)
+    if out is not None:
+        check_path_fits(out, "output_dir", RUN_DIR_LONGEST_INSIDE)  # a name too long: refused in well under 1 s
     if out is not None and is_launch_main_process():
         check_not_busy(out)
     check_hardware(values, where)

@@ -75,18 +75,25 @@ class Built:
 
 
 def prepare(plan: RunPlan) -> Prepared:
-    """Tokenizer + packed datasets (their sizes checked against the batch before the model is built) + a freshly
-    initialised model, all from the plan."""
+    """Tokenizer + packed datasets + a freshly initialised model, all from the plan. What can be refused is
+    refused as soon as it is known: the splits against the batch and the memory the model needs, from the
+    settings alone before any data is read (:func:`check_before_data`), then from the data itself before the model
+    is built."""
     from transformers import default_data_collator, set_seed
 
     from hf_optbench.data.pipeline import check_model_vocab, prepare_data
     from hf_optbench.models import build_model
+    from hf_optbench.run.memory_fit import check_memory_fits
 
     cfg = plan.args
+    check_before_data(plan)
     # Rank 0 tokenizes and caches first; the other ranks then load the memory-mapped cache (run_clm's pattern).
     with cfg.training.main_process_first(desc="tokenize and pack"):
         bundle = prepare_data(cfg.data, n_positions=plan.model.n_positions)
-    _check_splits(plan, bundle)
+    tuning = getattr(bundle, "tuning", None)
+    _check_splits(plan, len(bundle.train), len(bundle.eval) if bundle.eval is not None else 0,
+                  len(tuning) if tuning is not None else 0)
+    check_memory_fits(plan, bundle.vocab_size)  # the exact figure, with the tokenizer's vocabulary
     set_seed(cfg.training.seed)  # the init depends only on the seed, not on what data loading consumed
     model = build_model(
         plan.model.model_size,
@@ -104,17 +111,35 @@ def prepare(plan: RunPlan) -> Prepared:
     return Prepared(model, bundle.train, bundle.eval, default_data_collator, bundle.tokenizer, bundle)
 
 
-def _check_train_split(plan: RunPlan, n: int) -> None:
+def check_before_data(plan: RunPlan) -> None:
+    """The refusals the settings alone decide, before any data is generated, read or tokenized: the splits' sizes
+    where the settings give them (``data.pipeline.planned_split_sizes``: the synthetic source's exactly, a text
+    source's training split at most ``max_train_tokens``) against the batch, and the model's memory with the
+    vocabulary the settings give (synthetic) or one row for it (a lower bound: the tokenizer is not loaded yet)."""
+    from hf_optbench.data.pipeline import planned_split_sizes
+    from hf_optbench.run.memory_fit import check_memory_fits
+
+    data = plan.args.data
+    planned = planned_split_sizes(data)
+    if planned is not None:
+        _check_splits(plan, planned.train, planned.eval, planned.tuning, basis=planned.basis,
+                      upper_bound=not planned.exact)
+    check_memory_fits(plan, data.synthetic_vocab_size if data.data_source == "synthetic" else None)
+
+
+def _check_train_split(plan: RunPlan, n: int, basis: str | None = None, upper_bound: bool = False) -> None:
     """The training split must hold one whole optimizer step (micro-batch x accumulation x processes), and a run
     that passes an epoch's end must not end an epoch with a partial accumulation: transformers then steps on the
     micro-batches left (its ``remainder``), so that step would see fewer tokens than tokens_per_step and
     ``tokens_seen`` would count tokens never trained on (1000 accumulation steps over a 4-micro-batch split
-    recorded 3,072,000 tokens of a 4,992-token split)."""
+    recorded 3,072,000 tokens of a 4,992-token split). ``basis``: where ``n`` comes from when the data is not built
+    yet (the settings); ``upper_bound``: ``n`` is only an upper bound, so only the "fewer than" checks apply."""
     args, batch = plan.args.training, plan.batch
     per_micro = batch.per_device_train_batch_size * batch.world_size
     micro = n // per_micro if args.dataloader_drop_last else -(-n // per_micro)
     accumulation = batch.gradient_accumulation_steps
-    size = f"the training split holds {n} blocks of {batch.block_size} tokens"
+    size = f"the training split holds {'at most ' if upper_bound else ''}{n} blocks of {batch.block_size} tokens" + \
+        (f" ({basis})" if basis else "")
     if micro == 0:  # the Trainer would take 0 steps and the run read "completed" with no loss
         raise OptBenchError(
             f"{size}, fewer than one micro-batch (per_device_train_batch_size {batch.per_device_train_batch_size} x "
@@ -125,7 +150,7 @@ def _check_train_split(plan: RunPlan, n: int) -> None:
             f"{batch.per_device_train_batch_size} x gradient_accumulation_steps {accumulation} x {batch.world_size} "
             f"processes = {per_micro * accumulation} blocks): no step could run as asked. Lower "
             "gradient_accumulation_steps or per_device_train_batch_size, or use more data.")
-    if args.dataloader_drop_last and micro % accumulation and plan.max_steps > micro // accumulation:
+    if not upper_bound and args.dataloader_drop_last and micro % accumulation and plan.max_steps > micro // accumulation:
         raise OptBenchError(
             f"{size}: {micro} micro-batches per epoch, not a multiple of gradient_accumulation_steps {accumulation}, "
             f"and the run's {plan.max_steps} steps pass an epoch's end, where the last step of each epoch would see "
@@ -133,20 +158,20 @@ def _check_train_split(plan: RunPlan, n: int) -> None:
             "use more data.")
 
 
-def _check_splits(plan: RunPlan, bundle: Any) -> None:
+def _check_splits(plan: RunPlan, train: int, eval_: int | None, tuning: int | None, *, basis: str | None = None,
+                  upper_bound: bool = False) -> None:
     """Before the model is built: the training split holds whole optimizer steps (:func:`_check_train_split`).
     With dataloader_drop_last (kept so that every train step sees the same number of tokens) the eval loader also
     drops its partial batch: an eval (or tuning) split smaller than one eval batch would silently evaluate
-    nothing."""
+    nothing. Sizes in blocks; None: not known yet (checked once the data is built); ``basis``, ``upper_bound``: as
+    for :func:`_check_train_split`."""
     args = plan.args.training
-    _check_train_split(plan, len(bundle.train))
+    _check_train_split(plan, train, basis, upper_bound)
     per_eval_step = args.per_device_eval_batch_size * args.world_size
-    tuning = getattr(bundle, "tuning", None)
-    splits = [("validation", bundle.eval, args.eval_strategy != "no", "the validation split"),
-              ("tuning", tuning, tuning is not None and len(tuning) > 0, "tuning_blocks")]
-    for name, dataset, used, grow in splits:
-        n = len(dataset) if dataset is not None else 0
-        if used and args.dataloader_drop_last and n < per_eval_step:
+    splits = [("validation", eval_, args.eval_strategy != "no", "the validation split"),
+              ("tuning", tuning, bool(tuning), "tuning_blocks")]
+    for name, n, used, grow in splits:
+        if n is not None and used and args.dataloader_drop_last and n < per_eval_step:
             raise OptBenchError(
                 f"the {name} split holds {n} blocks of {plan.batch.block_size} tokens, fewer than one eval batch "
                 f"(per_device_eval_batch_size {args.per_device_eval_batch_size} x {args.world_size} processes): "
@@ -281,19 +306,33 @@ def _tuning_loss(trainer: Trainer, prepared: Prepared) -> float | None:
     return float(loss) if loss is not None else None
 
 
-def _train_and_record(trainer: Trainer, prepared: Prepared, recorder: Any, built: Built, *,
+def _train_and_record(trainer: Trainer, prepared: Prepared, recorder: Any, built: Built, *, out: Path,
                       resumption: Resumption | None, summary: dict[str, Any], summary_path: Path | None,
                       segments: Any) -> None:
     """Train, and write summary.json (to ``summary_path``, main process) whatever happens: a failure is recorded,
-    then re-raised, so the run's measurements so far are kept on disk. ``train_runtime_s`` is the whole run's:
-    the sum of its segments (every process that trained it, see :mod:`hf_optbench.run.segments`)."""
+    then re-raised, so the run's measurements so far are kept on disk. A write that failed for want of room
+    (:mod:`hf_optbench.run.write_failure`) becomes one exit-2 line, also recorded as the summary's ``error``; the
+    records' own writes then may fail too, and the earlier files stay. ``train_runtime_s`` is the whole run's: the
+    sum of its segments (every process that trained it, see :mod:`hf_optbench.run.segments`)."""
+    from hf_optbench.run.write_failure import write_errno, write_failure
+
     started = time.time()
     segments.start_clock()
+    failing: BaseException | None = None
     try:
         _fit(trainer, prepared, recorder, resumption, summary)
     except Exception as exc:
         record_failure(summary, exc, started)
-        segments.close(trainer.state, write=summary_path is not None)
+        failing = write_failure(exc, out, step=trainer.state.global_step)
+        if failing is None:
+            failing = exc
+            segments.close(trainer.state, write=summary_path is not None)
+            raise
+        # train_segments.json stays as the last complete checkpoint wrote it: the resume starts there
+        summary["error"] = str(failing)
+        raise failing from exc
+    except BaseException as exc:  # KeyboardInterrupt, SystemExit: the figures so far are still written below
+        failing = exc
         raise
     finally:
         used = trainer.optimizer if trainer.optimizer is not None else built.optimizer
@@ -301,7 +340,11 @@ def _train_and_record(trainer: Trainer, prepared: Prepared, recorder: Any, built
         if segments.current is not None:
             summary.update(segments.summary())
         if summary_path is not None:
-            write_json_atomic(summary_path, summary)
+            try:
+                write_json_atomic(summary_path, summary)
+            except OSError as err:
+                if failing is None or write_errno(err, out) is None:
+                    raise  # a run that trained to its end and cannot record it: the caller says so in one line
 
 
 def _publish(cfg: RunConfig, out: Path, target: Any = None) -> None:
@@ -363,9 +406,22 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
             prepare_output_dir(plan, out, record, resumption)
         trainer = _build_trainer(plan, prepared, built, callbacks, record)
         summary = build_summary(plan, prepared, record, resumption=resumption, git=git)
-        _train_and_record(trainer, prepared, recorder, built, resumption=resumption, summary=summary,
-                          summary_path=out / SUMMARY_FILE if is_main else None, segments=segments)
-        save_final_model(cfg, trainer, out, summary["status"])  # from_pretrained(output_dir) loads it
+        recorded = False
+        try:
+            _train_and_record(trainer, prepared, recorder, built, out=out, resumption=resumption, summary=summary,
+                              summary_path=out / SUMMARY_FILE if is_main else None, segments=segments)
+            recorded = True
+            save_final_model(cfg, trainer, out, summary["status"])  # from_pretrained(output_dir) loads it
+        except OptBenchError:
+            raise
+        except Exception as exc:  # a failed write during training is an OptBenchError by now: here the records
+            from hf_optbench.run.write_failure import write_failure  # or the final model could not be written
+
+            failure = write_failure(exc, out, step=trainer.state.global_step, final_model=recorded,
+                                    trained=summary["status"] in FINISHED_STATUSES)
+            if failure is None:
+                raise
+            raise failure from exc
         if is_main:
             _publish(cfg, out, hub_target)
     finally:
@@ -387,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = recipe_first(argv)  # `--config RECIPE` anywhere on the line: a recipe like any other
         recipe = preflight(argv)  # the recipe, read once
         cfg = parse_args(argv, recipe=recipe)
+        if finished_run_summary(cfg, Path(cfg.training.output_dir)) is not None:
+            return 0  # a finished run resumed: it said so in one line, and nothing was written
         lock = own_output_dir(cfg)  # before any data or model work; released when the run ends
         summary = train(cfg, lock=lock)
     except OptBenchError as exc:

@@ -69,7 +69,7 @@ CASES = [
     c("block-size-beyond-source", [*RUN, "--block_size", "8192", "--n_positions", "8192", "--save_strategy", "no"],
       "block_size", absent="synthetic_num_tokens", work=True),
     # a micro-batch larger than the training split: 0 steps would read "completed" with no loss
-    c("train-batch-beyond-split", [*RUN, "--per_device_train_batch_size", "100000", "--save_strategy", "no"],
+    c("train-batch-beyond-split", [*RUN, "--per_device_train_batch_size", "1000", "--save_strategy", "no"],
       "fewer than one micro-batch", work=True),
     c("data-files-missing", [*RUN, "--data_source", "local", "--data_files", "{T}/none.txt"], "none.txt"),
     # -- run: TrainingArguments fields hf_optbench replaces (issue 14 item 1) -----------------------------------
@@ -137,6 +137,15 @@ CASES = [
       work=True),
     c("tuned-optimizer-twice", [*RUN, "--tuned_hparams_file", "{T}/tuned_twice.yaml"], "'adamw' and 'AdamW'"),
     c("tuned-size-twice", [*RUN, "--tuned_hparams_file", "{T}/tuned_size_twice.yaml"], "'tiny' and 'TINY'"),
+    # -- run: issue 32, the run layer: names the filesystem cannot hold, sizes no machine can allocate ------------
+    c("output-dir-name-too-long", ["run", "{Q}", "--output_dir", "{T}/" + "a" * 300], "(NAME_MAX)"),
+    c("output-dir-path-too-long", ["run", "{Q}", "--output_dir", "{T}/" + "/".join(["b" * 200] * 21)],
+      "(PATH_MAX)"),
+    c("pad-vocab-absurd", [*RUN, "--pad_vocab_to_multiple_of", "100000000"],
+      "pad_vocab_to_multiple_of must be an integer in [1, 65,536]"),
+    c("pad-vocab-0", [*RUN, "--pad_vocab_to_multiple_of", "0"], "pad_vocab_to_multiple_of"),
+    c("n-positions-absurd", [*RUN, "--n_positions", "50000000"], "n_positions must be an integer in [1, 65,536]"),
+    c("block-size-absurd", [*RUN, "--block_size", "50000000"], "block_size must be an integer in [2, 65,536]"),
     # -- validate -----------------------------------------------------------------------------------------
     c("validate-unknown-key", ["validate", "{T}/typo.yaml"], "modle_size"),
     c("validate-full-bad-size", ["validate", "{Q}", "--full", "--model_size", "huge"], "model_size"),
@@ -353,6 +362,58 @@ def test_bad_input_exits_2_with_one_line(case: Case, workspace: Path, monkeypatc
     _check(rc, captured.out, captured.err, case, before, _snapshot(workspace, skip_cache=case.work))
 
 
+SYNTH = [*RUN, "--data_source", "synthetic", "--synthetic_num_tokens", "4096"]  # 32 blocks of 128 tokens
+# Refused from the settings alone, before any data is generated, read or tokenized (issue 32: a batch larger than the
+# training split was refused only once the data was built): the run's prepare() runs, its data and model steps are
+# tripwires.
+BEFORE_DATA = [
+    c("synthetic-batch-beyond-split", [*SYNTH, "--per_device_train_batch_size", "64"],
+      "holds 32 blocks of 128 tokens (synthetic_num_tokens 4,096 / block_size 128), fewer than one micro-batch"),
+    c("synthetic-accumulation-beyond-split", [*SYNTH, "--gradient_accumulation_steps", "8"],
+      "fewer than one optimizer step"),
+    c("synthetic-eval-batch-beyond-split", [*SYNTH, "--validation_blocks", "2", "--per_device_eval_batch_size", "4"],
+      "the validation split holds 2 blocks"),
+    c("max-train-tokens-batch-beyond-split", [*RUN, "--max_train_tokens", "4096", "--per_device_train_batch_size",
+                                              "64"], "holds at most 32 blocks"),
+]
+
+
+def _data_and_model_tripwires(monkeypatch) -> None:
+    from hf_optbench import models
+    from hf_optbench.data import pipeline
+
+    monkeypatch.setattr(pipeline, "prepare_data", _tripwire)
+    monkeypatch.setattr(models, "build_model", _tripwire)
+
+
+@pytest.mark.parametrize("case", BEFORE_DATA, ids=[x.id for x in BEFORE_DATA])
+def test_refused_from_the_settings_before_any_data(case: Case, workspace: Path, monkeypatch, capsys) -> None:
+    _data_and_model_tripwires(monkeypatch)
+    before = _snapshot(workspace)
+    rc = cli.main(_argv(case, workspace))
+    captured = capsys.readouterr()
+    _check(rc, captured.out, captured.err, case, before, _snapshot(workspace))
+
+
+def test_a_model_beyond_the_machines_memory_is_refused_before_any_data(workspace: Path, monkeypatch, capsys) -> None:
+    """Issue 32: gpt2-xl on a CPU with 21 GiB free allocated for 13-90 s, then a traceback. The planner's figure is
+    compared with what the device has left (here 4 GiB), before the data; --skip_memory_check true goes on."""
+    from hf_optbench.run import memory_fit
+
+    _data_and_model_tripwires(monkeypatch)
+    monkeypatch.setattr(memory_fit, "available_memory",
+                        lambda device: memory_fit.Room(4 * 2**30, "this machine has {} GiB available"))
+    case = c("model-beyond-memory", [*RUN, "--model_size", "gpt2-xl"], "and this machine has 4.0 GiB available: it "
+             "cannot fit")
+    before = _snapshot(workspace)
+    rc = cli.main(_argv(case, workspace))
+    captured = capsys.readouterr()
+    _check(rc, captured.out, captured.err, case, before, _snapshot(workspace))
+    assert "the run needs at least 2" in captured.err and "--skip_memory_check true" in captured.err
+    with pytest.raises(AssertionError, match="data/model work started"):
+        cli.main(_argv(case, workspace) + ["--skip_memory_check", "true"])
+
+
 def _check_refused(argv: list[str], workspace: Path, monkeypatch, capsys) -> None:
     """``argv`` writes under ``workspace/ro``, which cannot be written: exit 2, one line, nothing created."""
     monkeypatch.setattr(run_mod, "prepare", _tripwire)
@@ -381,7 +442,8 @@ def test_unwritable_directory_is_refused(argv: list[str], workspace: Path, monke
 
 
 ENTRY_POINT_CASES = ["batch-0", "report-missing-dir", "memory-zero-stage", "recipe-not-utf8",
-                     "output-dir-holds-user-files", "report-summary-not-utf8", "sweep-lr-multipliers-collide"]
+                     "output-dir-holds-user-files", "report-summary-not-utf8", "sweep-lr-multipliers-collide",
+                     "output-dir-name-too-long", "n-positions-absurd"]
 
 
 @pytest.mark.parametrize("case_id", ENTRY_POINT_CASES)
