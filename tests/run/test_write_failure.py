@@ -107,5 +107,5 @@ def test_a_full_disk_elsewhere_is_named_as_such(tmp_path: Path) -> None:
     out = tmp_path / "run"
     out.mkdir()
     line = str(wf.write_failure(OSError(errno.ENOSPC, "No space left on device", "/dev/shm/torch_1"), out, step=3))
-    assert f"(writing '/dev/shm/torch_1') while writing torch_1: free space there; " in line
+    assert "(writing '/dev/shm/torch_1') while writing torch_1: free space there; " in line
     assert "output_dir" not in line.split(";")[0]
