@@ -81,7 +81,7 @@ def test_every_parameter_group_of_adamw_and_muon_is_tuned_with_its_curve_and_bra
                  ("adamw", "muon", "lion"))
     said = _settle(spec, _bowls({"adamw": 2, "muon": 2, "lion": 2}, {"adamw": 2.0, "muon": 0.125}))
     assert any("muon/tiny: best non-matrix lr ratio x0.5 is at the lower edge" in s for s in said)
-    path, warnings = tune_phase(spec)
+    (path,), warnings = tune_phase(spec)
     tuned = yaml.safe_load(path.read_text())
     muon, adamw = tuned["muon"]["tiny"], tuned["adamw"]["tiny"]
     assert muon["nonmatrix_lr_ratio"] == 0.125 and muon["nonmatrix_bracketed"] and muon["nonmatrix_extensions"] == [
@@ -110,7 +110,7 @@ def test_every_ladder_rung_gets_its_own_bracketed_rate(tmp_path: Path) -> None:
     spec = _spec(tmp_path, {"lr_multipliers": [1, 2, 4, 8], "nonmatrix_multipliers": [], "confirm_seeds": []},
                  ("adamw",), ladder=True)
     _settle(spec, _bowls({"adamw": 4}, {}))  # the optimum halves with each 4x of the budget (see _bowls)
-    path, _ = tune_phase(spec)
+    (path,), _ = tune_phase(spec)
     entry = yaml.safe_load(path.read_text())["adamw"]["tiny"]
     rungs = {r["budget_multiple"]: r for r in entry["ladder"]}
     assert sorted(rungs) == [0.5, 2.0, 4.0] and all(r["bracketed"] for r in rungs.values()) and entry["bracketed"]
@@ -139,7 +139,7 @@ def test_a_choice_within_the_noise_is_decided_by_more_seeds_and_says_so(tmp_path
     said = _settle(spec, loss)
     # the noise is not measured yet: the best (x2) and its nearer neighbour (x4) run at the confirm seeds
     assert any("x2's margin over [x4]" in s and "confirming [x2, x4] at seeds [1000, 1001]" in s for s in said), said
-    entry = yaml.safe_load(tune_phase(spec)[0].read_text())["adamw"]["tiny"]
+    entry = yaml.safe_load(tune_phase(spec)[0][0].read_text())["adamw"]["tiny"]
     assert entry["multiplier"] == 4.0 and entry["lr_seeds"] == [0, 1000, 1001]
     # the noise: the pooled seed-to-seed sd at the confirmed points (seed 0's liking for x2 is part of it)
     assert entry["lr_noise_measured_here"] and 0.01 < entry["lr_noise"] < entry["lr_margin"]
@@ -159,7 +159,7 @@ def test_tune_writes_what_the_sweep_wrote(tmp_path: Path) -> None:
     _write_manifest(spec)  # as the sweep does before its first run: its tune: section, for `tune` to replay
     _settle(spec, _bowls({"adamw": 2, "lion": 2, "muon": 8}, {"adamw": 1.0, "muon": 0.25}, noise=0.01,
                          wd={"lion": 0.0}))
-    path, _ = tune_phase(spec)
+    (path,), _ = tune_phase(spec)
     out = tmp_path / "again.yaml"
     assert cli(["tune", str(spec.tuning.output_dir), "--output", str(out)]) == 0
     ours, again = yaml.safe_load(path.read_text()), yaml.safe_load(out.read_text())
