@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
+from hf_optbench.measure.verdict import ratio_label
 from hf_optbench.rundir import (
     MANIFEST_FILE,
     METRICS_FILE,
@@ -44,11 +45,6 @@ SUMMARY_COLUMNS = (
 # whose settings the edited sweep file no longer gives (``.changed-N``, hf_optbench.study.kept_runs). Run ids may
 # hold dots themselves (``lrx0.5``), hence the whole suffix.
 ASIDE_RE = re.compile(r"\.(incomplete|changed)-\d+$")
-
-
-def ratio_label(tpp: float) -> str:
-    """A data ratio as the report writes it: "0.5 tok/param"."""
-    return f"{tpp:g} tok/param"
 
 
 def cell_label(size: Any, tpp: float | None) -> str:
