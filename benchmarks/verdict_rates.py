@@ -129,37 +129,44 @@ def simulate_table(seeds: int, noise: float, rng: np.random.Generator, sizes: di
     return records
 
 
+def _null_rates(judge: Any, trials: int, rng_seed: int) -> dict[str, float]:
+    """Over ``trials`` null tables (``judge(rng)`` simulates one and returns its verdicts): the share with any false
+    claim under Holm's control, the share with one when each cell is judged alone at 5 %, the cells and how many lie
+    on the data axis."""
+    rng = np.random.default_rng(rng_seed)
+    holm = alone = 0
+    table: list[Any] = []
+    for _ in range(trials):
+        table = judge(rng)
+        holm += any(v.verdict in CLAIMS for v in table)
+        alone += any(v.p_value is not None and v.p_value <= 0.05 for v in table)
+    return {"family-wise false verdict": holm / trials, "uncontrolled": alone / trials, "cells": len(table),
+            "data-axis cells": sum(v.axis == "data" for v in table)}
+
+
 def table_rates(seeds: int, noise: float, trials: int, rng_seed: int = 0) -> dict[str, float]:
     """{"family-wise false verdict": share of tables with a false claim under Holm's control, "uncontrolled": the
     same tables with each cell judged alone at 5 %, "cells": the table's cells}."""
-    rng = np.random.default_rng(rng_seed)
-    holm = alone = 0
-    cells = 0
-    for _ in range(trials):
-        records = simulate_table(seeds, noise, rng)
-        table = verdict(records)
-        cells = len(table)
-        holm += any(v.verdict in CLAIMS for v in table)
-        alone += any(v.p_value is not None and v.p_value <= 0.05 for v in table)
-    return {"family-wise false verdict": holm / trials, "uncontrolled": alone / trials, "cells": cells}
+    return _null_rates(lambda rng: verdict(simulate_table(seeds, noise, rng)), trials, rng_seed)
 
 
 def grid_rates(seeds: int, noise: float, trials: int, rng_seed: int = 0,
                optimizers: tuple[str, ...] = OPTIMIZERS) -> dict[str, float]:
-    """:func:`table_rates` for the table over both axes (sizes x data ratios, ``GRID_*``): the share of null
-    tables with any false claim under Holm's control over every cell of both axes, the same cells judged alone at
-    5 %, the cells and how many of them lie on the data axis."""
-    rng = np.random.default_rng(rng_seed)
-    holm = alone = 0
-    cells = data = 0
-    for _ in range(trials):
-        records = simulate_table(seeds, noise, rng, GRID_SIZES, GRID_RATIOS, GRID_EXCLUDE, optimizers)
-        table = verdict_table(grid_families(records))
-        cells, data = len(table), sum(v.axis == "data" for v in table)
-        holm += any(v.verdict in CLAIMS for v in table)
-        alone += any(v.p_value is not None and v.p_value <= 0.05 for v in table)
-    return {"family-wise false verdict": holm / trials, "uncontrolled": alone / trials, "cells": cells,
-            "data-axis cells": data}
+    """:func:`table_rates` for the table over both axes (sizes x data ratios, ``GRID_*``), Holm's procedure over
+    every cell of both axes, and how many of its cells lie on the data axis."""
+    return _null_rates(lambda rng: verdict_table(grid_families(simulate_table(
+        seeds, noise, rng, GRID_SIZES, GRID_RATIOS, GRID_EXCLUDE, optimizers))), trials, rng_seed)
+
+
+def _print_null(title: str, rates_of: Any, args: argparse.Namespace) -> None:
+    print(f"\n{title}, null data ({args.table_trials} simulated sweeps per cell):\n")
+    print("| noise sd (log) | seeds | cells (data axis) | family-wise false verdict (Holm) | without control |")
+    print("|---|---|---|---|---|")
+    for noise in args.noise:
+        for seeds in args.seeds:
+            r = rates_of(seeds, noise, args.table_trials)
+            print(f"| {noise:g} | {seeds} | {r['cells']:.0f} ({r['data-axis cells']:.0f}) | "
+                  f"{100 * r['family-wise false verdict']:.1f} % | {100 * r['uncontrolled']:.1f} % |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,24 +187,10 @@ def main(argv: list[str] | None = None) -> int:
                 what, value = summarise(name, rates(name, seeds, noise, args.trials))
                 cells.append(f"{100 * value:.1f} %")
             print(f"| {name} | {what} | {noise:g} | " + " | ".join(cells) + " |")
-    print(f"\nThe whole table, null data ({args.table_trials} simulated sweeps per cell):\n")
-    print("| noise sd (log) | seeds | cells | family-wise false verdict (Holm) | without control |")
-    print("|---|---|---|---|---|")
-    for noise in args.noise:
-        for seeds in args.seeds:
-            r = table_rates(seeds, noise, args.table_trials)
-            print(f"| {noise:g} | {seeds} | {r['cells']:.0f} | {100 * r['family-wise false verdict']:.1f} % | "
-                  f"{100 * r['uncontrolled']:.1f} % |")
-    print(f"\nThe whole table over sizes {', '.join(GRID_SIZES)} x tokens per parameter "
-          f"{', '.join(f'{t:g}' for t in GRID_RATIOS)} (without {', '.join(f'{s} x {t:g}' for s, t in GRID_EXCLUDE)}), "
-          f"both axes, null data ({args.table_trials} simulated sweeps per cell):\n")
-    print("| noise sd (log) | seeds | cells (data axis) | family-wise false verdict (Holm) | without control |")
-    print("|---|---|---|---|---|")
-    for noise in args.noise:
-        for seeds in args.seeds:
-            r = grid_rates(seeds, noise, args.table_trials)
-            print(f"| {noise:g} | {seeds} | {r['cells']:.0f} ({r['data-axis cells']:.0f}) | "
-                  f"{100 * r['family-wise false verdict']:.1f} % | {100 * r['uncontrolled']:.1f} % |")
+    _print_null("The whole table", table_rates, args)
+    _print_null(f"The whole table over sizes {', '.join(GRID_SIZES)} x tokens per parameter "
+                f"{', '.join(f'{t:g}' for t in GRID_RATIOS)} (without "
+                f"{', '.join(f'{s} x {t:g}' for s, t in GRID_EXCLUDE)}), both axes", grid_rates, args)
     print(f"\n({time.perf_counter() - start:.0f} s)")
     return 0
 
