@@ -10,6 +10,9 @@ directory holding runs of several sweeps (or runs started by hand) would otherwi
 * the runs of one model size: tokens per optimizer step, and the step budget (max_steps; the baseline's ladder
   runs, ``__dx`` in their id, are at other budgets by design and are left out of that one check);
 * across sizes: the same max_steps, or the same budget in tokens per parameter (within one step's rounding);
+* in a sweep over several data ratios (``__tpp`` in the ids, issue 31) "a size" above and below is a cell, a size at
+  one ratio (``study.records.cell_of``), and "across sizes" is across the sizes of one ratio: each ratio has its own
+  budget, tuned values and ladder by design;
 * the runs of one optimizer x size (the seeds the report pools, and the ladder's runs): every hyperparameter, tuned
   ones included, the schedule and its arguments, and the optimizer's constructor values; the learning rate is the
   ladder's one exception: each rung is tuned at its own budget, so its seeds share one rate, its own.
@@ -29,6 +32,7 @@ from typing import Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import MANIFEST_FILE, read_identity
+from hf_optbench.study.records import cell_of
 
 # (name shown, how to read it from a record's summary and identity)
 _Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
@@ -92,7 +96,7 @@ def _one_run_per_seed(compared: Sequence[Mapping[str, Any]]) -> None:
     pooled as two samples and paired twice."""
     seen: dict[tuple[str, str, Any], str] = {}
     for r in compared:
-        key = (str(r.get("optimizer")), str(r.get("model_size")), r.get("seed"))
+        key = (str(r.get("optimizer")), cell_of(r), r.get("seed"))
         if key[2] is not None and seen.setdefault(key, r["run_id"]) != r["run_id"]:
             raise OptBenchError(
                 f"{key[0]}/{key[1]} runs {seen[key]} and {r['run_id']} both have seed {key[2]}: the report would "
@@ -165,23 +169,24 @@ def check_comparable(compared: Sequence[Mapping[str, Any]], ladder: Sequence[Map
     for key, get in EVERY_RUN:
         _check_key("", key, values(runs, get))
     ladder_ids = {r["run_id"] for r in ladder}
-    sizes = sorted({str(r.get("model_size")) for r in runs})
+    sizes = sorted({cell_of(r) for r in runs})
     for size in sizes:
-        of_size = [r for r in runs if str(r.get("model_size")) == size]
+        of_size = [r for r in runs if cell_of(r) == size]
         for key, get in PER_SIZE:
             _check_key(f"{size} ", key, values(of_size, get))
         for key, get in BUDGET:
             _check_key(f"{size} ", key, values([r for r in of_size if r["run_id"] not in ladder_ids], get))
-    _budget_across_sizes([r for r in runs if r["run_id"] not in ladder_ids])
+    for tpp in {r.get("budget_tpp") for r in runs}:
+        _budget_across_sizes([r for r in runs if r["run_id"] not in ladder_ids and r.get("budget_tpp") == tpp])
     free = _per_optimizer_keys(runs)
     for size in sizes:
-        protocol = {r["run_id"]: _protocol(idents[r["run_id"]], free) for r in runs if str(r.get("model_size")) == size}
+        protocol = {r["run_id"]: _protocol(idents[r["run_id"]], free) for r in runs if cell_of(r) == size}
         for key in sorted({k for p in protocol.values() for k in p}):
             _check_key(f"{size} ", key, [(rid, p.get(key)) for rid, p in protocol.items()])
     _one_run_per_seed([r for r in runs if r["run_id"] not in ladder_ids])
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in runs:  # the ladder too: it differs from the comparison in max_steps only, left out of the pool's keys
-        groups.setdefault((str(r.get("optimizer")), str(r.get("model_size"))), []).append(r)
+        groups.setdefault((str(r.get("optimizer")), cell_of(r)), []).append(r)
     for (opt, size), members in sorted(groups.items()):
         pooled = {r["run_id"]: _pooled(r["_summary"], idents[r["run_id"]]) for r in members}
         rungs: dict[Any, list[tuple[str, Any]]] = {}
