@@ -93,6 +93,9 @@ def test_a_speedup_that_falls_with_data_gets_its_verdict_table_and_plot(tmp_path
     assert "(both axes: the size tables and the data tables below)" in text
     rungs = text.split("## Speedup over adamw (its budget ladder)")[1]
     assert "| tiny @ 2 tok/param |" in rungs  # the ladder per cell
+    import pandas as pd
+
+    assert set(pd.read_parquet(files["runs.parquet"])["budget_tpp"]) == {1.0, 2.0, 4.0}
 
 
 def test_the_data_axis_plot_reads_as_ratios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,3 +135,6 @@ def test_a_single_ratio_report_keeps_its_sections_and_says_the_data_question_in_
     assert "### At " not in text and "tok/param" not in text and "| along |" not in text
     assert {"scaling.png", "loss_tiny.png", "loss_mini.png"} <= set(files) and "data_axis.png" not in files
     assert "## Scaling verdict (advantage over adamw as parameters grow)" in text
+    import pandas as pd
+
+    assert "budget_tpp" not in pd.read_parquet(files["runs.parquet"]).columns
