@@ -183,3 +183,26 @@ def test_a_bad_ratio_list_exits_2_with_one_line(tmp_path: Path, capsys: pytest.C
     assert main(["sweep", str(_sweep(tmp_path, budget={"tokens_per_param": [2, 0.5, 2]})), "--dry_run"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "budget.tokens_per_param lists 2 twice" in err and "remove the duplicate" in err
+
+
+@pytest.mark.parametrize(("name", "cells", "optimizers"), [
+    ("cpu_demo", {("tiny", 1.0), ("tiny", 2.0)}, {"adamw", "lion", "muon", "adafactor"}),
+    ("cpu_study", {(s, r) for s in ("nano", "tiny", "mini") for r in (0.15, 0.5, 2.0)} - {("mini", 2.0)},
+     {"adamw", "lion", "muon", "adafactor", "schedule_free_adamw"}),
+])
+def test_the_shipped_grids_past_the_transient(name: str, cells: set, optimizers: set) -> None:
+    """Issue 31's main job and CPU study, as shipped: their size x ratio cells, 5 seeds, the ladder 0.25-4x with its
+    4x rung, no run longer than the synthetic stream (no token seen twice), and a header that says its time is an
+    estimate until measured."""
+    from hf_optbench.study.budget import ladder_steps
+
+    path = REPO / "recipes" / "sweeps" / f"{name}.yaml"
+    spec = load_sweep(path)
+    assert {(r.model_size, r.budget_tpp) for r in spec.runs} == cells
+    assert {r.optimizer for r in spec.runs} == optimizers and {r.seed for r in spec.runs} == {1, 2, 3, 4, 5}
+    assert spec.ladder is not None and spec.ladder.multiples == (0.25, 0.5, 1.0, 2.0, 4.0)
+    batch = {"nano": 2, "tiny": 4, "mini": 8}
+    longest = max(ladder_steps(steps, 4.0) * batch[size] * 64 for (size, _, _), steps in spec.steps.items())
+    assert longest <= spec.overrides["synthetic_num_tokens"]
+    header = path.read_text().split("\nname:")[0]
+    assert "measured: (pending)" in header and "ESTIMATE" in header and "core-s" in header
