@@ -115,6 +115,18 @@ def _pooled(summary: Mapping[str, Any], ident: Mapping[str, Any]) -> dict[str, A
     return {k: v for k, v in out.items() if v is not None}
 
 
+def _rates(pooled: dict[str, Any]) -> Any:
+    """Take the learning rates out of one run's pooled settings: its learning_rate and each parameter group's rate
+    (the identity's ``param_groups``, whose other values, decay and betas, stay in the pool). A ladder rung runs at its
+    own tuned rate, so its rates are compared per rung; the compared runs' are put back, under learning_rate."""
+    rate = pooled.pop("learning_rate", None)
+    groups = pooled.get("param_groups")
+    if not isinstance(groups, list) or not all(isinstance(g, Mapping) for g in groups):
+        return rate
+    pooled["param_groups"] = [{k: v for k, v in g.items() if k != "lr"} for g in groups]
+    return [rate, [g.get("lr") for g in groups]]
+
+
 def _show(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
@@ -191,9 +203,11 @@ def check_comparable(compared: Sequence[Mapping[str, Any]], ladder: Sequence[Map
         pooled = {r["run_id"]: _pooled(r["_summary"], idents[r["run_id"]]) for r in members}
         rungs: dict[Any, list[tuple[str, Any]]] = {}
         for r in members:  # every ladder rung runs at its own tuned rate (issue 29): one rate per rung, not per group
+            rates = _rates(pooled[r["run_id"]])
             if r["run_id"] in ladder_ids:
-                rungs.setdefault(r.get("budget_multiple"), []).append(
-                    (r["run_id"], pooled[r["run_id"]].pop("learning_rate", None)))
+                rungs.setdefault(r.get("budget_multiple"), []).append((r["run_id"], rates))
+            elif rates is not None:
+                pooled[r["run_id"]]["learning_rate"] = rates
         for key in sorted({k for p in pooled.values() for k in p}):
             _check_key(f"{opt}/{size} ", key, [(rid, p.get(key)) for rid, p in pooled.items()])
         for multiple, rates in sorted(rungs.items(), key=lambda kv: float(kv[0] or 1.0)):
