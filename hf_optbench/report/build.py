@@ -116,17 +116,20 @@ def _verdict(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
         doc.p(f"No verdict: it needs completed {BASELINE} runs and at least one other optimizer.")
         return
     others = [o for o in an.optimizers if o != BASELINE]
+    sized = not an.multi or len(an.model_sizes) > 1  # a sweep over ratios at one size has no size axis to show
     if an.multi:
         _size_axis_per_ratio(doc, an, others)
     else:
         doc.table(*T.render(T.verdict_columns(an), others))
-    doc.p(T.verdict_legend(an))
+    if sized:
+        doc.p(T.verdict_legend(an))
     _bracketing(doc, an)
-    doc.table(["verdict", "meaning"], [[k, v] for k, v in meanings("size").items()])
+    if sized:
+        doc.table(["verdict", "meaning"], [[k, v] for k, v in meanings("size").items()])
     if an.multi:  # the evidence of both axes, after both
         _data_axis(doc, an, files, others)
     doc.h(3, "Evidence")
-    doc.table(*T.render(T.evidence_columns(an), an.verdicts))
+    doc.table(*T.render(T.evidence_columns(an), [v for v in an.verdicts if sized or v.axis != "size"]))
     if not an.multi:
         _data_axis(doc, an, files, others)
 

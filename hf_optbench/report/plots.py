@@ -427,7 +427,7 @@ def plot_data_axis(an: Analysis, path: Path, key: str = "speedup") -> Path | Non
     for ax in axes.flat[len(opts):]:
         ax.set_visible(False)
     col = colors(an.model_sizes)
-    values: list[float] = []
+    values: list[float] = [1.0]  # the axis is set by the points and the baseline's 1, not by the widest interval
     for ax, opt in zip(axes.flat, opts, strict=False):
         for k, v in enumerate(found[opt]):
             offset = 1.0 + 0.03 * (k - (len(found[opt]) - 1) / 2)  # sizes side by side at one ratio
@@ -439,8 +439,9 @@ def plot_data_axis(an: Analysis, path: Path, key: str = "speedup") -> Path | Non
                 if math.isfinite(p.ci_low) and math.isfinite(p.ci_high):
                     lo, hi = p.interval()
                     ax.plot([x, x], [lo, hi], color=c, lw=1.2)
-                    values += [lo, hi]
                 ax.plot(x, y, marker, color=c, mfc=c if p.significant else "white", mew=1.3, ms=7)
+                ax.annotate(f"{p.bound_sign()}{y:.3g}", (x, y), textcoords="offset points", xytext=(6, 4), fontsize=7,
+                            color=c)
                 values.append(y)
             ax.plot([], [], marker, color=c, ls="--", label=f"{v.at}: {v.word}")
         ax.axhspan(math.exp(-spec.margin), math.exp(spec.margin), color="0.85", zorder=0)
@@ -448,14 +449,19 @@ def plot_data_axis(an: Analysis, path: Path, key: str = "speedup") -> Path | Non
         ratio_axis(ax, [p.num_params for v in found[opt] for p in v.points])
         ax.set_title(opt, fontsize=10)
         ax.set_ylabel(f"{spec.label} / {BASELINE}" if spec.baseline_value is None else f"{opt}'s {spec.label}")
-        ax.grid(alpha=0.3, which="both")
+        ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    if values and min(values) > 0 and max(values) / min(values) > 3:
+    low, high = min(values), max(values)
+    if high / low > 3:
         axes[0][0].set_yscale("log")  # shared: every panel
         axes[0][0].yaxis.set_major_formatter(FuncFormatter(lambda v, _: _readable(v)))
+        axes[0][0].set_ylim(low / 1.6, high * 1.6)
+    else:
+        pad = 0.35 * (high - low) + 0.1
+        axes[0][0].set_ylim(max(0.0, low - pad), high + pad)  # an interval wider than this runs off the axis
     title = (f"{spec.label} against data per parameter, per size: the mean paired value, bar = its interval at the "
-             "level Holm's procedure gave its verdict cell; filled = beyond the margin (grey band), hollow = not; the "
-             "dashed line only joins one size's points")
+             "level Holm's procedure gave its verdict cell (cut at the axis); filled = beyond the margin (grey band), "
+             "hollow = not; the dashed line only joins one size's points")
     fig.suptitle(textwrap.fill(title, width=int(14 * 5.2 * ncols)), fontsize=9)
     return save(fig, path)
 
@@ -480,6 +486,8 @@ def write_plots(an: Analysis, out: Path) -> dict[str, Path]:
             "stability (dots = seeds, line = mean over seeds; optimizers offset sideways)", out / "stability.png",
             dodge=True)
     for at in dict.fromkeys(v.at for v in an.verdicts_along("size")):  # one per ratio every size ran
+        if an.multi and len(an.model_sizes) < 2:
+            break  # one size: nothing to draw along size (the data axis has its own plot)
         if (scaling := plot_scaling(an, out / scaling_name(an, at), at)) is not None:
             files[scaling_name(an, at)] = scaling
     if an.multi and (data := plot_data_axis(an, out / "data_axis.png")) is not None:

@@ -33,7 +33,7 @@ def law(tokens: float, size: str) -> float:
     return 1.2 * (tokens / D1) ** -0.3 + {"tiny": 3.0, "mini": 2.8}[size]
 
 
-def _grid_sweep(tmp_path: Path, speedups: dict[float, float]) -> Path:
+def _grid_sweep(tmp_path: Path, speedups: dict[float, float], sizes: tuple[str, ...] = SIZES) -> Path:
     """One sweep directory over ``speedups``' ratios: each ratio's runs (its budget ``STEPS`` x ratio) and AdamW's
     ladder, named as a sweep over ratios names them (``__tpp``)."""
     root = tmp_path / "sweep"
@@ -42,10 +42,10 @@ def _grid_sweep(tmp_path: Path, speedups: dict[float, float]) -> Path:
     for tpp, speedup in speedups.items():
         steps, tokens = round(STEPS * tpp), STEPS * tpp * TOKENS_PER_STEP
         eval_loss = {f"{opt}__{size}__s{seed}": law(s * tokens, size) + NOISE[seed] + (0.001 * seed if s != 1 else 0)
-                     for opt, s in {"adamw": 1.0, "lion": speedup}.items() for size in SIZES for seed in SEEDS}
-        part = build_fixture_sweep(tmp_path / f"part{tpp:g}", optimizers=("adamw", "lion"), sizes=SIZES, seeds=SEEDS,
+                     for opt, s in {"adamw": 1.0, "lion": speedup}.items() for size in sizes for seed in SEEDS}
+        part = build_fixture_sweep(tmp_path / f"part{tpp:g}", optimizers=("adamw", "lion"), sizes=sizes, seeds=SEEDS,
                                    steps=steps, eval_loss=eval_loss, stretch=True)
-        for size in SIZES:
+        for size in sizes:
             for seed in SEEDS:
                 for m in LADDER:
                     src, rid = part / "runs" / f"adamw__{size}__s{seed}", f"adamw__{size}__s{seed}__dx{m:g}"
@@ -96,6 +96,20 @@ def test_a_speedup_that_falls_with_data_gets_its_verdict_table_and_plot(tmp_path
     import pandas as pd
 
     assert set(pd.read_parquet(files["runs.parquet"])["budget_tpp"]) == {1.0, 2.0, 4.0}
+
+
+@pytest.mark.slow  # a whole report: ~3 s
+def test_one_size_at_several_ratios_shows_the_data_axis_alone(tmp_path: Path) -> None:
+    """The main job's shape: one size, two ratios. The size axis is one line (no empty tables, no one-point plots, no
+    size rows in the evidence); the data axis carries the verdict."""
+    files = build_report(_grid_sweep(tmp_path, {1.0: 2.0, 2.0: 1.6}, sizes=("tiny",)))
+    text = files["report.md"].read_text()
+    scaling = text.split("## Scaling verdict")[1].split("\n## ")[0]
+    assert "This sweep ran one size (tiny): the size axis needs two" in scaling and "| optimizer |" not in scaling
+    assert not [name for name in files if name.startswith("scaling")] and "data_axis.png" in files
+    evidence = text.split("### Evidence")[1].split("\n## ")[0]
+    assert "| data, at tiny |" in evidence and "| size, at" not in evidence
+    assert "### At tiny" in text and "| lion | tiny | 1.99 [" in text
 
 
 def test_the_data_axis_plot_reads_as_ratios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
