@@ -447,19 +447,21 @@ def _source(tuning_dir: Path, tune: TuneSpec, seeds: Sequence[int]) -> str:
 def _check_unchanged(spec: SweepSpec, best: Mapping[float | None, Selection]) -> None:
     """A selection that differs from the file the comparison runs already used is an error (those runs would no
     longer match the file); a new ladder rung (the ladder's extension) is an addition, not a change."""
-    changed = []
+    changed: dict[str, list[str]] = {}
     for tpp, selection in best.items():
         path = spec.tuned_file_for(tpp)
         old = (load_yaml_mapping(path, "tuned_hparams_file", "Move it aside to tune again.", empty_ok=True)
                if path.is_file() else None)
-        changed += [f"{o}/{s}{_at(tpp)} {key}" for o, sizes in selection.items() for s, e in sizes.items()
-                    for key in ("learning_rate", "weight_decay", NONMATRIX_KEY)
-                    if isinstance(old, dict) and (old.get(o) or {}).get(s, {}).get(key) not in (None, e.get(key))]
+        keys = [f"{o}/{s}{_at(tpp)} {key}" for o, sizes in selection.items() for s, e in sizes.items()
+                for key in ("learning_rate", "weight_decay", NONMATRIX_KEY)
+                if isinstance(old, dict) and (old.get(o) or {}).get(s, {}).get(key) not in (None, e.get(key))]
+        if keys:
+            changed[path.name] = keys
     if changed and spec.runs_dir.is_dir() and any(spec.runs_dir.iterdir()):
         raise OptBenchError(
-            f"the tuning phase now selects other values for {', '.join(changed)} than {spec.tuned_file.name} held "
-            f"when the comparison runs in {spec.runs_dir} started. Move that directory aside (or use another "
-            "--output-dir) to compare at the new values; nothing was overwritten.")
+            f"the tuning phase now selects other values for {', '.join(k for v in changed.values() for k in v)} than "
+            f"{', '.join(changed)} held when the comparison runs in {spec.runs_dir} started. Move that directory aside "
+            "(or use another --output-dir) to compare at the new values; nothing was overwritten.")
 
 
 def tune_phase(spec: SweepSpec) -> tuple[list[Path], list[str]]:

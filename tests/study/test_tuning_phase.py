@@ -193,3 +193,28 @@ def test_tune_never_overwrites_a_file_it_did_not_write(tmp_path: Path, capsys: p
     assert cli(["tune", str(spec.tuning.output_dir), "--output", str(first)]) == 0
     with pytest.raises(OptBenchError, match="is a directory"):
         tune(spec.tuning.output_dir, tmp_path)
+
+
+def test_a_selection_that_moved_under_finished_comparison_runs_is_refused_naming_its_ratios_file(tmp_path: Path) -> None:
+    """The comparison runs read their ratio's tuned file; a tuning phase that now selects another value for one ratio
+    (its runs edited, a restart after a change) would leave them run at the old one: refused, naming that file."""
+    from hf_optbench.study.sweep_spec import load_sweep
+    from hf_optbench.study.tuning_phase import _check_unchanged
+
+    repo = Path(__file__).resolve().parents[2]
+    sweep = {"base": str(repo / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
+             "overrides": {"data_source": "synthetic", "block_size": 64, "tuning_blocks": 4},
+             "budget": {"tokens_per_param": [0.5, 1]}, "tune": {"lr_multipliers": [0.5, 1, 2]},
+             "matrix": {"optimizer": ["adamw"], "model_size": ["tiny"], "seed": [1]}, "launcher": {"type": "python"}}
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(sweep))
+    spec = load_sweep(tmp_path / "sweep.yaml")
+    old = {"adamw": {"tiny": {"learning_rate": 0.002}}}
+    spec.tuned_file_for(1.0).parent.mkdir(parents=True)
+    for tpp in (0.5, 1.0):
+        spec.tuned_file_for(tpp).write_text(yaml.safe_dump(old))
+    best = {0.5: old, 1.0: {"adamw": {"tiny": {"learning_rate": 0.004}}}}
+    _check_unchanged(spec, best)  # no comparison run yet: the new choice is simply written
+    (spec.runs_dir / "adamw__tiny__s1__tpp1").mkdir(parents=True)
+    with pytest.raises(OptBenchError, match=r"adamw/tiny at 1 tokens/param learning_rate than tuned_hparams__tpp1\.yaml "
+                                            r"held"):
+        _check_unchanged(spec, best)
