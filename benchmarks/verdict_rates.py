@@ -15,6 +15,10 @@ hf_optbench.measure.verdict:
   null data for every metric on its own scale (log-normal ratios, losses in nats, spike counts, a speedup around 1,
   no divergence). The family-wise false-verdict rate, the share of tables with any false claim, must stay at 5 %;
   beside it, the same tables judged cell by cell at 5 % each (no control), as the report did before issue 29.
+* the whole table over two axes (issue 31: ``grid_families`` + ``verdict_table``): sizes x data ratios (tokens per
+  parameter) with the costliest corner left out, as the CPU study runs it; the size axis at each ratio every size
+  ran, the data axis at each size, Holm's procedure over every cell of both. Null data again: the seed's effect is
+  shared by every run of that seed, at every size and ratio (one initialisation and data order per seed).
 """
 
 from __future__ import annotations
@@ -27,13 +31,27 @@ from typing import Any
 
 import numpy as np
 
-from hf_optbench.measure.verdict import CLAIMS, METRICS, MetricSpec, Observation, verdict, verdict_for
+from hf_optbench.measure.verdict import (
+    CLAIMS,
+    METRICS,
+    MetricSpec,
+    Observation,
+    grid_families,
+    verdict,
+    verdict_for,
+    verdict_table,
+)
 
 SIZES = {"tiny": 108_288, "mini": 809_728, "midi": 2_694_144}
 SPEC = MetricSpec("m", "convergence", "simulated metric")
 TREND_CLAIMS = ("grows", "gaining", "shrinks", "deficit vanishes")
 FOUND = ("holds", "ahead, trend unresolved")
 OPTIMIZERS = ("opt_a", "opt_b", "opt_c")
+# The CPU study's grid (recipes/sweeps/cpu_study.yaml): three sizes x three ratios, the largest size at the largest
+# ratio left out.
+GRID_SIZES = {"nano": 25_088, "tiny": 100_352, "mini": 793_088}
+GRID_RATIOS = (0.15, 0.5, 2.0)
+GRID_EXCLUDE = (("mini", 2.0),)
 
 
 def simulate(log_ratio: dict[str, float], seeds: int, noise: float, rng: np.random.Generator) -> list[Observation]:
@@ -91,34 +109,64 @@ def _value(spec: MetricSpec, shared: float, noise: float, rng: np.random.Generat
     return math.exp(5.0 + shared + rng.normal(0.0, noise))
 
 
-def simulate_table(seeds: int, noise: float, rng: np.random.Generator) -> list[dict[str, Any]]:
-    """One sweep's records, the baseline and three optimizers with no true difference in any metric."""
+def simulate_table(seeds: int, noise: float, rng: np.random.Generator, sizes: dict[str, int] | None = None,
+                   ratios: tuple[float | None, ...] = (None,), exclude: tuple[tuple[str, float], ...] = (),
+                   optimizers: tuple[str, ...] = OPTIMIZERS) -> list[dict[str, Any]]:
+    """One sweep's records, the baseline and ``optimizers`` with no true difference in any metric, at every size
+    (``SIZES`` unless given) and data ratio (``budget_tpp``; None: a sweep with one) not in ``exclude``."""
     records = []
     for seed in range(seeds):
         shared = rng.normal(0.0, 0.3)
-        for size, params in SIZES.items():
-            for opt in ("adamw", *OPTIMIZERS):
-                rec: dict[str, Any] = {"optimizer": opt, "model_size": size, "num_params": params, "seed": seed}
-                for spec in METRICS:
-                    if spec.baseline_value is None or opt != "adamw":
-                        rec[spec.key] = _value(spec, shared, noise, rng)
-                records.append(rec)
+        for size, params in (sizes or SIZES).items():
+            for tpp in (t for t in ratios if (size, t) not in exclude):
+                for opt in ("adamw", *optimizers):
+                    rec: dict[str, Any] = {"optimizer": opt, "model_size": size, "num_params": params, "seed": seed,
+                                           "budget_tpp": tpp}
+                    for spec in METRICS:
+                        if spec.baseline_value is None or opt != "adamw":
+                            rec[spec.key] = _value(spec, shared, noise, rng)
+                    records.append(rec)
     return records
+
+
+def _null_rates(judge: Any, trials: int, rng_seed: int) -> dict[str, float]:
+    """Over ``trials`` null tables (``judge(rng)`` simulates one and returns its verdicts): the share with any false
+    claim under Holm's control, the share with one when each cell is judged alone at 5 %, the cells and how many lie
+    on the data axis."""
+    rng = np.random.default_rng(rng_seed)
+    holm = alone = 0
+    table: list[Any] = []
+    for _ in range(trials):
+        table = judge(rng)
+        holm += any(v.verdict in CLAIMS for v in table)
+        alone += any(v.p_value is not None and v.p_value <= 0.05 for v in table)
+    return {"family-wise false verdict": holm / trials, "uncontrolled": alone / trials, "cells": len(table),
+            "data-axis cells": sum(v.axis == "data" for v in table)}
 
 
 def table_rates(seeds: int, noise: float, trials: int, rng_seed: int = 0) -> dict[str, float]:
     """{"family-wise false verdict": share of tables with a false claim under Holm's control, "uncontrolled": the
     same tables with each cell judged alone at 5 %, "cells": the table's cells}."""
-    rng = np.random.default_rng(rng_seed)
-    holm = alone = 0
-    cells = 0
-    for _ in range(trials):
-        records = simulate_table(seeds, noise, rng)
-        table = verdict(records)
-        cells = len(table)
-        holm += any(v.verdict in CLAIMS for v in table)
-        alone += any(v.p_value is not None and v.p_value <= 0.05 for v in table)
-    return {"family-wise false verdict": holm / trials, "uncontrolled": alone / trials, "cells": cells}
+    return _null_rates(lambda rng: verdict(simulate_table(seeds, noise, rng)), trials, rng_seed)
+
+
+def grid_rates(seeds: int, noise: float, trials: int, rng_seed: int = 0,
+               optimizers: tuple[str, ...] = OPTIMIZERS) -> dict[str, float]:
+    """:func:`table_rates` for the table over both axes (sizes x data ratios, ``GRID_*``), Holm's procedure over
+    every cell of both axes, and how many of its cells lie on the data axis."""
+    return _null_rates(lambda rng: verdict_table(grid_families(simulate_table(
+        seeds, noise, rng, GRID_SIZES, GRID_RATIOS, GRID_EXCLUDE, optimizers))), trials, rng_seed)
+
+
+def _print_null(title: str, rates_of: Any, args: argparse.Namespace) -> None:
+    print(f"\n{title}, null data ({args.table_trials} simulated sweeps per cell):\n")
+    print("| noise sd (log) | seeds | cells (data axis) | family-wise false verdict (Holm) | without control |")
+    print("|---|---|---|---|---|")
+    for noise in args.noise:
+        for seeds in args.seeds:
+            r = rates_of(seeds, noise, args.table_trials)
+            print(f"| {noise:g} | {seeds} | {r['cells']:.0f} ({r['data-axis cells']:.0f}) | "
+                  f"{100 * r['family-wise false verdict']:.1f} % | {100 * r['uncontrolled']:.1f} % |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,14 +187,10 @@ def main(argv: list[str] | None = None) -> int:
                 what, value = summarise(name, rates(name, seeds, noise, args.trials))
                 cells.append(f"{100 * value:.1f} %")
             print(f"| {name} | {what} | {noise:g} | " + " | ".join(cells) + " |")
-    print(f"\nThe whole table, null data ({args.table_trials} simulated sweeps per cell):\n")
-    print("| noise sd (log) | seeds | cells | family-wise false verdict (Holm) | without control |")
-    print("|---|---|---|---|---|")
-    for noise in args.noise:
-        for seeds in args.seeds:
-            r = table_rates(seeds, noise, args.table_trials)
-            print(f"| {noise:g} | {seeds} | {r['cells']:.0f} | {100 * r['family-wise false verdict']:.1f} % | "
-                  f"{100 * r['uncontrolled']:.1f} % |")
+    _print_null("The whole table", table_rates, args)
+    _print_null(f"The whole table over sizes {', '.join(GRID_SIZES)} x tokens per parameter "
+                f"{', '.join(f'{t:g}' for t in GRID_RATIOS)} (without "
+                f"{', '.join(f'{s} x {t:g}' for s, t in GRID_EXCLUDE)}), both axes", grid_rates, args)
     print(f"\n({time.perf_counter() - start:.0f} s)")
     return 0
 

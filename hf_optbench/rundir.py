@@ -94,22 +94,24 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     return Path(path)
 
 
-# The optional parts of a run id after the seed, in order: (prefix, record key). ``lrx``: the learning rate as a
+# The optional parts of a run id after the seed, in order: (prefix, record key). ``tpp``: the sweep's data budget in
+# tokens per parameter this run belongs to, only in a sweep with several (study.budget; its ladder runs keep their
+# ratio's and add ``dx``); ``lrx``: the learning rate as a
 # multiple of the run's resolved rate (a tuning grid); ``wdx``: the weight decay likewise; ``nmx``: the non-matrix
 # group's learning rate as a multiple of learning_rate (optim.adamw.NONMATRIX_KEY, tuned for AdamW and Muon); ``dx``:
 # the data budget as a multiple of the sweep's budget (the baseline ladder that the speedup is read from).
-ID_PARTS: tuple[tuple[str, str], ...] = (("lrx", "lr_multiplier"), ("wdx", "wd_multiplier"),
+ID_PARTS: tuple[tuple[str, str], ...] = (("tpp", "budget_tpp"), ("lrx", "lr_multiplier"), ("wdx", "wd_multiplier"),
                                          ("nmx", "nonmatrix_multiplier"), ("dx", "budget_multiple"))
 
 
 def run_id_for(optimizer: str, model_size: str, seed: int, lr_multiplier: float | None = None, *,
                wd_multiplier: float | None = None, budget_multiple: float | None = None,
-               nonmatrix_multiplier: float | None = None) -> str:
-    """Deterministic, filesystem-safe id of a sweep's matrix point: ``adamw__tiny__s0``, ``lion__mini__s1__lrx0.5``
-    or ``adamw__midi__s2__dx4`` (:func:`parse_run_id` reads it back)."""
+               nonmatrix_multiplier: float | None = None, budget_tpp: float | None = None) -> str:
+    """Deterministic, filesystem-safe id of a sweep's matrix point: ``adamw__tiny__s0``, ``lion__mini__s1__lrx0.5``,
+    ``adamw__midi__s2__dx4`` or ``muon__tiny__s1__tpp0.5`` (:func:`parse_run_id` reads it back)."""
     rid = f"{optimizer}__{model_size}__s{seed}"
     values = {"lr_multiplier": lr_multiplier, "wd_multiplier": wd_multiplier, "budget_multiple": budget_multiple,
-              "nonmatrix_multiplier": nonmatrix_multiplier}
+              "nonmatrix_multiplier": nonmatrix_multiplier, "budget_tpp": budget_tpp}
     for prefix, key in ID_PARTS:
         if values[key] is not None:
             rid += f"__{prefix}{values[key]:g}"
@@ -117,7 +119,7 @@ def run_id_for(optimizer: str, model_size: str, seed: int, lr_multiplier: float 
 
 
 def parse_run_id(run_id: str) -> dict[str, Any]:
-    """optimizer / model_size / seed (/ lr_multiplier, wd_multiplier, budget_multiple) of an id made by
+    """optimizer / model_size / seed (/ budget_tpp, lr_multiplier, wd_multiplier, budget_multiple) of an id made by
     :func:`run_id_for`; {} for another name."""
     parts = run_id.split("__")
     out: dict[str, Any] = {}

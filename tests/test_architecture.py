@@ -41,7 +41,7 @@ SIZE_EXCEPTIONS: dict[str, str] = {
     "hf_optbench.study.tuning_phase": "the tuning phase's runs and the one writer of tuned files, for the sweep and "
                                       "`hf-optbench tune` alike (issue 30: merged from tuning.py)",
     "hf_optbench.measure.verdict": "one rule: each size's comparison, the trend, the words and Holm's control over the "
-                                   "table judge the same cells, and read as one (issue 29)",
+                                   "table judge the same cells, and read as one (issue 29), along both axes (issue 31)",
 }
 
 

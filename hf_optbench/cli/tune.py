@@ -24,9 +24,10 @@ def main(argv: list[str] | None = None) -> int:
                                                              "wrote; any other existing file is refused)")
     args = parser.parse_args(argv)
     check_sweep_dir(args.sweep_dir)  # a missing folder, a corrupt manifest or summary.json: exit 2, one line
-    path, warnings = tuning_phase.tune(args.sweep_dir, args.output)
+    paths, warnings = tuning_phase.tune(args.sweep_dir, args.output)  # one file per data ratio of the sweep
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
-    print(path.read_text(encoding="utf-8"))
-    print(f"wrote {path}")
+    for path in paths:
+        print(path.read_text(encoding="utf-8"))
+        print(f"wrote {path}")
     return 0

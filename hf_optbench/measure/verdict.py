@@ -1,4 +1,5 @@
-"""The scaling verdict: does an optimizer's advantage over the baseline hold, grow or shrink with model size?
+"""The scaling verdict: does an optimizer's advantage over the baseline hold, grow or shrink with model size, and
+with the data per parameter?
 
 The question behind the benchmark: if growing the model shrinks an optimizer's saving in memory, convergence
 speed or stability, the optimizer should not be used for large-scale pretraining. This module turns per-run
@@ -46,13 +47,26 @@ difference is ``d_si = log m_O - log m_B`` for ratio metrics (``exp(d)`` is the 
   half of it). Wall-clock cells that cannot be measured on this machine are left out of the family.
 
 The verdicts (one per optimizer and metric) and what each means: :data:`VERDICT_MEANINGS`.
+
+Two axes (issue 31)
+-------------------
+A sweep over several data budgets (tokens per non-embedding parameter) has a second axis with the same question:
+does the advantage hold, grow or shrink as each parameter sees more data (Marin, arXiv:2509.02046: Muon's speedup
+shrinks with data)? The rule is the same, with log10(tokens per parameter) in place of log10(parameters): at each
+size, the optimizer's paired differences at each ratio (the same seeds, so the same initial weights and data order,
+at other budgets), the per-seed slope along the ratios, the same margins and words (a trend word says "with data":
+"shrinks with data"). The table (:func:`verdict_table`, built by :func:`grid_families`) then holds the size axis at
+each ratio every size ran and the data axis at each size, the latter for the metrics a data budget can move
+(:data:`DATA_QUESTIONS`: convergence and stability; the memory of one model does not depend on its data); Holm's
+procedure runs over every cell of both axes at once, so the chance of any false claim in the whole table stays at
+:data:`ALPHA` (the cells share runs; Holm needs no independence).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
@@ -66,6 +80,11 @@ from hf_optbench.measure.intervals import (
 )
 from hf_optbench.rundir import BASELINE
 
+# Words that name a trend: on the data axis they read "shrinks with data" (:attr:`Verdict.word`).
+TREND_WORDS = ("grows", "gaining", "shrinks", "deficit vanishes")
+# The questions a data budget can move (the data axis's metrics); a model's memory is the same at every budget.
+DATA_QUESTIONS = ("convergence", "stability")
+SIZE_AXIS, DATA_AXIS = "size", "data"
 VERDICTS = ("grows", "holds", "ahead, trend unresolved", "gaining", "shrinks", "deficit vanishes", "behind", "level",
             "no difference", "not measurable here", "insufficient data")
 VERDICT_MEANINGS = {
@@ -85,6 +104,25 @@ VERDICT_MEANINGS = {
                            "uninterpretable (the reason is given); no word is drawn from it",
     "insufficient data": "fewer than two sizes with two or more seeds paired with the baseline",
 }
+
+
+def meanings(axis: str = SIZE_AXIS) -> dict[str, str]:
+    """:data:`VERDICT_MEANINGS` for ``axis``: on the data axis every "size" reads as a data ratio (tokens per
+    parameter) and each trend word carries "with data"."""
+    if axis == SIZE_AXIS:
+        return dict(VERDICT_MEANINGS)
+    swaps = (("model size", "tokens per parameter"), ("the largest size", "the largest data ratio"),
+             ("the smallest size", "the smallest data ratio"), ("every size", "every data ratio"),
+             ("as models grow", "as each parameter sees more data"), ("across the sizes run", "across the ratios run"),
+             ("two sizes", "two data ratios"), ("at some size", "at some ratio"))
+    out = {}
+    for word, text in VERDICT_MEANINGS.items():
+        for old, new in swaps:
+            text = text.replace(old, new)
+        out[f"{word} with data" if word in TREND_WORDS else word] = text
+    return out
+
+
 # The words that claim a difference from the baseline (ahead, behind or a trend): the claims whose family-wise
 # error rate Holm's procedure controls. "level" and "no difference" claim none.
 CLAIMS = ("grows", "holds", "ahead, trend unresolved", "gaining", "shrinks", "deficit vanishes", "behind")
@@ -256,6 +294,13 @@ class Verdict:
     level: float = ALPHA  # the level this cell was tested at (Holm over the table)
     trend_p: tuple[float, float] = (1.0, 1.0)  # one-sided p of a favourable / unfavourable trend
     family: int = 1  # the cells Holm's procedure controlled together (the table's testable cells)
+    axis: str = SIZE_AXIS  # "size": points are model sizes; "data": points are tokens per parameter at one size
+    at: str = ""  # where on the other axis: the data ratio of a size-axis cell ("" for one), the size of a data one
+
+    @property
+    def word(self) -> str:
+        """The verdict as the table writes it: a trend along the data axis says so ("shrinks with data")."""
+        return f"{self.verdict} with data" if self.axis == DATA_AXIS and self.verdict in TREND_WORDS else self.verdict
 
     @property
     def evidence(self) -> str:
@@ -539,11 +584,24 @@ def holm_levels(p_values: Sequence[float | None], alpha: float = ALPHA) -> list[
     return levels
 
 
+@dataclass(frozen=True)
+class Family:
+    """One slice of the verdict table, judged along one axis: ``records`` whose ``model_size`` and ``num_params``
+    are the axis's points (sizes and parameter counts; on the data axis, ratio labels and tokens per parameter),
+    ``at`` where on the other axis, the ``metrics`` it judges, and its ``unmeasurable`` cells (see :func:`verdict`)."""
+
+    records: Sequence[Mapping[str, object]]
+    axis: str = SIZE_AXIS
+    at: str = ""
+    metrics: Sequence[MetricSpec] = METRICS
+    unmeasurable: Mapping[tuple[str, str], str] = field(default_factory=dict)
+
+
 def verdict(records: Sequence[Mapping[str, object]], *, baseline: str = BASELINE,
             metrics: Sequence[MetricSpec] = METRICS, alpha: float = ALPHA,
             unmeasurable: Mapping[tuple[str, str], str] | None = None) -> list[Verdict]:
-    """All verdicts: every optimizer other than ``baseline`` x every metric, with Holm's control of the family-wise
-    error over the table (see the module doc).
+    """All verdicts along model size: every optimizer other than ``baseline`` x every metric, with Holm's control of
+    the family-wise error over the table (see the module doc); a table of one :class:`Family`.
 
     ``records``: one mapping per run with ``optimizer``, ``model_size``, ``num_params``, ``seed`` and the metric
     keys (missing or None = not measured; ``<key>_censored`` true = the value is a bound, ``<key>_bound`` "above"
@@ -551,27 +609,72 @@ def verdict(records: Sequence[Mapping[str, object]], *, baseline: str = BASELINE
     key): reason} for cells this machine cannot measure (wall-clock figures under load or sharing): they get
     "not measurable here" and stay out of the family.
     """
-    optimizers = sorted({str(r["optimizer"]) for r in records} - {baseline})
-    skip = dict(unmeasurable or {})
-    cells: list[_Cell] = []
+    return verdict_table([Family(records, metrics=metrics, unmeasurable=dict(unmeasurable or {}))],
+                         baseline=baseline, alpha=alpha)
+
+
+def verdict_table(families: Sequence[Family], *, baseline: str = BASELINE, alpha: float = ALPHA) -> list[Verdict]:
+    """Every family's verdicts, with Holm's procedure over the testable cells of all of them at once (the whole
+    table, both axes: the module doc). Each verdict says its ``axis`` and ``at``."""
+    cells: list[tuple[_Cell, Family]] = []
     out: list[Verdict | None] = []
-    for spec in metrics:
-        if spec.baseline_value is not None and not any(_num(r.get(spec.key)) is not None for r in records):
-            continue  # a relative metric nobody measured (a speedup needs the baseline's ladder)
-        obs = [_observation(r, spec) for r in records]
-        for name in optimizers:
-            if (name, spec.key) in skip:
-                out.append(Verdict(name, spec, NOT_MEASURABLE, notes=[skip[(name, spec.key)]]))
-                continue
-            cells.append(_cell(obs, name, spec, baseline))
-            out.append(None)
-    p_values = [c.p_value() for c in cells]
+    for fam in families:
+        optimizers = sorted({str(r["optimizer"]) for r in fam.records} - {baseline})
+        for spec in fam.metrics:
+            if spec.baseline_value is not None and not any(_num(r.get(spec.key)) is not None for r in fam.records):
+                continue  # a relative metric nobody measured (a speedup needs the baseline's ladder)
+            obs = [_observation(r, spec) for r in fam.records]
+            for name in optimizers:
+                if (name, spec.key) in fam.unmeasurable:
+                    out.append(Verdict(name, spec, NOT_MEASURABLE, notes=[fam.unmeasurable[(name, spec.key)]],
+                                       axis=fam.axis, at=fam.at))
+                    continue
+                cells.append((_cell(obs, name, spec, baseline), fam))
+                out.append(None)
+    p_values = [c.p_value() for c, _ in cells]
     family = sum(p is not None for p in p_values)
-    judged = [_judge(c, level) for c, level in zip(cells, holm_levels(p_values, alpha), strict=True)]
-    for v in judged:
-        v.family = family
+    judged = []
+    for (c, fam), level in zip(cells, holm_levels(p_values, alpha), strict=True):
+        v = _judge(c, level)
+        v.family, v.axis, v.at = family, fam.axis, fam.at
+        judged.append(v)
     it = iter(judged)
     return [v if v is not None else next(it) for v in out]
+
+
+def ratio_label(tpp: float) -> str:
+    """A data ratio as the tables write it: "0.5 tok/param"."""
+    return f"{tpp:g} tok/param"
+
+
+def grid_families(records: Sequence[Mapping[str, object]], *, metrics: Sequence[MetricSpec] = METRICS,
+                  unmeasurable: Callable[[Sequence[Mapping[str, object]]], Mapping[tuple[str, str], str]] | None = None,
+                  key: str = "budget_tpp") -> list[Family]:
+    """The families of a sweep over model sizes and data ratios (``records[key]``: a run's tokens per parameter
+    budget; None everywhere: one ratio, one family as :func:`verdict` judges it): the size axis at each ratio every
+    size ran, and the data axis at each size (its points the ratios, at ``num_params`` = tokens per parameter; the
+    metrics of :data:`DATA_QUESTIONS`). ``unmeasurable(records)`` gives each family's unmeasurable cells."""
+    def skip(rows: Sequence[Mapping[str, object]]) -> dict[tuple[str, str], str]:
+        return dict(unmeasurable(rows)) if unmeasurable is not None else {}
+
+    ratios = sorted({float(r[key]) for r in records if r.get(key) is not None})  # type: ignore[arg-type]
+    if not ratios:
+        return [Family(records, metrics=metrics, unmeasurable=skip(records))]
+    params: dict[str, float] = {}
+    for r in records:
+        params.setdefault(str(r["model_size"]), float(r["num_params"]))  # type: ignore[arg-type]
+    sizes = sorted(params, key=params.__getitem__)
+    out = []
+    for tpp in ratios:
+        rows = [r for r in records if r.get(key) == tpp]
+        if {str(r["model_size"]) for r in rows} == set(sizes):
+            out.append(Family(rows, SIZE_AXIS, ratio_label(tpp), metrics, skip(rows)))
+    along = [m for m in metrics if m.question in DATA_QUESTIONS]
+    for size in sizes:
+        rows = [{**r, "model_size": ratio_label(float(r[key])), "num_params": float(r[key])}  # type: ignore[arg-type]
+                for r in records if str(r["model_size"]) == size and r.get(key) is not None]
+        out.append(Family(rows, DATA_AXIS, size, along, skip(rows)))
+    return out
 
 
 def _observation(r: Mapping[str, object], spec: MetricSpec) -> Observation:

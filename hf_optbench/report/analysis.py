@@ -9,6 +9,12 @@ verdict uses the 50 % target, and a run that never reaches it (or diverges) coun
 Runs at a learning-rate multiplier other than 1 are tuning runs: they feed the tuning curves, not the comparison.
 Runs of the baseline at a budget multiple other than 1 are its ladder: they feed the speedup
 (:mod:`hf_optbench.report.speedups`), not the per-metric comparison.
+
+A sweep over several data ratios (tokens per parameter, issue 31) is grouped by **cell** (a size at a ratio,
+``study.records.cell_of``: "tiny @ 0.5 tok/param") wherever a single-ratio sweep is grouped by size: targets,
+ladders, tables and plots. In a single-ratio sweep the cell is the size, so its report reads as before. The verdict
+then runs along both axes (``measure.verdict.grid_families``): the size axis at each ratio every size ran, the data
+axis at each size, with one Holm procedure over all of it.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from hf_optbench.rundir import (
     FINISHED_STATUSES,
     read_metrics,
 )
-from hf_optbench.study.records import load_runs
+from hf_optbench.study.records import cell_label, cell_of, load_runs
 
 DERIVED_COLUMNS = ("target", "target_loss", "steps_to_target", "tokens_to_target", "seconds_to_target",
                    "target_censored", "mean_loss_over_budget", "eval_loss_at_50%", "loss_spikes_per_1k", "diverged",
@@ -67,6 +73,8 @@ class Analysis:
     record and metrics, the targets, the verdicts and the tuning runs."""
 
     records: list[dict[str, Any]]  # the comparison (lr multiplier none or 1)
+    model_sizes: list[str] = field(default_factory=list)  # the model sizes run, by parameter count
+    ratios: list[float] = field(default_factory=list)  # the data ratios (tokens per parameter) of a sweep with several
     all_records: list[dict[str, Any]] = field(default_factory=list)  # every run directory of the sweep
     tuning: list[dict[str, Any]] = field(default_factory=list)  # runs with an lr multiplier (+ --tuning-dir)
     ladder: list[dict[str, Any]] = field(default_factory=list)  # the baseline's runs at other budgets
@@ -76,7 +84,9 @@ class Analysis:
     targets: dict[str, list[Any]] = field(default_factory=dict)  # size -> [targets.Target]
     target_notes: list[str] = field(default_factory=list)
     given_targets: bool = False
-    sizes: list[str] = field(default_factory=list)  # by parameter count
+    sizes: list[str] = field(default_factory=list)  # the cells, by parameter count and ratio (the sizes, for one ratio)
+    cell_size: dict[str, str] = field(default_factory=dict)  # cell -> its model size
+    cell_tpp: dict[str, float | None] = field(default_factory=dict)  # cell -> its data ratio (None: one ratio)
     optimizers: list[str] = field(default_factory=list)
     verdicts: list[Any] = field(default_factory=list)
     predicted: list[dict[str, Any]] = field(default_factory=list)
@@ -86,6 +96,37 @@ class Analysis:
     def ok(self) -> list[dict[str, Any]]:
         return [r for r in self.records if r["status"] in FINISHED_STATUSES]
 
+    @property
+    def multi(self) -> bool:
+        """A sweep over several data ratios: grouped by cell, judged along two axes."""
+        return bool(self.ratios)
+
+    def file_key(self, cell: str) -> str:
+        """A cell as a file name's part: "tiny", or "tiny__tpp0.5" (as run ids spell the ratio)."""
+        tpp = self.cell_tpp.get(cell)
+        return self.cell_size.get(cell, cell) + ("" if tpp is None else f"__tpp{tpp:g}")
+
+    def verdicts_along(self, axis: str, at: str | None = None) -> list[Any]:
+        """The verdicts along ``axis`` ("size", "data"), those at ``at`` only when given."""
+        return [v for v in self.verdicts if v.axis == axis and (at is None or v.at == at)]
+
+    def point(self, optimizer: str, key: str, cell: str) -> tuple[Any, Any]:
+        """(the verdict cell, its point) that holds ``optimizer``'s comparison of metric ``key`` at ``cell``: the size
+        axis's (a single-ratio sweep's only axis); in a sweep over ratios the data axis's at the cell's size where
+        that axis judges the metric, else the size axis's at the cell's ratio. (None, None) where none does."""
+        from hf_optbench.measure.verdict import ratio_label
+
+        size, tpp = self.cell_size.get(cell, cell), self.cell_tpp.get(cell)
+        where = [("size", "", size)] if tpp is None else [("data", size, ratio_label(tpp)),
+                                                           ("size", ratio_label(tpp), size)]
+        for axis, at, label in where:
+            for v in self.verdicts_along(axis, at):
+                if v.optimizer == optimizer and v.metric.key == key:
+                    p = next((p for p in v.points if p.model_size == label), None)
+                    if p is not None:
+                        return v, p
+        return None, None
+
     def verdict_target(self, size: str) -> Any:
         """The target the verdict uses at ``size`` (the given one, else the baseline's 50 % point), or None."""
         from hf_optbench.report.targets import GIVEN, VERDICT_TARGET
@@ -94,19 +135,46 @@ class Analysis:
         return next((t for t in self.targets.get(size, []) if t.name == want), None)
 
 
-def window(rec: Mapping[str, Any]) -> int:
-    """The run's own target_smoothing_steps (summary.json, else config.yaml), so report and recorder agree."""
+# The smoothing window may span at most this share of a run's planned steps: the first target sits at 25 % of them
+# (report.targets.FRACTIONS), so the window covers at most half of the steps before it and every target exists.
+MAX_WINDOW_SHARE = 0.125
+
+
+def recorded_window(rec: Mapping[str, Any]) -> int:
+    """The run's own target_smoothing_steps (summary.json, else config.yaml; the default where neither says)."""
     from hf_optbench.report.planned import run_config
 
     value = (rec.get("_summary") or {}).get("target_smoothing_steps") or run_config(rec).get("target_smoothing_steps")
     return int(value or TARGET_SMOOTHING_STEPS)
 
 
+def window(rec: Mapping[str, Any]) -> int:
+    """The report's smoothing window for a run: its own target_smoothing_steps (so report and recorder agree), cut to
+    :data:`MAX_WINDOW_SHARE` of its planned steps where it would not fit. Why: at a fixed window of 20 steps a 30-step
+    run (nano at 0.15 tokens/param) had no 25 % or 50 % target at all (the window was not full by step 8 or 15), so
+    its time to target went unanswered; a window that scales with the run keeps every target, and runs of 160 steps
+    or more keep the recorded 20. The report says where it cut (:func:`window_note`)."""
+    steps = (rec.get("_summary") or {}).get("max_steps") or rec.get("max_steps")
+    own = recorded_window(rec)
+    return min(own, max(1, int(MAX_WINDOW_SHARE * int(steps)))) if steps else own
+
+
+def window_note(an: Analysis) -> str | None:
+    """One line where :func:`window` cut some compared runs' smoothing window, else None."""
+    cut = {cell_of(r): (recorded_window(r), window(r)) for r in an.ok() if window(r) < recorded_window(r)}
+    if not cut:
+        return None
+    cells = ", ".join(f"{c} ({new} of {own} steps)" for c in an.sizes if c in cut for own, new in [cut[c]])
+    return (f"the train-loss smoothing window of the shortest runs is cut to an eighth of their steps, at most half "
+            f"of the steps before the 25 % target, so that every target exists: {cells}; target_smoothing_steps in "
+            "the recipe sets the window")
+
+
 def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, float] | None = None,
             baseline: str = BASELINE, tuning_dir: str | os.PathLike[str] | None = None) -> Analysis:
     """Everything the report shows, computed once. ``tuning_dir``: a tuning sweep whose runs give the tuning
     curves (the sweep's own runs at lr multipliers other than 1 always do)."""
-    from hf_optbench.measure.verdict import verdict
+    from hf_optbench.measure.verdict import grid_families, verdict, verdict_table
     from hf_optbench.report.comparability import check_comparable
     from hf_optbench.report.noise import unmeasurable
     from hf_optbench.report.planned import planner_state, predicted_ratios
@@ -134,9 +202,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
         an.notes.append(f"{skipped} run(s) at a learning-rate multiplier other than 1 are tuning runs: they appear "
                         "in the tuning curves and the run list, not in the comparison")
     ok = an.ok()
-    params = {r["model_size"]: float(r["num_params"]) for r in reversed(ok) if r.get("num_params")}
-    an.sizes = sorted({r["model_size"] for r in an.records if r.get("model_size")},
-                      key=lambda s: params.get(s, math.inf))
+    _set_cells(an, ok)
     an.optimizers = sorted({r["optimizer"] for r in an.records if r.get("optimizer")},
                            key=lambda o: (o != baseline, o))
     for r in everything + extra:
@@ -147,7 +213,11 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
         _derive(an, r)
         r["planner_optimizer_state_bytes"] = planner_state(r)
     derive_speedups(an, baseline)
-    if any(r["optimizer"] == baseline for r in ok):
+    if any(r["optimizer"] == baseline for r in ok) and an.multi:
+        an.verdicts = verdict_table(grid_families(ok, unmeasurable=lambda rows: unmeasurable(
+            rows, an.optimizers, list(dict.fromkeys(str(r["model_size"]) for r in rows)), baseline)),
+            baseline=baseline)
+    elif any(r["optimizer"] == baseline for r in ok):
         an.verdicts = verdict(ok, baseline=baseline, unmeasurable=unmeasurable(ok, an.optimizers, an.sizes, baseline))
     else:
         an.notes.append(f"no completed '{baseline}' runs: ratios and verdicts need the baseline")
@@ -155,25 +225,42 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     return an
 
 
+def _set_cells(an: Analysis, ok: Sequence[Mapping[str, Any]]) -> None:
+    """The sizes (by parameter count), the data ratios of a sweep with several, and the cells the report groups by:
+    each size at each ratio it ran, by size then ratio (the sizes themselves for one ratio)."""
+    params = {r["model_size"]: float(r["num_params"]) for r in reversed(ok) if r.get("num_params")}
+    an.model_sizes = sorted({r["model_size"] for r in an.records if r.get("model_size")},
+                            key=lambda s: params.get(s, math.inf))
+    an.ratios = sorted({float(r["budget_tpp"]) for r in an.records if r.get("budget_tpp") is not None})
+    cells = {(r["model_size"], r.get("budget_tpp")) for r in an.records if r.get("model_size")}
+    for size, tpp in sorted(cells, key=lambda c: (an.model_sizes.index(c[0]), c[1] or 0.0)):
+        cell = cell_label(size, tpp)
+        an.sizes.append(cell)
+        an.cell_size[cell], an.cell_tpp[cell] = size, tpp
+
+
 def _set_targets(an: Analysis, target_loss: float | dict[str, float] | None, baseline: str) -> None:
-    """The targets per size: given (one for all, or per size), else fixed from the baseline's completed runs."""
+    """The targets per cell: given (one for all, or per size), else fixed from the baseline's completed runs."""
     from hf_optbench.report.targets import baseline_targets, given_target, merge_size_notes
 
     an.given_targets = target_loss is not None
     for size in an.sizes:
         if isinstance(target_loss, dict):
-            if size in target_loss:
-                an.targets[size] = [given_target(size, target_loss[size])]
+            if an.cell_size[size] in target_loss:
+                an.targets[size] = [given_target(size, target_loss[an.cell_size[size]])]
         elif target_loss is not None:
             an.targets[size] = [given_target(size, float(target_loss))]
         else:
             runs = [(r, an.metrics[r["run_id"]].get("train", []), window(r)) for r in an.ok()
-                    if r["model_size"] == size and r["optimizer"] == baseline and r["status"] == "completed"]
+                    if cell_of(r) == size and r["optimizer"] == baseline and r["status"] == "completed"]
             an.targets[size], notes = baseline_targets(size, runs, baseline)
             an.target_notes += notes
             if not runs:
                 an.target_notes.append(f"{size}: no completed {baseline} run, so no target")
     an.target_notes = merge_size_notes(an.target_notes)
+    cut = window_note(an) if target_loss is None else None
+    if cut:
+        an.target_notes.append(cut)
 
 
 def _derive(an: Analysis, r: dict[str, Any]) -> None:
@@ -188,7 +275,7 @@ def _derive(an: Analysis, r: dict[str, Any]) -> None:
     r["hyperparameter_sources"] = (r.get("_summary") or {}).get("hyperparameter_sources")
     if r["status"] == "diverged":
         r["final_eval_loss"] = None  # a diverged run's last loss is not a convergence figure (see stability)
-    targets = an.targets.get(r.get("model_size"), [])
+    targets = an.targets.get(cell_of(r), [])
     m = an.metrics.get(r["run_id"], {})
     train = m.get("train", [])
     limit = budget(r, train) if finished else None
@@ -197,7 +284,7 @@ def _derive(an: Analysis, r: dict[str, Any]) -> None:
     r["eval_loss_at_50%"] = r["eval_at"].get("50%")
     r["mean_loss_over_budget"] = mean_loss_over_budget(train, (limit or {}).get("tokens"),
                                                        r["status"] == "diverged") if finished else None
-    chosen = an.verdict_target(r.get("model_size"))
+    chosen = an.verdict_target(cell_of(r))
     r["target"] = chosen.name if chosen else None
     r["target_loss"] = chosen.loss if chosen else None
     hit = r["to_target"].get(chosen.name) if chosen else None
@@ -223,8 +310,10 @@ def value(rec: Mapping[str, Any], key: str) -> Any:
 
 
 def group(records: Sequence[Mapping[str, Any]], key: str, optimizer: str, size: str,
-          statuses: tuple[str, ...] = FINISHED_STATUSES) -> dict[str, float] | None:
-    """mean/std/min/max/n of ``key`` over the seeds of one optimizer at one size (runs with ``statuses``)."""
+          statuses: tuple[str, ...] = FINISHED_STATUSES, by_size: bool = False) -> dict[str, float] | None:
+    """mean/std/min/max/n of ``key`` over the seeds of one optimizer at one cell (``size``: a cell, the size itself in
+    a single-ratio sweep; with ``by_size`` a model size, every ratio's runs pooled) (runs with ``statuses``)."""
     return _agg(value(r, key) for r in records
-                if r.get("optimizer") == optimizer and r.get("model_size") == size and r["status"] in statuses)
+                if r.get("optimizer") == optimizer and (r.get("model_size") if by_size else cell_of(r)) == size
+                and r["status"] in statuses)
 

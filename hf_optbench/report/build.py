@@ -26,7 +26,7 @@ from hf_optbench.report.plots import write_plots
 from hf_optbench.report.reference import reference_section
 from hf_optbench.report.speedups import speedup_tables
 from hf_optbench.rundir import BASELINE, write_text_atomic
-from hf_optbench.study.records import write_summary_csv
+from hf_optbench.study.records import cell_of, write_summary_csv
 
 
 class Doc:
@@ -97,8 +97,10 @@ def _overview(doc: Doc, an: Analysis, name: str) -> None:
     for r in an.all_records:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
     doc.h(1, f"Optimizer benchmark report: {name}")
+    grid = (f"sizes: {', '.join(an.model_sizes)}; tokens per parameter: {', '.join(f'{r:g}' for r in an.ratios)} "
+            f"({len(an.sizes)} size x ratio cells)" if an.multi else f"sizes: {', '.join(an.sizes)}")
     doc.p(f"{len(an.all_records)} runs ({', '.join(f'{v} {k}' for k, v in sorted(statuses.items()))}); "
-          f"optimizers: {', '.join(an.optimizers)}; sizes: {', '.join(an.sizes)}. "
+          f"optimizers: {', '.join(an.optimizers)}; {grid}. "
           f"Device: {env.get('device', 'n/a')}; torch {((env.get('packages') or {}).get('torch')) or 'n/a'}, "
           f"transformers {((env.get('packages') or {}).get('transformers')) or 'n/a'}; "
           f"git {str(git.get('commit') or 'n/a')[:10]}{' (dirty)' if git.get('dirty') else ''}.")
@@ -106,19 +108,73 @@ def _overview(doc: Doc, an: Analysis, name: str) -> None:
         doc.p(f"Note: {note}.")
 
 
-def _verdict(doc: Doc, an: Analysis) -> None:
+def _verdict(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
+    from hf_optbench.measure.verdict import meanings
+
     doc.h(2, f"Scaling verdict (advantage over {BASELINE} as parameters grow)")
     if not an.verdicts:
         doc.p(f"No verdict: it needs completed {BASELINE} runs and at least one other optimizer.")
         return
-    doc.table(*T.render(T.verdict_columns(an), [o for o in an.optimizers if o != BASELINE]))
-    from hf_optbench.measure.verdict import VERDICT_MEANINGS
-
-    doc.p(T.verdict_legend(an))
+    others = [o for o in an.optimizers if o != BASELINE]
+    sized = not an.multi or len(an.model_sizes) > 1  # a sweep over ratios at one size has no size axis to show
+    if an.multi:
+        _size_axis_per_ratio(doc, an, others)
+    else:
+        doc.table(*T.render(T.verdict_columns(an), others))
+    if sized:
+        doc.p(T.verdict_legend(an))
     _bracketing(doc, an)
-    doc.table(["verdict", "meaning"], [[k, v] for k, v in VERDICT_MEANINGS.items()])
+    if sized:
+        doc.table(["verdict", "meaning"], [[k, v] for k, v in meanings("size").items()])
+    if an.multi:  # the evidence of both axes, after both
+        _data_axis(doc, an, files, others)
     doc.h(3, "Evidence")
-    doc.table(*T.render(T.EVIDENCE, an.verdicts))
+    doc.table(*T.render(T.evidence_columns(an), [v for v in an.verdicts if sized or v.axis != "size"]))
+    if not an.multi:
+        _data_axis(doc, an, files, others)
+
+
+def _size_axis_per_ratio(doc: Doc, an: Analysis, others: list[str]) -> None:
+    """The size axis of a sweep over data ratios: one table per ratio every size ran, one line for the others."""
+    from hf_optbench.measure.verdict import ratio_label
+
+    ats = list(dict.fromkeys(v.at for v in an.verdicts_along("size")))
+    if len(an.model_sizes) < 2:
+        doc.p(f"This sweep ran one size ({an.model_sizes[0]}): the size axis needs two, so its verdict is along data "
+              "per parameter only (below).")
+        return
+    for at in ats:
+        doc.h(3, f"At {at}")
+        doc.table(*T.render(T.verdict_columns(an, an.verdicts_along("size", at)), others))
+    left = [ratio_label(r) for r in an.ratios if ratio_label(r) not in ats]
+    if left:
+        doc.p(f"No size-axis verdict at {', '.join(left)}: not every size ran there (the sweep left those cells out); "
+              "those cells are judged along data per parameter below.")
+
+
+def _data_axis(doc: Doc, an: Analysis, files: dict[str, Path], others: list[str]) -> None:
+    """The verdict along data per parameter: per size a table, the legend, the speedup per ratio, the plot; one line
+    for a sweep with one ratio."""
+    from hf_optbench.measure.verdict import meanings
+
+    doc.h(2, f"Data per parameter (advantage over {BASELINE} as each parameter sees more data)")
+    if not an.multi:
+        tpp = next((r.get("tokens_per_param") for r in an.ok() if r.get("tokens_per_param")), None)
+        doc.p(f"This sweep ran one data budget{f' ({tpp:.3g} tokens per parameter)' if tpp else ''}, so nothing is "
+              "measured along data: give budget.tokens_per_param a list (e.g. [0.5, 2]) to ask how the advantage "
+              "changes with it.")
+        return
+    for size in dict.fromkeys(v.at for v in an.verdicts_along("data")):
+        doc.h(3, f"At {size}")
+        doc.table(*T.render(T.verdict_columns(an, an.verdicts_along("data", size)), others))
+    doc.p(T.data_legend(an))
+    doc.table(["verdict along data", "meaning"], [[k, v] for k, v in meanings("data").items()])
+    header, rows = T.data_axis_table(an)
+    if rows:
+        doc.h(3, f"Speedup over {BASELINE} against tokens per parameter")
+        doc.table(header, rows)
+    if files.get("data_axis.png"):
+        doc.img(files["data_axis.png"], "speedup against data per parameter")
 
 
 def _bracketing(doc: Doc, an: Analysis) -> None:
@@ -148,7 +204,7 @@ def _bracketing(doc: Doc, an: Analysis) -> None:
 def _ratios(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
     if not an.verdicts:
         return
-    doc.h(2, f"Ratios to {BASELINE} per model size")
+    doc.h(2, f"Ratios to {BASELINE} per model size" + (" and data ratio" if an.multi else ""))
     doc.table(*T.render(T.ratio_columns(), T.ratio_rows(an)))
     doc.p(f"Cells: mean paired ratio to {BASELINE} [its interval at the level Holm's procedure gave the verdict's cell, "
           "see above] and the stance (ahead / behind: the whole interval beyond the ±2 % margin; level: inside it; no "
@@ -159,8 +215,8 @@ def _ratios(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
           "Predicted rows: the memory planner's "
           "optimizer-state ratio at GPT-2 sizes not run (`hf-optbench memory`), with GPT-2's 50,304-row embedding and "
           "1,024 positions; the 8-bit optimizers as configured in this sweep (embedding state 32-bit or not).")
-    if files.get("scaling.png"):
-        doc.img(files["scaling.png"], "scaling")
+    for name in (n for n in files if n.startswith("scaling")):
+        doc.img(files[name], name.removesuffix(".png"))
 
 
 def _speedup(doc: Doc, an: Analysis) -> None:
@@ -228,7 +284,7 @@ def _convergence(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
           "or after a divergence).")
     doc.table(*TT.per_target_table(an, "eval"))
     for size in an.sizes:
-        for key in (f"loss_{size}.png", f"lr_gradnorm_{size}.png"):
+        for key in (f"loss_{an.file_key(size)}.png", f"lr_gradnorm_{an.file_key(size)}.png"):
             if key in files:
                 doc.img(files[key], key)
 
@@ -240,7 +296,7 @@ def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
     doc.h(2, "Hyperparameters: where each came from, and the tuning curves")
     seen: dict[tuple[str, str], set[str]] = {}
     for r in an.records:
-        seen.setdefault((r.get("optimizer"), r.get("model_size")), set()).add(
+        seen.setdefault((r.get("optimizer"), cell_of(r)), set()).add(
             sources_cell((r.get("_summary") or {}).get("hyperparameter_sources")))
     doc.table(["optimizer", "size", "learning rate, weight decay, clipping from"],
               [[o, s, " / ".join(sorted(seen[(o, s)]))] for o in an.optimizers for s in an.sizes if (o, s) in seen])
@@ -307,7 +363,7 @@ def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[st
     name = sweep.resolve().name
     doc = Doc()
     _overview(doc, an, name)
-    _verdict(doc, an)
+    _verdict(doc, an, files)
     reference_section(doc, an)
     _ratios(doc, an, files)
     _speedup(doc, an)

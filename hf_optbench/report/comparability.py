@@ -10,6 +10,9 @@ directory holding runs of several sweeps (or runs started by hand) would otherwi
 * the runs of one model size: tokens per optimizer step, and the step budget (max_steps; the baseline's ladder
   runs, ``__dx`` in their id, are at other budgets by design and are left out of that one check);
 * across sizes: the same max_steps, or the same budget in tokens per parameter (within one step's rounding);
+* in a sweep over several data ratios (``__tpp`` in the ids, issue 31) "a size" above and below is a cell, a size at
+  one ratio (``study.records.cell_of``), and "across sizes" is across the sizes of one ratio: each ratio has its own
+  budget, tuned values and ladder by design;
 * the runs of one optimizer x size (the seeds the report pools, and the ladder's runs): every hyperparameter, tuned
   ones included, the schedule and its arguments, and the optimizer's constructor values; the learning rate is the
   ladder's one exception: each rung is tuned at its own budget, so its seeds share one rate, its own.
@@ -29,6 +32,7 @@ from typing import Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import MANIFEST_FILE, read_identity
+from hf_optbench.study.records import cell_of
 
 # (name shown, how to read it from a record's summary and identity)
 _Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
@@ -92,7 +96,7 @@ def _one_run_per_seed(compared: Sequence[Mapping[str, Any]]) -> None:
     pooled as two samples and paired twice."""
     seen: dict[tuple[str, str, Any], str] = {}
     for r in compared:
-        key = (str(r.get("optimizer")), str(r.get("model_size")), r.get("seed"))
+        key = (str(r.get("optimizer")), cell_of(r), r.get("seed"))
         if key[2] is not None and seen.setdefault(key, r["run_id"]) != r["run_id"]:
             raise OptBenchError(
                 f"{key[0]}/{key[1]} runs {seen[key]} and {r['run_id']} both have seed {key[2]}: the report would "
@@ -109,6 +113,18 @@ def _pooled(summary: Mapping[str, Any], ident: Mapping[str, Any]) -> dict[str, A
             out[name] = entry.get("value") if isinstance(entry, Mapping) else entry
     out.update({k: v for k, v in ident.items() if k not in _NOT_POOLED})
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _rates(pooled: dict[str, Any]) -> Any:
+    """Take the learning rates out of one run's pooled settings: its learning_rate and each parameter group's rate
+    (the identity's ``param_groups``, whose other values, decay and betas, stay in the pool). A ladder rung runs at its
+    own tuned rate, so its rates are compared per rung; the compared runs' are put back, under learning_rate."""
+    rate = pooled.pop("learning_rate", None)
+    groups = pooled.get("param_groups")
+    if not isinstance(groups, list) or not all(isinstance(g, Mapping) for g in groups):
+        return rate
+    pooled["param_groups"] = [{k: v for k, v in g.items() if k != "lr"} for g in groups]
+    return [rate, [g.get("lr") for g in groups]]
 
 
 def _show(value: Any) -> str:
@@ -165,30 +181,33 @@ def check_comparable(compared: Sequence[Mapping[str, Any]], ladder: Sequence[Map
     for key, get in EVERY_RUN:
         _check_key("", key, values(runs, get))
     ladder_ids = {r["run_id"] for r in ladder}
-    sizes = sorted({str(r.get("model_size")) for r in runs})
+    sizes = sorted({cell_of(r) for r in runs})
     for size in sizes:
-        of_size = [r for r in runs if str(r.get("model_size")) == size]
+        of_size = [r for r in runs if cell_of(r) == size]
         for key, get in PER_SIZE:
             _check_key(f"{size} ", key, values(of_size, get))
         for key, get in BUDGET:
             _check_key(f"{size} ", key, values([r for r in of_size if r["run_id"] not in ladder_ids], get))
-    _budget_across_sizes([r for r in runs if r["run_id"] not in ladder_ids])
+    for tpp in {r.get("budget_tpp") for r in runs}:
+        _budget_across_sizes([r for r in runs if r["run_id"] not in ladder_ids and r.get("budget_tpp") == tpp])
     free = _per_optimizer_keys(runs)
     for size in sizes:
-        protocol = {r["run_id"]: _protocol(idents[r["run_id"]], free) for r in runs if str(r.get("model_size")) == size}
+        protocol = {r["run_id"]: _protocol(idents[r["run_id"]], free) for r in runs if cell_of(r) == size}
         for key in sorted({k for p in protocol.values() for k in p}):
             _check_key(f"{size} ", key, [(rid, p.get(key)) for rid, p in protocol.items()])
     _one_run_per_seed([r for r in runs if r["run_id"] not in ladder_ids])
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in runs:  # the ladder too: it differs from the comparison in max_steps only, left out of the pool's keys
-        groups.setdefault((str(r.get("optimizer")), str(r.get("model_size"))), []).append(r)
+        groups.setdefault((str(r.get("optimizer")), cell_of(r)), []).append(r)
     for (opt, size), members in sorted(groups.items()):
         pooled = {r["run_id"]: _pooled(r["_summary"], idents[r["run_id"]]) for r in members}
         rungs: dict[Any, list[tuple[str, Any]]] = {}
         for r in members:  # every ladder rung runs at its own tuned rate (issue 29): one rate per rung, not per group
+            rates = _rates(pooled[r["run_id"]])
             if r["run_id"] in ladder_ids:
-                rungs.setdefault(r.get("budget_multiple"), []).append(
-                    (r["run_id"], pooled[r["run_id"]].pop("learning_rate", None)))
+                rungs.setdefault(r.get("budget_multiple"), []).append((r["run_id"], rates))
+            elif rates is not None:
+                pooled[r["run_id"]]["learning_rate"] = rates
         for key in sorted({k for p in pooled.values() for k in p}):
             _check_key(f"{opt}/{size} ", key, [(rid, p.get(key)) for rid, p in pooled.items()])
         for multiple, rates in sorted(rungs.items(), key=lambda kv: float(kv[0] or 1.0)):

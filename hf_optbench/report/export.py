@@ -24,22 +24,26 @@ ID_COLUMNS = ("run_id", "optimizer", "model_size", "seed", "lr_multiplier", "sta
 
 def tidy_frame(records: Sequence[Mapping[str, Any]], metrics: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]]
                ) -> Any:
-    """A pandas DataFrame of every metrics row of every record that has metrics (ID_COLUMNS first). Nested values
+    """A pandas DataFrame of every metrics row of every record that has metrics (ID_COLUMNS first, with the data
+    ratio ``budget_tpp`` after the seed in a sweep over several). Nested values
     (a memory row's bytes by dtype) become JSON text, so every column has one Parquet type."""
     import pandas as pd
 
+    ratio = ("budget_tpp",) if any(r.get("budget_tpp") is not None for r in records) else ()  # several ratios
+    ids = list(ID_COLUMNS[:4]) + list(ratio) + list(ID_COLUMNS[4:])
     rows = []
     for rec in records:
-        point = {k: rec.get(k) for k in ("run_id", "optimizer", "model_size", "seed", "lr_multiplier", "status")}
+        point = {k: rec.get(k) for k in ("run_id", "optimizer", "model_size", "seed", *ratio, "lr_multiplier",
+                                          "status")}
         for kind, kind_rows in (metrics.get(rec["run_id"]) or {}).items():
             for row in kind_rows:
                 flat = {k: json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else v for k, v in row.items()}
                 rows.append({**flat, **point, "kind": kind})
     frame = pd.DataFrame(rows)
-    for col in ID_COLUMNS:
+    for col in ids:
         if col not in frame.columns:
             frame[col] = None
-    frame = frame[list(ID_COLUMNS) + sorted(c for c in frame.columns if c not in ID_COLUMNS)]
+    frame = frame[ids + sorted(c for c in frame.columns if c not in ids)]
     frame["lr_multiplier"] = frame["lr_multiplier"].astype("float64")
     return frame.sort_values(["run_id", "kind", "step"], kind="stable").reset_index(drop=True)
 

@@ -77,8 +77,11 @@ def _concurrent_runs(record: Mapping[str, Any]) -> int:
 
 
 def by_seed(records: Sequence[Mapping[str, Any]], key: str, optimizer: str, size: str) -> SeedValues:
-    """{seed: value of ``key``} of one optimizer at one size, with how many runs shared the machine meanwhile."""
-    chosen = [r for r in records if r.get("optimizer") == optimizer and r.get("model_size") == size]
+    """{seed: value of ``key``} of one optimizer at one size (a report cell, ``study.records.cell_of``: the size itself
+    in a single-ratio sweep), with how many runs shared the machine meanwhile."""
+    from hf_optbench.study.records import cell_of
+
+    chosen = [r for r in records if r.get("optimizer") == optimizer and size in (cell_of(r), r.get("model_size"))]
     out = SeedValues({r.get("seed"): (None if r.get(key) is None else float(r[key])) for r in chosen})
     out.concurrent_runs = max((_concurrent_runs(r) for r in chosen if r.get(key) is not None), default=1)
     return out

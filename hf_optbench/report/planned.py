@@ -59,7 +59,7 @@ def predicted_ratios(an: Any, baseline: str) -> list[dict[str, Any]]:
     inputs = _planner_inputs(ref)
     assert inputs is not None
     out = []
-    run_sizes = set(an.sizes)
+    run_sizes = set(an.model_sizes)
     for size in GPT2_SIZES:
         if size in run_sizes or not size.startswith("gpt2"):
             continue

@@ -7,7 +7,9 @@ single point gets no panel (the figure names it in one line instead of drawing e
 The scaling plot shows each optimizer's paired ratio to the baseline against parameters, with the verdict's own
 intervals and no fitted line: a line through points whose intervals include 1 reads as a trend the statistics do
 not support. A filled marker is a difference beyond the equivalence margin (ahead/behind), a hollow one is not; the
-shaded band is the margin itself.
+shaded band is the margin itself. A sweep over several data ratios gets one scaling plot per ratio every size ran
+and the data-axis plot: each optimizer's speedup against tokens per parameter, one line per size (the line only
+joins a size's points; the legend gives the verdict along data), ticked at the ratios run.
 
 :func:`write_plots` writes all of them and returns their paths by file name, the names the report embeds.
 """
@@ -15,12 +17,14 @@ shaded band is the margin itself.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from hf_optbench.report.analysis import Analysis, group, window
 from hf_optbench.rundir import BASELINE
+from hf_optbench.study.records import cell_of
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 _readable = "{:g}".format  # 0.002, 0.5, 2: a tick label as written, not 5x10^-1
@@ -115,8 +119,9 @@ def save(fig: Any, path: Path, rect: tuple[float, float, float, float] | None = 
 
 
 # ---------------------------------------------------------------------------------------------- per size
-def _runs(an: Analysis, opt: str, size: str) -> list[dict[str, Any]]:
-    return [r for r in an.ok() if r["optimizer"] == opt and r["model_size"] == size]
+def _runs(an: Analysis, opt: str, size: str, by_size: bool = False) -> list[dict[str, Any]]:
+    """The finished runs of ``opt`` at cell ``size`` (with ``by_size``: at model size ``size``, every ratio)."""
+    return [r for r in an.ok() if r["optimizer"] == opt and (r["model_size"] if by_size else cell_of(r)) == size]
 
 
 def _xy(rows: Sequence[Mapping[str, Any]], x_key: str, y_key: str) -> tuple[list[float], list[float]]:
@@ -196,15 +201,16 @@ def plot_memory(an: Analysis, path: Path) -> Path:
     a log axis (the state of a factored optimizer is ~1e-4 of a CPU peak that includes the runtime). The legend is
     the figure's, above the panels: inside one it covered the small bars' values."""
     plt = plt_()
-    fig, axes = plt.subplots(1, len(an.sizes), figsize=(4.6 * len(an.sizes), 4.6), squeeze=False)
+    sizes = an.model_sizes  # a model's memory is the same at every data ratio: one panel per size
+    fig, axes = plt.subplots(1, len(sizes), figsize=(4.6 * len(sizes), 4.6), squeeze=False)
     parts = (("param_bytes", "parameters"), ("grad_bytes", "gradients"), ("optimizer_state_bytes", "optimizer state"),
              ("peak_memory_bytes", "peak"))
     width = 0.8 / len(parts)
-    for ax, size in zip(axes[0], an.sizes, strict=True):
+    for ax, size in zip(axes[0], sizes, strict=True):
         for j, (key, label) in enumerate(parts):
             xs, vals = [], []
             for i, o in enumerate(an.optimizers):
-                v = (group(an.records, key, o, size) or {}).get("mean")
+                v = (group(an.records, key, o, size, by_size=True) or {}).get("mean")
                 if v:  # 0 (a stateless optimizer) has no place on a log axis: the memory table shows it
                     xs.append(i - 0.4 + width * (j + 0.5))
                     vals.append(v / 2**20)
@@ -237,8 +243,8 @@ def plot_by_params(an: Analysis, panels: Sequence[tuple[str, str]], title: str, 
         for k, opt in enumerate(an.optimizers):
             offset = 1.0 + 0.04 * (k - (len(an.optimizers) - 1) / 2) if dodge else 1.0
             xs, means = [], []
-            for size in an.sizes:
-                runs = [r for r in _runs(an, opt, size) if r.get(key) is not None and r.get("num_params")]
+            for size in an.model_sizes:  # every data ratio's runs of a size pooled: step time does not depend on it
+                runs = [r for r in _runs(an, opt, size, by_size=True) if r.get(key) is not None and r.get("num_params")]
                 if not runs:
                     continue
                 counts.append(float(runs[0]["num_params"]))
@@ -266,7 +272,7 @@ def plot_by_params(an: Analysis, panels: Sequence[tuple[str, str]], title: str, 
     return save(fig, path)
 
 
-def _panel(ax: Any, an: Analysis, key: str, label: str, col: dict[str, Any]) -> None:
+def _panel(ax: Any, an: Analysis, key: str, label: str, col: dict[str, Any], verdicts: Sequence[Any]) -> None:
     """One ratio metric's panel of the scaling plot (it has at least one point: see :func:`_scaling_keys`)."""
     from matplotlib.ticker import FuncFormatter
 
@@ -276,7 +282,7 @@ def _panel(ax: Any, an: Analysis, key: str, label: str, col: dict[str, Any]) -> 
     values: list[float] = []
     counts: list[float] = []
     opts = [o for o in an.optimizers if o != BASELINE]
-    for k, v in enumerate(v for o in opts for v in an.verdicts if v.optimizer == o and v.metric.key == key):
+    for k, v in enumerate(v for o in opts for v in verdicts if v.optimizer == o and v.metric.key == key):
         offset = 1.0 + 0.05 * (k - (len(opts) - 1) / 2)
         c, marker = col[v.optimizer], MARKERS[k % len(MARKERS)]
         for i, p in enumerate(v.points):
@@ -308,21 +314,23 @@ def _panel(ax: Any, an: Analysis, key: str, label: str, col: dict[str, Any]) -> 
         ax.legend(fontsize=6)
 
 
-def _scaling_keys(an: Analysis) -> tuple[list[tuple[str, str]], list[str]]:
+def _scaling_keys(an: Analysis, verdicts: Sequence[Any]) -> tuple[list[tuple[str, str]], list[str]]:
     """(key, label) of the ratio metrics of the memory and convergence questions that have a point to draw, and
     the labels of those that have none (too few paired seeds, no target)."""
-    keys = list(dict.fromkeys((v.metric.key, v.metric.label) for v in an.verdicts
+    keys = list(dict.fromkeys((v.metric.key, v.metric.label) for v in verdicts
                               if v.metric.mode == "ratio" and v.metric.question in ("memory", "convergence")))
-    drawn = {v.metric.key for v in an.verdicts if v.points}
+    drawn = {v.metric.key for v in verdicts if v.points}
     drawn |= {"optimizer_state_bytes"} if an.predicted else set()
     return [k for k in keys if k[0] in drawn], [label for key, label in keys if key not in drawn]
 
 
-def plot_scaling(an: Analysis, path: Path) -> Path | None:
-    """One panel per ratio metric with a point to draw (see the module doc); None when none has one."""
+def plot_scaling(an: Analysis, path: Path, at: str = "") -> Path | None:
+    """One panel per ratio metric with a point to draw (see the module doc), of the size-axis verdicts at data ratio
+    ``at`` ("" for a single-ratio sweep); None when none has one."""
     from hf_optbench.measure.verdict import ALPHA
 
-    keys, empty = _scaling_keys(an)
+    verdicts = an.verdicts_along("size", at)
+    keys, empty = _scaling_keys(an, verdicts)
     if not keys:
         return None
     plt = plt_()
@@ -333,9 +341,10 @@ def plot_scaling(an: Analysis, path: Path) -> Path | None:
     for ax in axes.flat[len(keys):]:
         ax.set_visible(False)
     for ax, (key, label) in zip(axes.flat, keys, strict=False):  # spare axes are hidden
-        _panel(ax, an, key, label, col)
-    title = (f"ratio to {BASELINE} vs model size: mean paired ratio, bar = {1 - ALPHA / 2:.1%} paired t interval; "
-             "filled = beyond the margin (grey band), hollow = not; no fitted line")
+        _panel(ax, an, key, label, col, verdicts)
+    title = (f"ratio to {BASELINE} vs model size{f' at {at}' if at else ''}: mean paired ratio, bar = "
+             f"{1 - ALPHA / 2:.1%} paired t interval; filled = beyond the margin (grey band), hollow = not; no fitted "
+             "line")
     if empty:
         title += f"\nno panel for {', '.join(empty)}: no size has the paired seeds or target it needs (see the report)"
     fig.suptitle(title, fontsize=10)
@@ -347,7 +356,7 @@ def plot_tuning(an: Analysis, size: str, path: Path) -> Path | None:
     learning rate starred, the cited default (multiplier 1) ringed. None when the size has no tuning point."""
     from hf_optbench.report.tuning_curves import curve_frame
 
-    frame, key = curve_frame([r for r in an.tuning if r.get("model_size") == size])
+    frame, key = curve_frame([r for r in an.tuning if cell_of(r) == size])
     if frame.empty or frame["loss"].notna().sum() == 0:
         return None
     plt = plt_()
@@ -373,15 +382,101 @@ def plot_tuning(an: Analysis, size: str, path: Path) -> Path | None:
     return save(fig, path)
 
 
+# ------------------------------------------------------------------------------------------- against data
+def ratio_axis(ax: Any, ratios: Iterable[float]) -> None:
+    """A log x axis ticked at the data ratios run, each labelled as the tables write it ("0.5 tok/param": not "0.5x",
+    which reads as a multiple of Chinchilla's 20 tokens per parameter, or of a ladder's budget), no minor labels; a
+    decade around a single ratio."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    from hf_optbench.measure.verdict import ratio_label
+
+    ticks = sorted({float(r) for r in ratios if r and r > 0})
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: ratio_label(round(v, 6))))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.tick_params(axis="x", labelsize=8)
+    if len(ticks) == 1:
+        ax.set_xlim(ticks[0] / 3, ticks[0] * 3)
+    elif ticks:
+        span = ticks[-1] / ticks[0]
+        ax.set_xlim(ticks[0] / span ** 0.15, ticks[-1] * span ** 0.15)
+    ax.set_xlabel("training tokens per non-embedding parameter (the budgets run)")
+
+
+def plot_data_axis(an: Analysis, path: Path, key: str = "speedup") -> Path | None:
+    """Each optimizer's ratio to the baseline (its speedup, by default) against tokens per parameter, one panel per
+    optimizer, one line per size joining its points (the size's verdict along data in the legend), bars the
+    verdict's own intervals, filled where beyond the margin; None when no data-axis verdict has a point."""
+    from matplotlib.ticker import FuncFormatter
+
+    from hf_optbench.measure.verdict import METRICS
+
+    spec = next(m for m in METRICS if m.key == key)
+    opts = [o for o in an.optimizers if o != BASELINE]
+    found = {o: [v for v in an.verdicts_along("data") if v.optimizer == o and v.metric.key == key and v.points]
+             for o in opts}
+    opts = [o for o in opts if found[o]]
+    if not opts:
+        return None
+    plt = plt_()
+    ncols = min(3, len(opts))
+    nrows = math.ceil(len(opts) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.2 * nrows + 0.5), squeeze=False, sharey=True)
+    for ax in axes.flat[len(opts):]:
+        ax.set_visible(False)
+    col = colors(an.model_sizes)
+    values: list[float] = [1.0]  # the axis is set by the points and the baseline's 1, not by the widest interval
+    for ax, opt in zip(axes.flat, opts, strict=False):
+        for k, v in enumerate(found[opt]):
+            offset = 1.0 + 0.03 * (k - (len(found[opt]) - 1) / 2)  # sizes side by side at one ratio
+            c, marker = col.get(v.at, "black"), MARKERS[k % len(MARKERS)]
+            xs = [p.num_params * offset for p in v.points]
+            ys = [p.ratio() for p in v.points]
+            ax.plot(xs, ys, color=c, lw=0.9, ls="--", alpha=0.7)
+            for x, y, p in zip(xs, ys, v.points, strict=True):
+                if math.isfinite(p.ci_low) and math.isfinite(p.ci_high):
+                    lo, hi = p.interval()
+                    ax.plot([x, x], [lo, hi], color=c, lw=1.2)
+                ax.plot(x, y, marker, color=c, mfc=c if p.significant else "white", mew=1.3, ms=7)
+                ax.annotate(f"{p.bound_sign()}{y:.3g}", (x, y), textcoords="offset points", xytext=(6, 4), fontsize=7,
+                            color=c)
+                values.append(y)
+            ax.plot([], [], marker, color=c, ls="--", label=f"{v.at}: {v.word}")
+        ax.axhspan(math.exp(-spec.margin), math.exp(spec.margin), color="0.85", zorder=0)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ratio_axis(ax, [p.num_params for v in found[opt] for p in v.points])
+        ax.set_title(opt, fontsize=10)
+        ax.set_ylabel(f"{spec.label} / {BASELINE}" if spec.baseline_value is None else f"{opt}'s {spec.label}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    low, high = min(values), max(values)
+    if high / low > 3:
+        axes[0][0].set_yscale("log")  # shared: every panel
+        axes[0][0].yaxis.set_major_formatter(FuncFormatter(lambda v, _: _readable(v)))
+        axes[0][0].set_ylim(low / 1.6, high * 1.6)
+    else:
+        pad = 0.35 * (high - low) + 0.1
+        axes[0][0].set_ylim(max(0.0, low - pad), high + pad)  # an interval wider than this runs off the axis
+    title = (f"{spec.label} against data per parameter, per size: the mean paired value, bar = its interval at the "
+             "level Holm's procedure gave its verdict cell (cut at the axis); filled = beyond the margin (grey band), "
+             "hollow = not; the dashed line only joins one size's points")
+    fig.suptitle(textwrap.fill(title, width=int(14 * 5.2 * ncols)), fontsize=9)
+    return save(fig, path)
+
+
 # ------------------------------------------------------------------------------------------------- all of them
 def write_plots(an: Analysis, out: Path) -> dict[str, Path]:
-    """Every plot the analysis supports, written into ``out``: {file name: path}. {} without a finished run."""
+    """Every plot the analysis supports, written into ``out``: {file name: path}. {} without a finished run. Per cell
+    (a size, or a size at a data ratio: ``Analysis.file_key`` names its files)."""
     files: dict[str, Path] = {}
     if an.ok():
         for size in an.sizes:
-            if any(r["model_size"] == size for r in an.ok()):
-                files[f"loss_{size}.png"] = plot_loss(an, size, out / f"loss_{size}.png")
-                files[f"lr_gradnorm_{size}.png"] = plot_lr_gradnorm(an, size, out / f"lr_gradnorm_{size}.png")
+            if any(cell_of(r) == size for r in an.ok()):
+                name = an.file_key(size)
+                files[f"loss_{name}.png"] = plot_loss(an, size, out / f"loss_{name}.png")
+                files[f"lr_gradnorm_{name}.png"] = plot_lr_gradnorm(an, size, out / f"lr_gradnorm_{name}.png")
         files["memory.png"] = plot_memory(an, out / "memory.png")
         files["throughput.png"] = plot_by_params(
             an, (("step_time_median_s", "median step time (s)"), ("tokens_per_s", "tokens / s")),
@@ -390,10 +485,23 @@ def write_plots(an: Analysis, out: Path) -> dict[str, Path]:
             an, (("loss_spikes_per_1k", "loss spikes per 1k steps"), ("diverged", "diverged (1) or not (0)")),
             "stability (dots = seeds, line = mean over seeds; optimizers offset sideways)", out / "stability.png",
             dodge=True)
-    if an.verdicts and (scaling := plot_scaling(an, out / "scaling.png")) is not None:
-        files["scaling.png"] = scaling
-    for size in sorted({str(r.get("model_size")) for r in an.tuning if r.get("model_size")}):
-        path = plot_tuning(an, size, out / f"tuning_{size}.png")
+    for at in dict.fromkeys(v.at for v in an.verdicts_along("size")):  # one per ratio every size ran
+        if an.multi and len(an.model_sizes) < 2:
+            break  # one size: nothing to draw along size (the data axis has its own plot)
+        if (scaling := plot_scaling(an, out / scaling_name(an, at), at)) is not None:
+            files[scaling_name(an, at)] = scaling
+    if an.multi and (data := plot_data_axis(an, out / "data_axis.png")) is not None:
+        files["data_axis.png"] = data
+    for size in sorted({cell_of(r) for r in an.tuning if r.get("model_size")}):
+        path = plot_tuning(an, size, out / f"tuning_{an.file_key(size)}.png")
         if path is not None:
-            files[f"tuning_{size}.png"] = path
+            files[f"tuning_{an.file_key(size)}.png"] = path
     return files
+
+
+def scaling_name(an: Analysis, at: str) -> str:
+    """The scaling plot's file: "scaling.png", or "scaling__tpp0.5.png" for the size axis at one data ratio."""
+    from hf_optbench.measure.verdict import ratio_label
+
+    tpp = next((r for r in an.ratios if ratio_label(r) == at), None)
+    return "scaling.png" if tpp is None else f"scaling__tpp{tpp:g}.png"

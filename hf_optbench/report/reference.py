@@ -18,6 +18,7 @@ from typing import Any
 from hf_optbench.errors import OptBenchError
 from hf_optbench.report.analysis import Analysis
 from hf_optbench.rundir import BASELINE
+from hf_optbench.study.records import cell_of
 
 
 def eval_blocks(rec: Mapping[str, Any]) -> tuple[list[list[int]], int]:
@@ -38,8 +39,9 @@ def eval_blocks(rec: Mapping[str, Any]) -> tuple[list[list[int]], int]:
 
 
 def reference_table(an: Analysis) -> tuple[dict[int, float], list[str], list[list[str]], str]:
-    """(reference losses {order: nats}, header, rows, the split described): per size, every optimizer's mean final
-    eval loss and where it sits among the references."""
+    """(reference losses {order: nats}, header, rows, the split described): per size (per size and data ratio, in a
+    sweep with several: the regime of every cell), every optimizer's mean final eval loss and where it sits among the
+    references."""
     from hf_optbench.data.ngram import reference_losses, regime
 
     ok = [r for r in an.ok() if r["status"] == "completed" and r.get("final_eval_loss") is not None]
@@ -52,7 +54,7 @@ def reference_table(an: Analysis) -> tuple[dict[int, float], list[str], list[lis
     for size in an.sizes:
         cells = []
         for opt in an.optimizers:
-            vals = [float(r["final_eval_loss"]) for r in ok if r["optimizer"] == opt and r["model_size"] == size]
+            vals = [float(r["final_eval_loss"]) for r in ok if r["optimizer"] == opt and cell_of(r) == size]
             cells.append(f"{statistics.fmean(vals):.4f} ({regime(statistics.fmean(vals), refs)})" if vals else "–")
         rows.append([size, *cells])
     tokens = sum(len(b) for b in blocks)
@@ -79,5 +81,6 @@ def reference_section(doc: Any, an: Analysis) -> None:
           "counts without its own occurrence) on exactly the predictions the eval loss scores (each token after a "
           "block's first, from the tokens before it in its block); hf_optbench/data/ngram.py says why this estimator. "
           f"A run above the bigram reference has not yet learned what a table of token pairs knows: its speedup "
-          f"measures the very start of training. {BASELINE} and every other optimizer, per size (mean over seeds):")
+          f"measures the very start of training. {BASELINE} and every other optimizer, per size"
+          f"{' and data ratio (tokens per parameter)' if an.multi else ''} (mean over seeds):")
     doc.table(header, rows)

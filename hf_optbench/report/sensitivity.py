@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_optbench.rundir import BASELINE
+from hf_optbench.study.records import cell_label, cell_of
 
 # Issue 22's definition: the learning-rate range whose tuning loss is within 1 % of the best.
 TOLERANCE = 0.01
@@ -130,7 +131,7 @@ def tuned_ratio_table(records: Sequence[Mapping[str, Any]], baseline: str = BASE
     used: dict[tuple[str, str], tuple[float, float]] = {}
     for r in records:
         if r.get("learning_rate") is not None and r.get("weight_decay") is not None:
-            used.setdefault((str(r["optimizer"]), str(r["model_size"])),
+            used.setdefault((str(r["optimizer"]), cell_of(r)),
                             (float(r["learning_rate"]), float(r["weight_decay"])))
     rows = []
     for (opt, size), (lr, wd) in sorted(used.items()):
@@ -164,11 +165,12 @@ def _noise_text(entry: Mapping[str, Any], prefix: str, label: str) -> str:
     return text + (", within the noise" if entry.get(f"{prefix}within_noise") else "")
 
 
-def tuned_values_table(tuned: Mapping[str, Any], optimizers: Sequence[str]
+def tuned_values_table(tuned: Mapping[str, Any], optimizers: Sequence[str], tpp: float | None = None
                        ) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of the report's tuned-values table, from tuned_hparams.yaml: per optimizer and size, every tuned
-    hyperparameter as a first-class value (the learning rate, the weight decay, the non-matrix group's rate: issue 29)
-    with its multiplier, whether it is bracketed, and the margin it won by against the seed noise it was judged by."""
+    """(header, rows) of the report's tuned-values table, from tuned_hparams.yaml (the file of data ratio ``tpp`` in a
+    sweep with several: its rows name the cell): per optimizer and size, every tuned hyperparameter as a first-class
+    value (the learning rate, the weight decay, the non-matrix group's rate: issue 29) with its multiplier, whether it
+    is bracketed, and the margin it won by against the seed noise it was judged by."""
     header = ["optimizer", "size", "learning rate (x cited)", "weight decay", "non-matrix group's rate (x the rate)",
               "ladder rungs tuned", "bracketed", "margin vs seed noise"]
     rows = []
@@ -186,20 +188,22 @@ def tuned_values_table(tuned: Mapping[str, Any], optimizers: Sequence[str]
             rung_text = f"{sum(1 for r in rungs if r.get('bracketed'))}/{len(rungs)} bracketed" if rungs else "–"
             noise = "; ".join(t for t in (_noise_text(e, "lr_", "lr"), _noise_text(e, "wd_", "wd"),
                                           _noise_text(e, "nonmatrix_", "non-matrix")) if t) or "–"
-            rows.append([opt, str(size), f"{float(e['learning_rate']):.3g} (x{float(e.get('multiplier', 1)):g})", wd, nm,
+            rows.append([opt, cell_label(size, tpp), f"{float(e['learning_rate']):.3g} (x{float(e.get('multiplier', 1)):g})",
+                         wd, nm,
                          rung_text, "yes" if e.get("bracketed", True) else "**no**", noise])
     return header, rows
 
 
 def tuned_values_section(doc: Any, an: Any) -> None:
-    """The tuned-values table (``doc``: report.build.Doc), from the sweep's tuned_hparams.yaml where it has one."""
-    from hf_optbench.rundir import TUNED_FILE
+    """The tuned-values table (``doc``: report.build.Doc), from the sweep's tuned_hparams.yaml where it has one (every
+    ratio's, in a sweep with several)."""
+    from hf_optbench.study.tuning_phase import tuned_files
     from hf_optbench.yaml_file import read_yaml_or_empty
 
-    path = an.sweep_dir / TUNED_FILE if an.sweep_dir is not None else None
-    if path is None or not path.is_file():
-        return
-    header, rows = tuned_values_table(read_yaml_or_empty(path), an.optimizers)
+    rows: list[list[str]] = []
+    for tpp, path in (tuned_files(an.sweep_dir) if an.sweep_dir is not None else {}).items():
+        header, found = tuned_values_table(read_yaml_or_empty(path), an.optimizers, tpp)
+        rows += found
     if not rows:
         return
     doc.h(3, "Tuned values, every parameter group alike")

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hf_optbench.study.budget import budget_tokens, ladder_points
+from hf_optbench.study.records import cell_of
 
 # Sizes whose tokens per parameter differ by more than this factor are not on one scaling axis.
 RATIO_TOLERANCE = 1.1
@@ -32,8 +33,8 @@ def tokens_per_param(rec: Mapping[str, Any]) -> float | None:
 
 
 def derive_speedups(an: Any, baseline: str) -> None:
-    """Fit every (size, seed) ladder and set each comparison (and attribution) record's speedup fields, in place (no
-    ladder: None)."""
+    """Fit every (cell, seed) ladder (a cell: a size, at a data ratio in a sweep with several) and set each
+    comparison (and attribution) record's speedup fields, in place (no ladder: None)."""
     from hf_optbench.measure.speedup import Speedup, fit_ladder, speedup
 
     for r in an.records + an.ladder + an.attribution:
@@ -44,9 +45,10 @@ def derive_speedups(an: Any, baseline: str) -> None:
     for r in an.records + an.attribution:
         r.update(speedup=None, speedup_censored=False, speedup_bound="", speedup_method=None,
                  baseline_equivalent_tokens=None)
-        key = (r.get("model_size"), r.get("seed"))
+        key = (cell_of(r), r.get("seed"))
         if key not in an.ladder_fits:
-            pts, references[key] = ladder_points(an.ladder + an.records, baseline, *key)
+            pts, references[key] = ladder_points(an.ladder + an.records, baseline, r.get("model_size"), r.get("seed"),
+                                                 r.get("budget_tpp"))
             an.ladder_fits[key] = fit_ladder([t for t, _ in pts], [v for _, v in pts]) if len(pts) >= 2 else None
         fit, tokens = an.ladder_fits[key], budget_tokens(r)
         if fit is None or not tokens:
@@ -69,7 +71,7 @@ def budget_table(an: Any) -> tuple[list[str], list[list[str]], list[str]]:
     header = ["size", "non-embedding parameters", "tokens / step", "steps", "tokens", "tokens / parameter"]
     rows, ratios = [], {}
     for size in an.sizes:
-        runs = [r for r in an.records if r.get("model_size") == size and budget_tokens(r)]
+        runs = [r for r in an.records if cell_of(r) == size and budget_tokens(r)]
         if not runs:
             continue
         r = runs[0]
@@ -80,7 +82,7 @@ def budget_table(an: Any) -> tuple[list[str], list[list[str]], list[str]]:
                      "–" if ratios[size] is None else f"{ratios[size]:.3g}"])
     known = [v for v in ratios.values() if v]
     warnings = []
-    if len(known) > 1 and max(known) / min(known) > RATIO_TOLERANCE:
+    if not an.multi and len(known) > 1 and max(known) / min(known) > RATIO_TOLERANCE:  # several ratios: by design
         warnings.append(f"the sizes differ in tokens per parameter ({min(known):.3g} to {max(known):.3g}): the scaling "
                         "axis mixes model size with data per parameter. State the budget as `budget: "
                         "{tokens_per_param: ...}` in the sweep file to hold it fixed")
@@ -99,7 +101,7 @@ def ladder_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
         cells = []
         for m in mults:
             vals = [float(r["final_eval_loss"]) for r in an.ladder + an.records
-                    if r.get("optimizer") == baseline and r.get("model_size") == size and r["status"] == "completed"
+                    if r.get("optimizer") == baseline and cell_of(r) == size and r["status"] == "completed"
                     and float(r.get("budget_multiple") or 1.0) == m and r.get("final_eval_loss") is not None]
             sd = f" ± {statistics.stdev(vals):.2g}" if len(vals) > 1 else ""
             cells.append(f"{statistics.fmean(vals):.4f}{sd}" if vals else "–")
@@ -109,11 +111,17 @@ def ladder_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
     return ["size", *[f"x{m:g}" for m in mults], "curve per seed"], rows
 
 
-def _tuned(an: Any) -> dict[str, Any]:
-    from hf_optbench.rundir import TUNED_FILE
+def tuned_entry(an: Any, optimizer: str, cell: str) -> dict[str, Any]:
+    """The tuned-file entry of ``optimizer`` at ``cell``: its size's entry in its data ratio's tuned file (the one
+    file of a single-ratio sweep); {} where there is none."""
+    from hf_optbench.study.tuning_phase import tuned_files
     from hf_optbench.yaml_file import read_yaml_or_empty
 
-    return read_yaml_or_empty(an.sweep_dir / TUNED_FILE) if an.sweep_dir is not None else {}
+    if an.sweep_dir is None:
+        return {}
+    path = tuned_files(an.sweep_dir).get(an.cell_tpp.get(cell))
+    entry = ((read_yaml_or_empty(path) or {}).get(optimizer) or {}).get(an.cell_size.get(cell, cell)) if path else None
+    return entry if isinstance(entry, dict) else {}
 
 
 def _rate_cell(entry: Mapping[str, Any], prefix: str = "") -> str:
@@ -130,8 +138,7 @@ def _rate_cell(entry: Mapping[str, Any], prefix: str = "") -> str:
 def rung_rates_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
     """(header, rows): per size, the learning rate each rung of the baseline's ladder ran at (tuned_hparams.yaml:
     every rung tuned on its own, issue 29), x multiplier of the cited rate."""
-    tuned = (_tuned(an).get(baseline) or {})
-    entries = {size: tuned.get(size) for size in an.sizes if isinstance(tuned.get(size), dict)}
+    entries = {size: tuned_entry(an, baseline, size) for size in an.sizes if tuned_entry(an, baseline, size)}
     mults = sorted({1.0} | {float(r["budget_multiple"]) for e in entries.values() for r in e.get("ladder") or []}
                    | {float(r["budget_multiple"]) for r in an.ladder if r.get("budget_multiple")})
     if not any(e.get("ladder") for e in entries.values()):
@@ -145,41 +152,37 @@ def rung_rates_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]
 
 
 def attribution_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
-    """(header, rows): per optimizer and size that has attribution runs, its fully tuned speedup beside its speedup
-    with the non-matrix group at the baseline's tuned rate (same seeds, same matrix rate), each with its interval at
-    the level of the fully tuned speedup's verdict cell, and their paired ratio."""
+    """(header, rows): per optimizer and cell (size, or size at a data ratio) that has attribution runs, its fully
+    tuned speedup beside its speedup with the non-matrix group at the baseline's tuned rate (same seeds, same matrix
+    rate), each with its interval at the level of the fully tuned speedup's verdict cell, and their paired ratio."""
     from hf_optbench.measure.intervals import t_interval
     from hf_optbench.measure.verdict import METRICS, verdict
 
     if not an.attribution:
         return [], []
     spec = next(m for m in METRICS if m.key == "speedup")
-    full = {v.optimizer: v for v in an.verdicts if v.metric.key == "speedup"}
-    tuned = _tuned(an)
     header = ["optimizer", "size", "non-matrix group's rate (tuned)", "speedup, fully tuned",
               f"non-matrix group at {baseline}'s rate", "speedup", "attributed / fully tuned (paired)"]
     rows = []
     for opt in sorted({r["optimizer"] for r in an.attribution}):
-        level = full[opt].level if opt in full else 0.05
-        mine = [{**r, "optimizer": "attributed"} for r in an.attribution if r["optimizer"] == opt]
-        attributed = verdict(mine + [r for r in an.ok() if r["optimizer"] == baseline], baseline=baseline,
-                             metrics=(spec,), alpha=level)
-        points = {p.model_size: p for v in attributed for p in v.points}
         for size in an.sizes:
-            p_full = next((p for p in (full[opt].points if opt in full else []) if p.model_size == size), None)
-            p_attr = points.get(size)
-            entry = (tuned.get(opt) or {}).get(size) or {}
-            base = (tuned.get(baseline) or {}).get(size) or {}
+            v_full, p_full = an.point(opt, "speedup", size)
+            level = v_full.level if v_full is not None else 0.05
+            mine = [{**r, "optimizer": "attributed"} for r in an.attribution
+                    if r["optimizer"] == opt and cell_of(r) == size]
+            attributed = verdict(mine + [r for r in an.ok() if r["optimizer"] == baseline and cell_of(r) == size],
+                                 baseline=baseline, metrics=(spec,), alpha=level)
+            p_attr = next((p for v in attributed for p in v.points), None)
             ratios = [math.log(a["speedup"]) - math.log(f["speedup"])
-                      for a in mine for f in an.records if a.get("model_size") == size == f.get("model_size")
+                      for a in mine for f in an.records if cell_of(f) == size
                       and f.get("optimizer") == opt and f.get("seed") == a.get("seed") and a.get("speedup")
                       and f.get("speedup") and not a.get("speedup_censored") and not f.get("speedup_censored")]
             paired = "–"
             if len(ratios) >= 2:
                 mean, _, low, high = t_interval(ratios, level / 2)
                 paired = f"{math.exp(mean):.3g} [{math.exp(low):.3g}, {math.exp(high):.3g}] ({len(ratios)} seeds)"
-            rows.append([opt, size, _group_rate(entry), _speedup_cell(p_full), _group_rate(base), _speedup_cell(p_attr),
-                         paired])
+            rows.append([opt, size, _group_rate(tuned_entry(an, opt, size)), _speedup_cell(p_full),
+                         _group_rate(tuned_entry(an, baseline, size)), _speedup_cell(p_attr), paired])
     return header, rows
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from hf_optbench.report.analysis import Analysis, group
 from hf_optbench.rundir import BASELINE, FINISHED_STATUSES
+from hf_optbench.study.records import cell_of
 
 Cell = Callable[[Any], Any]
 
@@ -33,7 +34,8 @@ class Column:
 
 @dataclass(frozen=True)
 class Group:
-    """One optimizer at one model size, over its seeds: a row of the per-size tables."""
+    """One optimizer at one model size (a cell: a size at a data ratio, in a sweep with several), over its seeds: a
+    row of the per-size tables."""
 
     an: Analysis
     size: str
@@ -47,7 +49,7 @@ class Group:
 
     def runs(self, statuses: tuple[str, ...] = FINISHED_STATUSES) -> list[dict[str, Any]]:
         return [r for r in self.an.records if r.get("optimizer") == self.optimizer
-                and r.get("model_size") == self.size and r["status"] in statuses]
+                and cell_of(r) == self.size and r["status"] in statuses]
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ def _wall_note(g: Group, key: str) -> str:
     if g.optimizer == BASELINE:
         return ""
     note = wallclock_note(by_seed(g.runs(), key, g.optimizer, g.size), by_seed(
-        [r for r in g.an.ok() if r.get("optimizer") == BASELINE], key, BASELINE, g.size))
+        [r for r in g.an.ok() if r.get("optimizer") == BASELINE], key, BASELINE, g.size))  # by_seed: by cell
     return f" {note}" if note else ""
 
 
@@ -207,16 +209,57 @@ def _slope(v: Any) -> str:
     return f"{v.slope_per_decade:+.3f} [{v.slope_ci[0]:+.3f}, {v.slope_ci[1]:+.3f}]"
 
 
+def along(v: Any) -> str:
+    """Which axis a verdict runs along and where on the other: "size, at 0.5 tok/param" or "data, at tiny"."""
+    return v.axis + (f", at {v.at}" if v.at else "")
+
+
 EVIDENCE = [  # one row per verdict (optimizer x metric)
     Column("optimizer", lambda v: v.optimizer),
     Column("metric", lambda v: v.metric.label),
-    Column("verdict", lambda v: v.verdict),
+    Column("verdict", lambda v: v.word),
     Column("paired seeds per size", lambda v: ", ".join(f"{p.model_size} {p.n_pairs}" for p in v.points) or "–"),
     Column("censored pairs", lambda v: sum(p.censored_pairs for p in v.points)),
     Column("trend / decade [CI]", _slope),
     Column("trend threshold / decade", lambda v: fmt_num(v.threshold, "{:.3f}")),
     Column("evidence", lambda v: v.evidence),
 ]
+
+
+def evidence_columns(an: Analysis) -> list[Column]:
+    """:data:`EVIDENCE`, with the axis each verdict runs along in a sweep over data ratios."""
+    return EVIDENCE[:2] + [Column("along", along)] + EVIDENCE[2:] if an.multi else EVIDENCE
+
+
+def data_legend(an: Analysis) -> str:
+    """The paragraph under the data-axis tables: what is judged along data, and the error control they share."""
+    from hf_optbench.measure.verdict import ALPHA, DATA_QUESTIONS
+
+    family = max((v.family for v in an.verdicts if v.p_value is not None), default=0)
+    return (f"Along data per parameter, at each size: the same rule as along size, with log10(tokens per parameter) in "
+            f"place of log10(parameters). Each seed is paired with {BASELINE} at each ratio (the same initial weights and "
+            "data order, at another budget; each ratio tuned and laddered on its own), the trend is the mean of per-seed "
+            "slopes over log10(tokens per parameter), its threshold the margin over the decades of data spanned. Cells: "
+            "the verdict, then the ratio (or gap) at the smallest → largest ratio and where the optimizer stands at the "
+            "largest; a trend reads \"... with data\" (Marin, arXiv:2509.02046, found Muon's speedup shrinking with "
+            f"data). Judged: the {' and '.join(DATA_QUESTIONS)} metrics (a model's memory does not depend on its data "
+            f"budget). Holm's procedure runs over the testable cells of both axes together ({family or 'none'}), so the "
+            f"chance of any false claim in all of these tables is {ALPHA:.0%}.")
+
+
+def data_axis_table(an: Analysis, key: str = "speedup") -> tuple[list[str], list[list[str]]]:
+    """(header, rows): per optimizer and size, the data-axis verdict's paired ratio at each data ratio (its
+    interval and stance) and the verdict along data."""
+    from hf_optbench.measure.verdict import ratio_label
+
+    labels = [ratio_label(r) for r in an.ratios]
+    rows = []
+    for v in an.verdicts_along("data"):
+        if v.metric.key != key or not v.points:
+            continue
+        points = {p.model_size: p for p in v.points}
+        rows.append([v.optimizer, v.at, *[ratio_cell(points.get(label)) for label in labels], v.word])
+    return ["optimizer", "size", *labels, "verdict along data"], rows
 
 
 def verdict_cell(v: Any) -> str:
@@ -229,7 +272,7 @@ def verdict_cell(v: Any) -> str:
         why = "runs shared the machine" if "sharing the machine" in v.evidence else "seed spread > effect"
         return f"{v.verdict} ({why}; see Evidence)"
     if not v.points:
-        return f"{v.verdict} ({v.evidence})"
+        return f"{v.word} ({v.evidence})"
     a, b = v.points[0], v.points[-1]
     where = b.stance
     if v.metric.mode == "ratio":
@@ -241,7 +284,7 @@ def verdict_cell(v: Any) -> str:
         return f"{v.verdict} ({span}; {b.mde_text(v.metric.mode, v.metric.unit)} at {b.model_size}{bounds})"
     if v.verdict in ("level", "insufficient data"):
         return f"{v.verdict} ({span})"
-    return f"{v.verdict} ({span}; {where} at {b.model_size}{bounds})"
+    return f"{v.word} ({span}; {where} at {b.model_size}{bounds})"
 
 
 def verdict_legend(an: Analysis) -> str:
@@ -249,13 +292,14 @@ def verdict_legend(an: Analysis) -> str:
     from hf_optbench.measure.verdict import ALPHA, NOT_MEASURABLE
 
     family = max((v.family for v in an.verdicts if v.verdict != NOT_MEASURABLE), default=0)
+    both = " (both axes: the size tables and the data tables below)" if an.multi else ""
     return (f"Cells: the verdict, then the ratio (or gap) to {BASELINE} at the smallest → largest size run and where "
             f"the optimizer stands at the largest size. Runs are paired with {BASELINE} by seed (same initial weights "
             "and data order); each size has a Student-t interval of the mean paired log-ratio, or, where some pairs are "
             "bounds (a speedup beyond the ladder, a run that never reached the target), a censored-normal likelihood "
             "interval (never a mean of bounds; ≥ / ≤ marks a figure that is itself a bound). The trend is the mean of "
             "per-seed slopes over log10(parameters) with its own interval. Error control over the whole table: Holm's "
-            f"step-down procedure over its testable cells ({family or 'none here: a cell needs two sizes'}) keeps the "
+            f"step-down procedure over its testable cells{both} ({family or 'none here: a cell needs two sizes'}) keeps the "
             f"chance of any false difference claim at {ALPHA:.0%}; each cell is judged at the level Holm gives it (its largest-size and trend tests at half of "
             "it), so its intervals are wider than 97.5 % ones (the Evidence table lists each cell's level and p-value). "
             "Differences within the margin count as level: 0.01 nats of final eval loss (language-model scale: "
@@ -269,13 +313,15 @@ def verdict_legend(an: Analysis) -> str:
             "bound. Full rule: hf_optbench/measure/verdict.py.")
 
 
-def verdict_columns(an: Analysis) -> list[Column]:
-    """One row per non-baseline optimizer, one column per metric that has a verdict."""
-    def cell(spec: Any) -> Cell:
-        return lambda opt: next((verdict_cell(v) for v in an.verdicts if v.optimizer == opt and v.metric == spec),
-                                "–")
+def verdict_columns(an: Analysis, verdicts: Sequence[Any] | None = None) -> list[Column]:
+    """One row per non-baseline optimizer, one column per metric that has a verdict (among ``verdicts``: one family's,
+    along one axis at one place; all of the analysis's by default)."""
+    chosen = an.verdicts if verdicts is None else list(verdicts)
 
-    specs = list(dict.fromkeys(v.metric for v in an.verdicts))
+    def cell(spec: Any) -> Cell:
+        return lambda opt: next((verdict_cell(v) for v in chosen if v.optimizer == opt and v.metric == spec), "–")
+
+    specs = list(dict.fromkeys(v.metric for v in chosen))
     return [Column("optimizer", lambda opt: opt)] + [Column(f"{s.question}: {s.label}", cell(s)) for s in specs]
 
 
@@ -310,7 +356,8 @@ def _ratio_wall_note(an: Analysis, opt: str, size: str) -> str:
 
 
 def ratio_rows(an: Analysis) -> list[RatioRow]:
-    """Each non-baseline optimizer's ratio to the baseline per size run, then its planner-predicted rows."""
+    """Each non-baseline optimizer's ratio to the baseline per size (cell) run, then its planner-predicted rows;
+    each cell is the point of the verdict that judges it (:meth:`Analysis.point`)."""
     from hf_optbench.measure.verdict import METRICS
     from hf_optbench.report.noise import WALL_CLOCK_KEYS
 
@@ -319,8 +366,7 @@ def ratio_rows(an: Analysis) -> list[RatioRow]:
         for size in an.sizes:
             ratios, pairs = {}, 0
             for s in (s for s in METRICS if s.mode == "ratio"):
-                v = next((v for v in an.verdicts if v.optimizer == opt and v.metric.key == s.key), None)
-                p = next((p for p in (v.points if v else []) if p.model_size == size), None)
+                p = an.point(opt, s.key, size)[1]
                 ratios[s.key] = ratio_cell(p) + (_ratio_wall_note(an, opt, size) if s.key in WALL_CLOCK_KEYS else "")
                 pairs = max(pairs, p.n_pairs if p else 0)
             ratios["pairs"] = str(pairs)

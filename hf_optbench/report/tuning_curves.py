@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hf_optbench.rundir import TUNED_FILE, TUNING_DIR
+from hf_optbench.rundir import TUNING_DIR
+from hf_optbench.study.records import cell_label, cell_of
 
 HPARAM_KEYS = (("learning_rate", "lr"), ("weight_decay", "wd"), ("max_grad_norm", "clip"))
 PLAIN_SOURCES = ("user", "transformers default", "registry default")
@@ -78,7 +79,7 @@ def curve_frame(records: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
         if r.get("lr_multiplier") is None or not _is_lr_point(r):  # another axis's run: not this curve
             continue
         loss = (r.get("_summary") or {}).get(key, r.get(key)) if r.get("status") == "completed" else None
-        rows.append({"optimizer": r.get("optimizer"), "model_size": r.get("model_size"),
+        rows.append({"optimizer": r.get("optimizer"), "model_size": cell_of(r),
                      "lr_multiplier": float(r["lr_multiplier"]), "learning_rate": r.get("learning_rate"),
                      "loss": None if loss is None or not math.isfinite(float(loss)) else float(loss),
                      "bad": r.get("status") != "completed"})
@@ -105,7 +106,7 @@ def point_losses(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], 
             continue
         loss = (r.get("_summary") or {}).get(key, r.get(key)) if r.get("status") == "completed" else None
         ok = loss is not None and math.isfinite(float(loss))
-        seen.setdefault((str(r.get("optimizer")), str(r.get("model_size"))), {}).setdefault(_point(r), []).append(
+        seen.setdefault((str(r.get("optimizer")), cell_of(r)), {}).setdefault(_point(r), []).append(
             float(loss) if ok else None)
     return {pair: {p: None if None in v else sum(x for x in v if x is not None) / len(v) for p, v in points.items()}
             for pair, points in seen.items()}
@@ -144,20 +145,21 @@ def bracketed_from_records(records: Sequence[Mapping[str, Any]]) -> dict[tuple[s
 
 
 def bracketed_optima(sweep_dir: str | os.PathLike[str]) -> dict[tuple[str, str], bool]:
-    """{(optimizer, size): bracketed bool} of a sweep: from its ``tuned_hparams.yaml`` (``bracketed``, written by
-    the tuning phase; an older file without it: its learning-rate curve's best inside the grid), else from its
-    tuning runs (``<sweep_dir>/tuning``, or the directory itself for a tuning grid run by hand). For the verdict
-    table: a comparison never starts from an unbracketed optimum without the report saying so."""
+    """{(optimizer, size): bracketed bool} of a sweep (the size a cell, "tiny @ 0.5 tok/param", in a sweep over data
+    ratios): from its tuned files (``bracketed``, written by the tuning phase; an older file without it: its
+    learning-rate curve's best inside the grid), else from its tuning runs (``<sweep_dir>/tuning``, or the
+    directory itself for a tuning grid run by hand). For the verdict table: a comparison never starts from an
+    unbracketed optimum without the report saying so."""
     from hf_optbench.study.records import load_runs
+    from hf_optbench.study.tuning_phase import tuned_files
     from hf_optbench.yaml_file import read_yaml_or_empty
 
     d = Path(sweep_dir)
-    tuned = d / TUNED_FILE
-    if tuned.is_file():
-        data = read_yaml_or_empty(tuned)
-        return {(str(o), str(s)): bool(e["bracketed"]) if "bracketed" in e else
+    files = tuned_files(d)
+    if files:
+        return {(str(o), cell_label(s, tpp)): bool(e["bracketed"]) if "bracketed" in e else
                 _interior({float(c["multiplier"]): c.get("tuning_loss") for c in e.get("curve") or []})
-                for o, sizes in data.items() if isinstance(sizes, dict)
-                for s, e in sizes.items() if isinstance(e, dict)}
+                for tpp, path in files.items() for o, sizes in read_yaml_or_empty(path).items()
+                if isinstance(sizes, dict) for s, e in sizes.items() if isinstance(e, dict)}
     runs = d / TUNING_DIR if (d / TUNING_DIR).is_dir() else d
     return bracketed_from_records(load_runs(runs)) if runs.is_dir() else {}

@@ -22,7 +22,14 @@ from typing import Any
 from hf_optbench.optim.adamw import NONMATRIX_KEY
 from hf_optbench.rundir import BASELINE
 from hf_optbench.study import budget as budgets
-from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, _expand, attach_tuned_file, validate_runs
+from hf_optbench.study.sweep_spec import (
+    RunSpec,
+    SweepSpec,
+    _expand,
+    attach_tuned_file,
+    tuned_file_name,
+    validate_runs,
+)
 from hf_optbench.study.tracking_env import tracker_env
 from hf_optbench.study.tuning_phase import ATTRIBUTION_DIR, compared_records, write_tuned
 from hf_optbench.yaml_file import read_yaml_or_empty
@@ -41,19 +48,20 @@ def extend_ladder(spec: SweepSpec, say: Callable[[str], None]) -> list[RunSpec]:
     known = {r.run_id for r in spec.runs}
     seeds = sorted({r.seed for r in spec.runs if r.phase == "compare"})
     added: list[RunSpec] = []
-    for size in dict.fromkeys(r.model_size for r in spec.runs):
-        mults = budgets.ladder_multiples(spec.ladder, size, records)
+    for size, tpp in dict.fromkeys((r.model_size, r.budget_tpp) for r in spec.runs):
+        mults = budgets.ladder_multiples(spec.ladder, size, records, tpp)
         new_mults = [m for m in mults if m not in spec.ladder.multiples]
         scratch = dataclasses.replace(spec, runs=[], ladder=budgets.Ladder(tuple(new_mults) or (1.0,),
                                                                             spec.ladder.optimizer))
         if not new_mults:
             continue
-        _expand(scratch, optimizers=[spec.ladder.optimizer], sizes=[size], seeds=seeds, mults=[])
+        _expand(scratch, optimizers=[spec.ladder.optimizer], sizes=[size], seeds=seeds, mults=[], ratios=[tpp])
         new = [r for r in scratch.runs if r.budget_multiple is not None and r.run_id not in known]
         if new:
-            beaten = budgets.beats_top(records, spec.ladder.optimizer, size,
-                                       _top_tokens(records, spec.ladder.optimizer, size, max(new_mults) / 2))
-            say(f"{size}: {', '.join(beaten) or 'a compared run'} beat the ladder's top rung: adding "
+            top = _top_tokens(records, spec.ladder.optimizer, size, max(new_mults) / 2, tpp)
+            beaten = budgets.beats_top(records, spec.ladder.optimizer, size, top, tpp)
+            where = size if tpp is None else f"{size} at {tpp:g} tokens/param"
+            say(f"{where}: {', '.join(beaten) or 'a compared run'} beat the ladder's top rung: adding "
                 f"x{max(new_mults):g} (cap x{spec.ladder.cap:g})")
         added += new
     if added:
@@ -65,9 +73,11 @@ def extend_ladder(spec: SweepSpec, say: Callable[[str], None]) -> list[RunSpec]:
     return added
 
 
-def _top_tokens(records: list[dict[str, Any]], baseline: str, size: str, multiple: float) -> float:
+def _top_tokens(records: list[dict[str, Any]], baseline: str, size: str, multiple: float,
+                tpp: float | None = None) -> float:
     tokens = [budgets.budget_tokens(r) or 0.0 for r in records if r.get("optimizer") == baseline
-              and r.get("model_size") == size and float(r.get("budget_multiple") or 1.0) == multiple]
+              and r.get("model_size") == size and r.get("budget_tpp") == tpp
+              and float(r.get("budget_multiple") or 1.0) == multiple]
     return max(tokens, default=0.0)
 
 
@@ -98,22 +108,28 @@ def _attributed(spec: SweepSpec, tuned: dict[str, Any]) -> dict[str, dict[str, d
 
 def attribution_phase(spec: SweepSpec) -> SweepSpec | None:
     """The attribution runs as a phase of their own (``<output_dir>/attribution``), reading
-    ``attribution/tuned_hparams_attribution.yaml`` (written here from the sweep's tuned file); None when no
-    compared optimizer has a tuned non-matrix group."""
-    if spec.tune is None or not spec.tuned_file.is_file():
-        return None
-    attributed = _attributed(spec, read_yaml_or_empty(spec.tuned_file))
-    if not attributed:
+    ``attribution/tuned_hparams_attribution.yaml`` (written here from the sweep's tuned file; one per data ratio in a
+    sweep with several, as the tuned files are); None when no compared optimizer has a tuned non-matrix group."""
+    if spec.tune is None:
         return None
     out = spec.output_dir / ATTRIBUTION_DIR
-    path = out / ATTRIBUTION_FILE
-    write_tuned(attributed, path, f"attribution runs of {spec.output_dir}: {spec.tuned_file}'s values, each "
-                "optimizer's non-matrix group at the baseline's tuned rate", merge=False)
+    files: dict[float | None, tuple[Path, dict[str, dict[str, dict[str, Any]]]]] = {}
+    for tpp in dict.fromkeys(r.budget_tpp for r in spec.runs):
+        tuned = spec.tuned_file_for(tpp)
+        attributed = _attributed(spec, read_yaml_or_empty(tuned)) if tuned.is_file() else {}
+        if attributed:
+            path = out / tuned_file_name(tpp, ATTRIBUTION_FILE)
+            write_tuned(attributed, path, f"attribution runs of {spec.output_dir}: {tuned.name}'s values, each "
+                        "optimizer's non-matrix group at the baseline's tuned rate", merge=False)
+            files[tpp] = (path, attributed)
+    if not files:
+        return None
     runs = []
     phase = dataclasses.replace(spec, output_dir=out, name=f"{spec.name}-attribution", runs=[], tuning=None,
                                 tune=None, ladder=None)
     for run in spec.runs:
-        if run.optimizer not in attributed or run.model_size not in attributed[run.optimizer] \
+        path, attributed = files.get(run.budget_tpp, (None, {}))
+        if path is None or run.optimizer not in attributed or run.model_size not in attributed[run.optimizer] \
                 or run.budget_multiple is not None:
             continue
         args = [str(path) if i and run.args[i - 1] == "--tuned_hparams_file" else a for i, a in enumerate(run.args)]

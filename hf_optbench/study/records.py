@@ -1,5 +1,6 @@
 """A sweep directory's run records: one flat record per run directory (its matrix point, final status and
-summary.json's figures) and summary.csv. Read by the sweep (its end-of-sweep summary.csv), the tuner (the grid's
+summary.json's figures, its data ratio ``budget_tpp`` and its report ``cell`` in a sweep with several) and
+summary.csv. Read by the sweep (its end-of-sweep summary.csv), the tuner (the grid's
 losses) and the report (:mod:`hf_optbench.report.analysis`), so it sits with the sweep, below the report.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
+from hf_optbench.measure.verdict import ratio_label
 from hf_optbench.rundir import (
     MANIFEST_FILE,
     METRICS_FILE,
@@ -36,13 +38,24 @@ SUMMARY_COLUMNS = (
     "final_train_loss", "final_eval_loss", "final_tuning_loss", "max_steps", "optimizer_state_bytes", "optimizer_state_bytes_per_param",
     "param_bytes", "grad_bytes", "peak_memory_bytes", "peak_memory_kind", "step_time_median_s", "step_time_p90_s",
     "tokens_per_s", "mfu", "loss_spikes", "max_loss_spike", "grad_norm_spikes", "diverged_step", "train_runtime_s",
-    "budget_multiple", "tokens_per_param", "run_dir",
+    "budget_multiple", "tokens_per_param", "budget_tpp", "run_dir",
 )
 
 # A run directory a sweep moved aside (never deleted): an unfinished attempt (``.incomplete-N``) or a finished run
 # whose settings the edited sweep file no longer gives (``.changed-N``, hf_optbench.study.kept_runs). Run ids may
 # hold dots themselves (``lrx0.5``), hence the whole suffix.
 ASIDE_RE = re.compile(r"\.(incomplete|changed)-\d+$")
+
+
+def cell_label(size: Any, tpp: float | None) -> str:
+    """The report's name of a (size, data ratio) cell: the size alone in a sweep with one ratio (``tpp`` None: its
+    report reads as before), "tiny @ 0.5 tok/param" in a sweep with several."""
+    return str(size) if tpp is None else f"{size} @ {ratio_label(tpp)}"
+
+
+def cell_of(rec: Mapping[str, Any]) -> str:
+    """A record's cell (:func:`cell_label`): what the report groups seeds by, where it used to group by size."""
+    return str(rec.get("cell") or cell_label(rec.get("model_size"), rec.get("budget_tpp")))
 
 
 def is_run_dir_name(name: str) -> bool:
@@ -77,7 +90,7 @@ def _record(run_dir: Path, planned: Mapping[str, Any], rows: Sequence[dict[str, 
     summary = read_summary(run_dir) or {}
     point = {**parse_run_id(rid), **{k: v for k, v in planned.items()
                                       if k in ("optimizer", "model_size", "seed", "lr_multiplier", "max_steps",
-                                               "budget_multiple")}}
+                                               "budget_multiple", "budget_tpp")}}
     rec: dict[str, Any] = {k: summary.get(k) for k in SUMMARY_COLUMNS}
     rec.update({"run_id": rid, "run_dir": str(run_dir)})
     for key in ("optimizer", "model_size", "seed"):
@@ -85,6 +98,8 @@ def _record(run_dir: Path, planned: Mapping[str, Any], rows: Sequence[dict[str, 
     rec["lr_multiplier"] = point.get("lr_multiplier")
     rec["budget_multiple"] = point.get("budget_multiple")
     rec["wd_multiplier"] = point.get("wd_multiplier")
+    rec["budget_tpp"] = point.get("budget_tpp")
+    rec["cell"] = cell_label(rec.get("model_size"), rec["budget_tpp"])
     rec["max_steps"] = summary.get("max_steps") or point.get("max_steps")
     ends = [r for r in rows if r.get("run_id") == rid and r.get("event") == "end"]
     rec["attempts"] = sum(1 for r in rows if r.get("run_id") == rid and r.get("event") in ("start", "submitted"))

@@ -23,7 +23,9 @@ Sweep file (YAML)::
       confirm_seeds: [1000, 1001]          # more seeds where a choice's margin is within the seed noise (default)
       confirm_rungs: true                  # the same for the ladder rungs' rates (study/tuning.py has the rule)
     budget: {tokens_per_param: 0.5}      # optional: max_steps per size = 0.5 x non-embedding params / tokens per
-                                           # step, the same data per parameter at every size (study/budget.py)
+                                           # step, the same data per parameter at every size (study/budget.py);
+                                           # a list ([0.5, 2]) runs the whole protocol at each ratio (ids __tpp0.5,
+                                           # one tuned file per ratio), exclude: [{model_size, tokens_per_param}]
     ladder:                                # optional: the baseline also runs at these multiples of the budget,
       multiples: [0.25, 0.5, 1, 2]         #   each a full schedule, each at its own tuned rate; the report reads
       optimizer: adamw                     #   every other optimizer's speedup off it (measure/speedup.py)
@@ -160,7 +162,8 @@ def _manifest(spec: SweepSpec, kept: dict[str, dict[str, Any]] | None = None) ->
     manifest["launcher"]["env"] = public_env(dict(spec.launcher.get("env") or {}))
     if spec.tune is not None and spec.tuning is not None:
         manifest["tune"] = {**asdict(spec.tune), "tuning_dir": str(spec.tuning.output_dir),
-                            "tuned_file": str(spec.tuned_file)}
+                            "tuned_file": str(spec.tuned_file) if spec.budget is None or len(spec.budget.ratios) < 2
+                            else [str(spec.tuned_file_for(k)) for k in spec.budget.keys]}
     return manifest
 
 
@@ -313,10 +316,10 @@ def _tune_then_attach(spec: SweepSpec, out_stream: Any) -> None:
     point the comparison runs at them."""
     from hf_optbench.study.tuning_phase import tune_phase
 
-    path, warnings = tune_phase(spec)
+    paths, warnings = tune_phase(spec)
     for w in warnings:
         print(f"[sweep] tuning warning: {w}", file=out_stream, flush=True)
-    print(f"[sweep] tuned learning rates -> {path}", file=out_stream, flush=True)
+    print(f"[sweep] tuned learning rates -> {', '.join(map(str, paths))}", file=out_stream, flush=True)
     attach_tuned_file(spec)
 
 

@@ -62,6 +62,7 @@ class RunSpec:
     phase: str = "compare"  # "tune" for a run of the tuning grid
     env: dict[str, str] = field(default_factory=dict)  # tracker grouping (W&B), added to the run's environment
     budget_multiple: float | None = None  # a run of the baseline's ladder (study/budget.py): x the budget
+    budget_tpp: float | None = None  # its cell's tokens per parameter, in a sweep with several (study/budget.py)
 
 
 @dataclass
@@ -81,7 +82,7 @@ class SweepSpec:
     tuning: SweepSpec | None = None  # the tuning phase (runs into <output_dir>/tuning), when ``tune`` is set
     budget: Budget | None = None  # tokens per parameter (study/budget.py)
     ladder: Ladder | None = None  # the baseline's budget ladder (comparison phase only)
-    steps: dict[tuple[str, str], int] = field(default_factory=dict)  # (size, optimizer) -> max_steps at x1
+    steps: budgets.Steps = field(default_factory=dict)  # (size, optimizer, ratio key) -> max_steps at x1
     current: set[str] = field(default_factory=set)  # run ids known to match the file (study.kept_runs), or run now
 
     @property
@@ -90,11 +91,28 @@ class SweepSpec:
 
     @property
     def tuned_file(self) -> Path:
-        """Where the tuning phase writes the selected values (read by every comparison run)."""
+        """Where the tuning phase writes the selected values (read by every comparison run); a sweep with several
+        data ratios writes one per ratio (:meth:`tuned_file_for`)."""
         return self.output_dir / TUNED_FILE
+
+    def tuned_file_for(self, tpp: float | None) -> Path:
+        """The tuned file the runs of ratio ``tpp`` read (:func:`tuned_file_name`)."""
+        return self.output_dir / tuned_file_name(tpp)
 
     def run_dir(self, run: RunSpec) -> Path:
         return self.runs_dir / run.run_id
+
+
+def tuned_file_name(tpp: float | None, name: str = TUNED_FILE) -> str:
+    """``tuned_hparams.yaml``, or ``tuned_hparams__tpp0.5.yaml`` for the runs of one ratio of a sweep with several.
+    Why a file per ratio and not one entry per ratio in one file: a run finds its values by its optimizer, size and
+    max_steps (optim.tuned.lookup_tuned), and two ratios' runs can share a step count with different tuned values (the
+    2x rung at 1 token/param and the compared budget at 2 are both 782 steps at tiny), so only the file can tell them
+    apart; each file is in the single-ratio format, read as before."""
+    if tpp is None:
+        return name
+    stem, dot, ext = name.rpartition(".")
+    return f"{stem}__tpp{tpp:g}{dot}{ext}" if dot else f"{name}__tpp{tpp:g}"
 
 
 def _resolve_path(value: str, sweep_file: Path, key: str) -> Path:
@@ -224,27 +242,35 @@ def _point_args(spec: SweepSpec, opt: str, size: str) -> list[str]:
 
 
 def _expand(spec: SweepSpec, optimizers: list[str], sizes: list[str], seeds: list[int], mults: list[float],
-            phase: str = "compare") -> None:
-    """Append one RunSpec per matrix point (and per ladder budget of the baseline). Seeds outermost: a
-    half-finished sweep already holds one complete seed of every optimizer x size."""
+            phase: str = "compare", ratios: list[float | None] | None = None) -> None:
+    """Append one RunSpec per matrix point (and per ladder budget of the baseline) at every data ratio of the budget
+    (``ratios``: only these) whose cell is not excluded. Seeds outermost: a half-finished sweep already holds one
+    complete seed of every optimizer x size x ratio."""
+    keys = ratios if ratios is not None else budgets.ratio_keys(spec.budget)
     for seed in seeds:
         for size in sizes:
-            for mult in (mults or [None]):
-                for opt in optimizers:
-                    ladder = spec.ladder.extra if spec.ladder and opt == spec.ladder.optimizer and mult is None else ()
-                    for budget_multiple in (None, *ladder):
-                        args = _point_args(spec, opt, size) + ["--seed", str(seed)]
-                        if (size, opt) in spec.steps:
-                            args += ["--max_steps", str(budgets.ladder_steps(spec.steps[(size, opt)], budget_multiple))]
-                        multiplier = None if mult is None else float(mult)
-                        rid = run_id_for(opt, size, seed, multiplier, budget_multiple=budget_multiple)
-                        if "run_name" not in spec.overrides:
-                            args += ["--run_name", rid]
-                        run = RunSpec(rid, opt, size, int(seed), multiplier, args, phase=phase,
-                                      budget_multiple=budget_multiple)
-                        run.env = tracker_env(spec, run)
-                        spec.runs.append(run)
+            for tpp in (k for k in keys if spec.budget is None or spec.budget.includes(size, k)):
+                for mult in (mults or [None]):
+                    for opt in optimizers:
+                        _expand_point(spec, opt, size, seed, None if mult is None else float(mult), tpp, phase)
     check_unique_ids(spec.runs)
+
+
+def _expand_point(spec: SweepSpec, opt: str, size: str, seed: int, multiplier: float | None, tpp: float | None,
+                  phase: str) -> None:
+    """The runs of one matrix point: the compared (or tuning) run and, for the baseline, its ladder's other rungs."""
+    ladder = spec.ladder.extra if spec.ladder and opt == spec.ladder.optimizer and multiplier is None else ()
+    for budget_multiple in (None, *ladder):
+        args = _point_args(spec, opt, size) + ["--seed", str(seed)]
+        if (size, opt, tpp) in spec.steps:
+            args += ["--max_steps", str(budgets.ladder_steps(spec.steps[(size, opt, tpp)], budget_multiple))]
+        rid = run_id_for(opt, size, seed, multiplier, budget_multiple=budget_multiple, budget_tpp=tpp)
+        if "run_name" not in spec.overrides:
+            args += ["--run_name", rid]
+        run = RunSpec(rid, opt, size, int(seed), multiplier, args, phase=phase, budget_multiple=budget_multiple,
+                      budget_tpp=tpp)
+        run.env = tracker_env(spec, run)
+        spec.runs.append(run)
 
 
 
@@ -279,7 +305,7 @@ def load_sweep(path: str | os.PathLike[str], output_dir: str | None = None) -> S
     out = Path(output_dir or raw.get("output_dir") or Path("runs") / sweep_file.stem).resolve()
     name = str(raw.get("name") or sweep_file.stem)
     common = dict(path=sweep_file.resolve(), base=base, overrides=overrides, per_optimizer=per_opt,
-                  per_model_size=per_size, launcher=launcher, budget=budgets.parse_budget(raw, tables))
+                  per_model_size=per_size, launcher=launcher, budget=budgets.parse_budget(raw, tables, sizes))
     spec = SweepSpec(output_dir=out, name=name, tune=tune, ladder=budgets.parse_ladder(raw, optimizers), **common)
     _budget_steps(spec, optimizers, sizes)
     if tune is not None:
@@ -291,10 +317,10 @@ def load_sweep(path: str | os.PathLike[str], output_dir: str | None = None) -> S
 
 
 def attach_tuned_file(spec: SweepSpec) -> None:
-    """Point every comparison run of a sweep with ``tune`` at its tuned-values file (once)."""
+    """Point every comparison run of a sweep with ``tune`` at its tuned-values file, its ratio's (once)."""
     for run in spec.runs:
         if "--tuned_hparams_file" not in run.args:
-            run.args = run.args + ["--tuned_hparams_file", str(spec.tuned_file)]
+            run.args = run.args + ["--tuned_hparams_file", str(spec.tuned_file_for(run.budget_tpp))]
 
 
 def probe_run_config(spec: SweepSpec, run: RunSpec) -> Any:

@@ -81,7 +81,8 @@ def multiplier_list(mults: list[Any], where: str) -> list[float]:
 # The matrix fields a run id is made of, with the sweep-file key that gives each (a tuning run's multiplier comes
 # from tune:, a ladder run's budget from ladder:).
 _ID_FIELDS = (("optimizer", "matrix optimizer"), ("model_size", "matrix model_size"), ("seed", "seed"),
-              ("lr_multiplier", "matrix lr_multipliers"), ("budget_multiple", "ladder multiples"))
+              ("lr_multiplier", "matrix lr_multipliers"), ("budget_multiple", "ladder multiples"),
+              ("budget_tpp", "budget tokens_per_param"))
 
 
 def check_unique_ids(runs: Sequence[Any]) -> None:

@@ -18,5 +18,9 @@ def tracker_env(spec: Any, run: Any) -> dict[str, str]:
         tags.append(f"lr_multiplier:{run.lr_multiplier:g}")
     point = {"sweep": spec.name, "phase": run.phase, "run_id": run.run_id, "optimizer": run.optimizer,
              "model_size": run.model_size, "seed": run.seed, "lr_multiplier": run.lr_multiplier}
+    tpp = getattr(run, "budget_tpp", None)
+    if tpp is not None:  # only in a sweep with several data ratios: a single-ratio run's tags stay as they were
+        tags.append(f"tokens_per_param:{tpp:g}")
+        point["budget_tpp"] = tpp
     return {"WANDB_RUN_GROUP": spec.name, "WANDB_TAGS": ",".join(tags), "WANDB_NAME": run.run_id,
             "WANDB_JOB_TYPE": run.phase, SWEEP_POINT_ENV: json.dumps(point, sort_keys=True)}

@@ -418,6 +418,12 @@ class PairSetup:
     rungs: tuple[float, ...] = ()
     wd_note: str = ""
     nm_note: str = ""
+    tpp: float | None = None  # the data ratio (tokens per parameter) of a sweep with several: tuned on its own
+
+    @property
+    def name(self) -> str:
+        """"adamw/tiny", or "adamw/tiny at 0.5 tokens/param" in a sweep with several ratios."""
+        return f"{self.optimizer}/{self.size}" + ("" if self.tpp is None else f" at {self.tpp:g} tokens/param")
 
 
 @dataclass
@@ -437,6 +443,14 @@ class PairPlan:
     @property
     def size(self) -> str:
         return self.setup.size
+
+    @property
+    def tpp(self) -> float | None:
+        return self.setup.tpp
+
+    @property
+    def name(self) -> str:
+        return self.setup.name
 
     def best(self) -> Coords | None:
         """The x1 budget's tuned point so far (the learning rate, then weight decay and ratio where tuned)."""
@@ -478,24 +492,24 @@ class PairPlan:
         return all(axis.bracketed for axis, _ in self.axes())
 
 
-Runs = dict[tuple[str, str, Coords], dict[int, dict[str, Any]]]
+Runs = dict[tuple[str, str, float | None, Coords], dict[int, dict[str, Any]]]
 
 
 @dataclass
 class TuningPlan:
-    """Every optimizer x size's tuning, and the finished tuning runs by point and seed."""
+    """Every optimizer x size (x data ratio)'s tuning, and the finished tuning runs by point and seed."""
 
     pairs: list[PairPlan]
     runs: Runs
     metric: str
 
-    def at(self, opt: str, size: str, point: Coords) -> list[dict[str, Any]]:
-        return list(self.runs.get((opt, size, point), {}).values())
+    def at(self, opt: str, size: str, point: Coords, tpp: float | None = None) -> list[dict[str, Any]]:
+        return list(self.runs.get((opt, size, tpp, point), {}).values())
 
 
 def index_records(records: Sequence[Mapping[str, Any]]) -> Runs:
-    """The finished tuning runs by (optimizer, size, point) and seed; the point is read from the run id (as the sweep
-    named it)."""
+    """The finished tuning runs by (optimizer, size, data ratio, point) and seed; the point and the ratio are read
+    from the run id (as the sweep named it)."""
     out: Runs = {}
     for r in records:
         if r.get("status") not in FINAL_STATUSES:
@@ -507,7 +521,8 @@ def index_records(records: Sequence[Mapping[str, Any]]) -> Runs:
             continue
         wd = r.get("wd_multiplier") if r.get("wd_multiplier") is not None else p.get("wd_multiplier")
         point = Coords.of(float(lr), wd, p.get("nonmatrix_multiplier"), p.get("budget_multiple"))
-        key = (str(p.get("optimizer", r.get("optimizer"))), str(p.get("model_size", r.get("model_size"))), point)
+        key = (str(p.get("optimizer", r.get("optimizer"))), str(p.get("model_size", r.get("model_size"))),
+               p.get("budget_tpp"), point)
         out.setdefault(key, {})[int(seed)] = dict(r)
     return out
 
@@ -525,7 +540,8 @@ def _plan_pair(tune: TuneSpec, setup: PairSetup, runs: Runs) -> PairPlan:
     o, s = setup.optimizer, setup.size
 
     def losses(at: Callable[[float], Coords]) -> Callable[[float], dict[int, float]]:
-        return lambda m: {seed: run_loss(r, tune.metric) for seed, r in runs.get((o, s, at(m)), {}).items()}
+        return lambda m: {seed: run_loss(r, tune.metric) for seed, r in runs.get((o, s, setup.tpp, at(m)),
+                                                                                   {}).items()}
 
     pair = PairPlan(setup, replay_axis(LR, tune.multipliers, Replay(
         losses(lambda m: Coords.of(m)), tune.lr_step, cap, seeds, confirm)))

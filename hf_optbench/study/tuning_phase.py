@@ -48,7 +48,14 @@ from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.adamw import NONMATRIX_KEY
 from hf_optbench.rundir import LOST_STATUSES, MANIFEST_FILE, TUNED_FILE, run_id_for, write_text_atomic
 from hf_optbench.study import budget as budgets
-from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, _expand, resolve_grid, validate_runs
+from hf_optbench.study.sweep_spec import (
+    RunSpec,
+    SweepSpec,
+    _expand,
+    resolve_grid,
+    tuned_file_name,
+    validate_runs,
+)
 from hf_optbench.study.tracking_env import tracker_env
 from hf_optbench.study.tuning import (
     Axis,
@@ -99,7 +106,7 @@ def setups(spec: SweepSpec) -> list[PairSetup]:
     recipe = load_recipe(spec.base)
     compared = compared_records(spec) if spec.ladder is not None else []
     out = []
-    for opt, size in dict.fromkeys((r.optimizer, r.model_size) for r in spec.tuning.runs):
+    for opt, size, tpp in dict.fromkeys((r.optimizer, r.model_size, r.budget_tpp) for r in spec.tuning.runs):
         args = next(r.args for r in spec.tuning.runs if r.optimizer == opt and r.model_size == size)
         try:
             registered = OPTIMIZERS.get(resolve_optimizer_name(opt))
@@ -109,14 +116,14 @@ def setups(spec: SweepSpec) -> list[PairSetup]:
         nm = bool(registered and NONMATRIX_KEY in registered.kwargs and spec.tune.nonmatrix_multipliers)
         wd_note = nm_note = ""
         if wd and _sets(recipe, args, "weight_decay"):
-            wd, wd_note = False, (f"{opt}/{size}: weight decay not tuned: the sweep or its base recipe sets "
+            wd, wd_note = False, (f"{opt}/{size}{_at(tpp)}: weight decay not tuned: the sweep or its base recipe sets "
                                   "weight_decay, which would replace a tuned value; remove it to tune it")
         if nm and NONMATRIX_KEY in _user_kwargs(recipe, args):
-            nm, nm_note = False, (f"{opt}/{size}: the non-matrix group's rate not tuned: optimizer_kwargs sets "
+            nm, nm_note = False, (f"{opt}/{size}{_at(tpp)}: the non-matrix group's rate not tuned: optimizer_kwargs sets "
                                   f"{NONMATRIX_KEY}; remove it to tune it")
-        rungs = tuple(m for m in budgets.ladder_multiples(spec.ladder, size, compared) if m != 1.0) \
+        rungs = tuple(m for m in budgets.ladder_multiples(spec.ladder, size, compared, tpp) if m != 1.0) \
             if spec.ladder is not None and opt == spec.ladder.optimizer else ()
-        out.append(PairSetup(opt, size, wd, nm, rungs, wd_note, nm_note))
+        out.append(PairSetup(opt, size, wd, nm, rungs, wd_note, nm_note, tpp))
     return out
 
 
@@ -148,27 +155,28 @@ def _with_kwargs(args: list[str], extra: Mapping[str, Any], recipe: Mapping[str,
     return out + ["--optimizer_kwargs", json.dumps(merged, sort_keys=True)]
 
 
-def _point_runs(spec: SweepSpec, opt: str, size: str, point: Coords, seeds: Sequence[int]) -> list[RunSpec]:
-    """The tuning runs of one point at ``seeds``, made as the initial grid's are (``_expand``), then given the
-    point's weight decay, group ratio and budget."""
+def _point_runs(spec: SweepSpec, opt: str, size: str, point: Coords, seeds: Sequence[int],
+                tpp: float | None = None) -> list[RunSpec]:
+    """The tuning runs of one point (at data ratio ``tpp``) at ``seeds``, made as the initial grid's are
+    (``_expand``), then given the point's weight decay, group ratio and budget."""
     from hf_optbench.config.parse import load_recipe
     assert spec.tuning is not None
     scratch = dataclasses.replace(spec.tuning, runs=[])
-    _expand(scratch, optimizers=[opt], sizes=[size], seeds=list(seeds), mults=[point.lr], phase="tune")
+    _expand(scratch, optimizers=[opt], sizes=[size], seeds=list(seeds), mults=[point.lr], phase="tune", ratios=[tpp])
     if point.wd is None and point.nm is None and point.dx is None:
         return scratch.runs
     recipe = load_recipe(spec.base) if point.nm is not None else {}
     runs = []
     for run in scratch.runs:
         rid = run_id_for(opt, size, run.seed, run.lr_multiplier, wd_multiplier=point.wd,
-                         nonmatrix_multiplier=point.nm, budget_multiple=point.dx)
+                         nonmatrix_multiplier=point.nm, budget_multiple=point.dx, budget_tpp=tpp)
         args = [rid if i and run.args[i - 1] == "--run_name" else a for i, a in enumerate(run.args)]
         if point.wd is not None:
             args += ["--weight_decay", f"{weight_decay_at(opt, size, point.wd):g}"]
         if point.nm is not None:
             args = _with_kwargs(args, {NONMATRIX_KEY: point.nm}, recipe)
-        if point.dx is not None and (size, opt) in spec.steps:
-            args += ["--max_steps", str(budgets.ladder_steps(spec.steps[(size, opt)], point.dx))]
+        if point.dx is not None and (size, opt, tpp) in spec.steps:
+            args += ["--max_steps", str(budgets.ladder_steps(spec.steps[(size, opt, tpp)], point.dx))]
         new = dataclasses.replace(run, run_id=rid, args=args, budget_multiple=point.dx)
         new.env = tracker_env(spec.tuning, new)
         runs.append(new)
@@ -193,11 +201,12 @@ def extend_tuning(spec: SweepSpec, say: Callable[[str], None]) -> list[RunSpec]:
     added: list[RunSpec] = []
     for pair in plan.pairs:
         new = [run for point, seeds in pair.points() for run in _point_runs(spec, pair.optimizer, pair.size, point,
-                                                                              seeds) if run.run_id not in known]
+                                                                              seeds, pair.tpp)
+               if run.run_id not in known]
         if new and pair.points(pending=True):
             for axis, _ in pair.axes():
                 if axis.pending and axis.note:
-                    say(f"{pair.optimizer}/{pair.size}: {axis.note}")
+                    say(f"{pair.name}: {axis.note}")
         known |= {r.run_id for r in new}
         added += new
     if added:
@@ -241,11 +250,11 @@ def _lr_part(plan: TuningPlan, pair: PairPlan) -> dict[str, Any]:
     assert lr.best is not None
 
     def rate(m: float) -> float | None:
-        return _one_value(plan.at(o, s, Coords.of(m)), "learning_rate", f"{o}/{s} x{m:g}")
+        return _one_value(plan.at(o, s, Coords.of(m), pair.tpp), "learning_rate", f"{pair.name} x{m:g}")
 
     value = rate(lr.best)
     if value is None:
-        raise OptBenchError(f"{o}/{s} x{lr.best:g}: its runs record no learning_rate in summary.json.")
+        raise OptBenchError(f"{pair.name} x{lr.best:g}: its runs record no learning_rate in summary.json.")
     return {"learning_rate": value, "multiplier": lr.best, "tuning_loss": _rounded(lr.scores[lr.best]),
             "grid": lr.grid, "extensions": lr.extensions, "lr_bracketed": lr.bracketed,
             "curve": _curve(lr, lambda m: {"multiplier": m, "learning_rate": rate(m)}), **_noise_fields(lr, "lr_")}
@@ -272,41 +281,42 @@ def _nm_part(lr_value: float, pair: PairPlan) -> dict[str, Any]:
 
 def _rung_part(plan: TuningPlan, pair: PairPlan, dx: float, axis: Axis) -> dict[str, Any]:
     """One ladder rung's own learning rate (``lookup_tuned`` finds it by ``max_steps``)."""
-    o, s = pair.optimizer, pair.size
+    o, s = pair.name, pair.size
     best = pair.best()
     assert best is not None
 
     def runs(m: float) -> list[dict[str, Any]]:
-        return plan.at(o, s, Coords.of(m, best.wd, best.nm, dx))
+        return plan.at(pair.optimizer, s, Coords.of(m, best.wd, best.nm, dx), pair.tpp)
 
     entry: dict[str, Any] = {"budget_multiple": dx}
     if axis.best is not None:
-        entry.update(max_steps=int(_one_value(runs(axis.best), "max_steps", f"{o}/{s} x{dx:g}") or 0),
-                     learning_rate=_one_value(runs(axis.best), "learning_rate", f"{o}/{s} x{dx:g}"),
+        entry.update(max_steps=int(_one_value(runs(axis.best), "max_steps", f"{o} x{dx:g}") or 0),
+                     learning_rate=_one_value(runs(axis.best), "learning_rate", f"{o} x{dx:g}"),
                      multiplier=axis.best, tuning_loss=_rounded(axis.scores[axis.best]))
         if best.nm is not None:
             entry[NONMATRIX_KEY] = best.nm
     entry.update(grid=axis.grid, extensions=axis.extensions, bracketed=axis.bracketed,
                  curve=_curve(axis, lambda m: {"multiplier": m, "learning_rate": _one_value(
-                     runs(m), "learning_rate", f"{o}/{s} x{dx:g} x{m:g}")}), **_noise_fields(axis, ""))
+                     runs(m), "learning_rate", f"{o} x{dx:g} x{m:g}")}), **_noise_fields(axis, ""))
     return entry
 
 
 def _entry(plan: TuningPlan, pair: PairPlan) -> tuple[dict[str, Any] | None, list[str]]:
     """(entry of the tuned file or None, warnings) of one optimizer x size: never an unbracketed optimum silently."""
-    o, s = pair.optimizer, pair.size
+    o, s, name = pair.optimizer, pair.size, pair.name
     if pair.lr.best is None:
-        return None, [f"{o}/{s}: {pair.lr.note or 'every learning rate diverged or failed'}; nothing written"]
+        return None, [f"{name}: {pair.lr.note or 'every learning rate diverged or failed'}; nothing written"]
     entry = {**_lr_part(plan, pair), "metric": plan.metric, "bracketed": pair.bracketed}
     warnings = []
     for axis, _ in pair.axes():
         if not axis.bracketed:
-            warnings.append(f"{o}/{s}: {axis.note or f'best {axis.name} not bracketed'}; the comparison uses it "
+            warnings.append(f"{name}: {axis.note or f'best {axis.name} not bracketed'}; the comparison uses it "
                             "(bracketed: false)")
-    lost = [r for point, _ in pair.points() for r in plan.at(o, s, point) if r.get("status") in LOST_STATUSES]
+    lost = [r for point, _ in pair.points() for r in plan.at(o, s, point, pair.tpp)
+            if r.get("status") in LOST_STATUSES]
     if lost:
         entry["missing_points"] = _missing_points(lost)
-        warnings.append(_missing_warning(f"{o}/{s}", lost))
+        warnings.append(_missing_warning(name, lost))
     for key, note in (("wd_not_tuned", pair.setup.wd_note), ("nonmatrix_not_tuned", pair.setup.nm_note)):
         if note:
             entry[key] = note.split(": ", 1)[1]
@@ -320,15 +330,20 @@ def _entry(plan: TuningPlan, pair: PairPlan) -> tuple[dict[str, Any] | None, lis
     return entry, warnings
 
 
-def entries(plan: TuningPlan) -> tuple[dict[str, dict[str, dict[str, Any]]], list[str]]:
-    """The one selection: {optimizer: {size: entry}} and the warnings, of every pair of ``plan``."""
-    best: dict[str, dict[str, dict[str, Any]]] = {}
+Selection = dict[str, dict[str, dict[str, Any]]]  # {optimizer: {size: entry}}: one tuned file's content
+
+
+def entries(plan: TuningPlan) -> tuple[dict[float | None, Selection], list[str]]:
+    """The one selection: {data ratio: {optimizer: {size: entry}}} (one ratio, None, in a sweep with one: one
+    tuned file per ratio, ``sweep_spec.tuned_file_name``) and the warnings, of every pair of ``plan``."""
+    best: dict[float | None, Selection] = {}
     warnings: list[str] = []
     for pair in plan.pairs:
         entry, notes = _entry(plan, pair)
         warnings += notes
+        best.setdefault(pair.tpp, {})
         if entry is not None:
-            best.setdefault(pair.optimizer, {})[pair.size] = entry
+            best[pair.tpp].setdefault(pair.optimizer, {})[pair.size] = entry
     return best, warnings
 
 
@@ -345,11 +360,32 @@ def _missing_warning(pair: str, runs: Sequence[Mapping[str, Any]]) -> str:
 
 
 def lost_tuning_points(sweep_dir: str | os.PathLike[str]) -> list[str]:
-    """'optimizer/size: run_id (status), ...' for every tuned-file entry with ``missing_points``, for the report."""
-    data = read_yaml_or_empty(Path(sweep_dir) / TUNED_FILE)
-    return [f"{o}/{s}: " + ", ".join(f"{p.get('run_id')} ({p.get('status')})" for p in e["missing_points"])
-            for o, sizes in (data or {}).items() if isinstance(sizes, dict)
+    """'optimizer/size: run_id (status), ...' for every tuned-file entry with ``missing_points``, for the report
+    (every ratio's file of a sweep with several)."""
+    return [f"{o}/{s}{_at(tpp)}: " + ", ".join(f"{p.get('run_id')} ({p.get('status')})" for p in e["missing_points"])
+            for tpp, path in tuned_files(sweep_dir).items()
+            for o, sizes in (read_yaml_or_empty(path) or {}).items() if isinstance(sizes, dict)
             for s, e in sizes.items() if isinstance(e, dict) and e.get("missing_points")]
+
+
+def _at(tpp: float | None) -> str:
+    return "" if tpp is None else f" at {tpp:g} tokens/param"
+
+
+def tuned_files(sweep_dir: str | os.PathLike[str], name: str = TUNED_FILE) -> dict[float | None, Path]:
+    """{data ratio: tuned file} of a sweep directory: {None: tuned_hparams.yaml} for a sweep with one ratio, one per
+    ratio (``tuned_hparams__tpp0.5.yaml``, ``sweep_spec.tuned_file_name``) for a sweep with several; {} when it has
+    none. ``name``: another family of tuned files (the attribution runs')."""
+    from hf_optbench.rundir import parse_run_id
+
+    d = Path(sweep_dir)
+    out: dict[float | None, Path] = {None: d / name} if (d / name).is_file() else {}
+    stem, _, ext = name.rpartition(".")
+    for path in sorted(d.glob(f"{stem}__tpp*.{ext}")):
+        tpp = parse_run_id(f"x__x__s0__{path.name[len(stem) + 2:-len(ext) - 1]}").get("budget_tpp")
+        if tpp is not None and path.name == tuned_file_name(tpp, name):
+            out[tpp] = path
+    return dict(sorted(out.items(), key=lambda kv: -1.0 if kv[0] is None else kv[0]))
 
 
 def check_output(path: str | os.PathLike[str]) -> None:
@@ -408,34 +444,39 @@ def _source(tuning_dir: Path, tune: TuneSpec, seeds: Sequence[int]) -> str:
     return text + f"; best mean {tune.metric} over seeds {list(seeds)}"
 
 
-def _check_unchanged(spec: SweepSpec, best: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
+def _check_unchanged(spec: SweepSpec, best: Mapping[float | None, Selection]) -> None:
     """A selection that differs from the file the comparison runs already used is an error (those runs would no
     longer match the file); a new ladder rung (the ladder's extension) is an addition, not a change."""
-    old = (load_yaml_mapping(spec.tuned_file, "tuned_hparams_file", "Move it aside to tune again.", empty_ok=True)
-           if spec.tuned_file.is_file() else None)
-    changed = [f"{o}/{s} {key}" for o, sizes in best.items() for s, e in sizes.items()
-               for key in ("learning_rate", "weight_decay", NONMATRIX_KEY)
-               if isinstance(old, dict) and (old.get(o) or {}).get(s, {}).get(key) not in (None, e.get(key))]
+    changed: dict[str, list[str]] = {}
+    for tpp, selection in best.items():
+        path = spec.tuned_file_for(tpp)
+        old = (load_yaml_mapping(path, "tuned_hparams_file", "Move it aside to tune again.", empty_ok=True)
+               if path.is_file() else None)
+        keys = [f"{o}/{s}{_at(tpp)} {key}" for o, sizes in selection.items() for s, e in sizes.items()
+                for key in ("learning_rate", "weight_decay", NONMATRIX_KEY)
+                if isinstance(old, dict) and (old.get(o) or {}).get(s, {}).get(key) not in (None, e.get(key))]
+        if keys:
+            changed[path.name] = keys
     if changed and spec.runs_dir.is_dir() and any(spec.runs_dir.iterdir()):
         raise OptBenchError(
-            f"the tuning phase now selects other values for {', '.join(changed)} than {spec.tuned_file} held when "
-            f"the comparison runs in {spec.runs_dir} started. Move that directory aside (or use another --output-dir) "
-            "to compare at the new values; nothing was overwritten.")
+            f"the tuning phase now selects other values for {', '.join(k for v in changed.values() for k in v)} than "
+            f"{', '.join(changed)} held when the comparison runs in {spec.runs_dir} started. Move that directory aside "
+            "(or use another --output-dir) to compare at the new values; nothing was overwritten.")
 
 
-def tune_phase(spec: SweepSpec) -> tuple[Path, list[str]]:
+def tune_phase(spec: SweepSpec) -> tuple[list[Path], list[str]]:
     """After a sweep's tuning phase (every run :func:`extend_tuning` asked for has run): select, check that every
-    compared optimizer x size has a value (OptBenchError otherwise: never a silent fallback to the citation), and
-    write ``spec.tuned_file``."""
+    compared optimizer x size (x ratio) has a value (OptBenchError otherwise: never a silent fallback to the
+    citation), and write ``spec.tuned_file`` (one per ratio in a sweep with several: ``tuned_file_for``)."""
     assert spec.tuning is not None and spec.tune is not None
     plan = current_plan(spec)
-    unfinished = [f"{p.optimizer}/{p.size}" for p in plan.pairs if not p.done]
+    unfinished = [p.name for p in plan.pairs if not p.done]
     if unfinished:
         raise OptBenchError(f"the tuning of {', '.join(unfinished)} is not finished (runs of its grid have not run): "
                             "start the sweep again, it continues where it stopped.")
     best, warnings = entries(plan)
-    missing = sorted({f"{r.optimizer}/{r.model_size}" for r in spec.runs
-                      if "learning_rate" not in best.get(r.optimizer, {}).get(r.model_size, {})})
+    missing = sorted({f"{r.optimizer}/{r.model_size}{_at(r.budget_tpp)}" for r in spec.runs
+                      if "learning_rate" not in best.get(r.budget_tpp, {}).get(r.optimizer, {}).get(r.model_size, {})})
     if missing:
         raise OptBenchError(
             f"the tuning phase found no usable learning rate for {', '.join(missing)} (every multiplier of the grid "
@@ -443,9 +484,15 @@ def tune_phase(spec: SweepSpec) -> tuple[Path, list[str]]:
             "comparison does not start. Lower tune.lr_multipliers or raise tune.max_extensions, or fix the failures "
             "and rerun with --retry-failed.")
     _check_unchanged(spec, best)
-    provenance = {"tuning_dir": str(spec.tuning.output_dir), "seeds": spec.tune.seeds}
     source = _source(spec.tuning.output_dir, spec.tune, spec.tune.seeds)
-    return write_tuned(best, spec.tuned_file, source, warnings, provenance=provenance, merge=False), warnings
+    paths = []
+    for tpp, selection in best.items():
+        provenance = {"tuning_dir": str(spec.tuning.output_dir), "seeds": spec.tune.seeds,
+                      **({} if tpp is None else {"tokens_per_param": tpp})}
+        paths.append(write_tuned(selection, spec.tuned_file_for(tpp), source + _at(tpp),
+                                 [w for w in warnings if tpp is None or w.split(": ", 1)[0].endswith(_at(tpp))],
+                                 provenance=provenance, merge=False))
+    return paths, warnings
 
 
 # -------------------------------------------------------------------------------------- hf-optbench tune
@@ -464,30 +511,33 @@ def _sweep_tune_spec(d: Path) -> TuneSpec | None:
     return TuneSpec(**{k: v for k, v in tune.items() if k in names})
 
 
-def _found_setups(plan_records: Sequence[Mapping[str, Any]]) -> tuple[list[PairSetup], dict[tuple[str, str],
-                                                                                             list[float]]]:
+PairKey = tuple[str, str, float | None]  # optimizer, size, data ratio (None: a sweep with one)
+
+
+def _found_setups(plan_records: Sequence[Mapping[str, Any]]) -> tuple[list[PairSetup], dict[PairKey, list[float]]]:
     """The pairs of a tuning directory and the axes their runs show (weight-decay, ratio, rung runs), with each
     pair's own learning-rate grid (the points its x1 runs used)."""
     from hf_optbench.study.tuning import index_records
 
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-    for (o, s, point) in index_records(plan_records):
-        f = found.setdefault((o, s), {"wd": False, "nm": False, "rungs": set(), "grid": set()})
+    found: dict[PairKey, dict[str, Any]] = {}
+    for (o, s, tpp, point) in index_records(plan_records):
+        f = found.setdefault((o, s, tpp), {"wd": False, "nm": False, "rungs": set(), "grid": set()})
         f["wd"] |= point.wd is not None
         f["nm"] |= point.nm is not None and point.dx is None
         if point.dx is not None:
             f["rungs"].add(point.dx)
         elif point.wd is None and point.nm is None:
             f["grid"].add(point.lr)
-    setups_ = [PairSetup(o, s, f["wd"], f["nm"], tuple(sorted(f["rungs"]))) for (o, s), f in sorted(found.items())]
+    setups_ = [PairSetup(o, s, f["wd"], f["nm"], tuple(sorted(f["rungs"])), tpp=tpp)
+               for (o, s, tpp), f in sorted(found.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0.0))]
     return setups_, {k: sorted(f["grid"]) for k, f in found.items()}
 
 
 def select_best(records: Sequence[Mapping[str, Any]], sweep_tune: TuneSpec | None = None
-                ) -> tuple[dict[str, dict[str, dict[str, Any]]], list[str]]:
+                ) -> tuple[dict[float | None, Selection], list[str]]:
     """The entries of the tuning runs among ``records`` (those with an lr multiplier) and the warnings, by the
     sweep's own rule when ``sweep_tune`` is its ``tune:`` section, else as a grid run by hand: each pair's own
-    points, no extension, no confirmation."""
+    points, no extension, no confirmation. Keyed by data ratio (:func:`entries`)."""
     from hf_optbench.study.tuning import _plan_pair, index_records
 
     records = [r for r in records if r.get("lr_multiplier") not in (None, "")]
@@ -497,10 +547,10 @@ def select_best(records: Sequence[Mapping[str, Any]], sweep_tune: TuneSpec | Non
     found, grids = _found_setups(records)
     plan = TuningPlan([], index_records(records), sweep_tune.metric if sweep_tune else "final_tuning_loss")
     for setup in found:
-        plan.pairs.append(_plan_pair(sweep_tune or _hand_spec(records, grids[(setup.optimizer, setup.size)]),
-                                     setup, plan.runs))
+        grid = grids[(setup.optimizer, setup.size, setup.tpp)]
+        plan.pairs.append(_plan_pair(sweep_tune or _hand_spec(records, grid), setup, plan.runs))
     best, warnings = entries(plan)
-    unfinished = [f"{p.optimizer}/{p.size}" for p in plan.pairs if not p.done]
+    unfinished = [p.name for p in plan.pairs if not p.done]
     if unfinished:
         warnings.append(f"the tuning of {', '.join(unfinished)} is not finished (points of its grid have not run): "
                         "its entry uses the points that ran")
@@ -513,19 +563,28 @@ def _hand_spec(records: Sequence[Mapping[str, Any]], grid: Sequence[float]) -> T
     return TuneSpec(list(grid) or [1.0], seeds, max_extensions=0, confirm_seeds=[], nonmatrix_multipliers=[])
 
 
-def tune(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[str]) -> tuple[Path, list[str]]:
+def tune(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[str]) -> tuple[list[Path], list[str]]:
     """``hf-optbench tune``: select the tuning runs of ``sweep_dir`` (:func:`select_best`) and write them to
-    ``output`` by :func:`write_tuned` (merged into an existing tuned file; any other file is refused first)."""
+    ``output`` by :func:`write_tuned` (merged into an existing tuned file; any other file is refused first). Runs of
+    several data ratios (a sweep with ``budget.tokens_per_param`` a list) go to one file per ratio beside ``output``
+    (``sweep_spec.tuned_file_name``), as the sweep writes them. Returns the files written."""
     from hf_optbench.study.records import load_runs
 
     d = Path(sweep_dir)
     if not d.is_dir():
         raise OptBenchError(f"sweep directory not found: '{sweep_dir}'. Pass the output_dir of a tuning sweep.")
-    check_output(output)
+    out = Path(output)
+    check_output(out)
     records = load_runs(d)
     sweep_tune = _sweep_tune_spec(d)
     best, warnings = select_best(records, sweep_tune)
+    paths = {tpp: out.with_name(tuned_file_name(tpp, out.name)) for tpp in best}
+    for path in paths.values():
+        check_output(path)
     grids = _found_setups([r for r in records if r.get("lr_multiplier") not in (None, "")])[1]
     spec = sweep_tune or _hand_spec(records, sorted({m for g in grids.values() for m in g}))
-    provenance = {"tuning_dir": str(d.resolve()), "seeds": spec.seeds}
-    return write_tuned(best, output, _source(d.resolve(), spec, spec.seeds), warnings, provenance=provenance), warnings
+    source = _source(d.resolve(), spec, spec.seeds)
+    return [write_tuned(selection, paths[tpp], source + _at(tpp), warnings,
+                        provenance={"tuning_dir": str(d.resolve()), "seeds": spec.seeds,
+                                    **({} if tpp is None else {"tokens_per_param": tpp})})
+            for tpp, selection in best.items()], warnings

@@ -262,3 +262,56 @@ def test_a_speedup_beyond_the_ladder_is_a_bound_not_a_mean() -> None:
     assert last.ratio() == pytest.approx(4.0) and "speedup ≥ 4 [" in last.describe(speedup)
     assert "trend from 0 seed(s)" in v.evidence  # no slope through a bound
     assert v.verdict == "ahead, trend unresolved"
+
+
+# ------------------------------------------------------------------------------ the data axis (issue 31)
+def _grid(speedup: dict[tuple[str, float], float], seeds: int = 5) -> list[dict]:
+    """Records of a sweep over sizes and data ratios: the baseline and "muon" with the given true speedup per (size,
+    ratio), a little per-seed noise, final losses that fall with data for both alike."""
+    params = {"tiny": 100_352.0, "mini": 793_088.0}
+    out = []
+    for (size, tpp), value in speedup.items():
+        for s in range(seeds):
+            base = {"optimizer": "adamw", "model_size": size, "num_params": params[size], "seed": s,
+                    "budget_tpp": tpp, "final_eval_loss": 3.0 - 0.1 * math.log(tpp) + 0.01 * s}
+            out.append(base)
+            out.append({**base, "optimizer": "muon", "speedup": value * (1 + 0.01 * JITTER[s] / 0.013),
+                        "final_eval_loss": base["final_eval_loss"] - 0.05})
+    return out
+
+
+def test_a_speedup_that_falls_with_data_reads_shrinks_with_data() -> None:
+    """Marin's finding, constructed: Muon 2.0x at 0.5 tokens/param, 1.6x at 1, 1.3x at 2 (every seed's slope
+    negative): along the data axis the verdict is "shrinks", written "shrinks with data", and the size axis is read at
+    each ratio every size ran (here 0.5 and 1: mini did not run 2)."""
+    from hf_optbench.measure.verdict import DATA_AXIS, SIZE_AXIS, grid_families, meanings, verdict_table
+
+    truth = {("tiny", 0.5): 2.0, ("tiny", 1.0): 1.6, ("tiny", 2.0): 1.3, ("mini", 0.5): 2.0, ("mini", 1.0): 1.6}
+    families = grid_families(_grid(truth))
+    assert [(f.axis, f.at) for f in families] == [(SIZE_AXIS, "0.5 tok/param"), (SIZE_AXIS, "1 tok/param"),
+                                                  (DATA_AXIS, "tiny"), (DATA_AXIS, "mini")]
+    assert {m.question for f in families if f.axis == DATA_AXIS for m in f.metrics} == {"convergence", "stability"}
+    table = verdict_table(families)
+    speedups = {(v.axis, v.at): v for v in table if v.metric.key == "speedup"}
+    tiny = speedups[(DATA_AXIS, "tiny")]
+    assert (tiny.verdict, tiny.word) == ("shrinks", "shrinks with data")
+    assert [p.model_size for p in tiny.points] == ["0.5 tok/param", "1 tok/param", "2 tok/param"]
+    assert tiny.slope_per_decade > 0 and tiny.points[-1].ratio() == pytest.approx(1.3, rel=0.02)  # gap: unfavourable
+    assert speedups[(DATA_AXIS, "mini")].verdict == "shrinks"  # two ratios are enough for a trend
+    # along size at one ratio nothing changes: no trend claimed, and the family is the whole table's
+    assert speedups[(SIZE_AXIS, "0.5 tok/param")].verdict in ("holds", "ahead, trend unresolved")
+    assert {v.family for v in table if v.p_value is not None} == {sum(v.p_value is not None for v in table)}
+    assert "as each parameter sees more data" in meanings(DATA_AXIS)["shrinks with data"]
+    assert "largest data ratio" in meanings(DATA_AXIS)["holds"] and "size" not in meanings(DATA_AXIS)["grows with data"]
+
+
+def test_a_speedup_flat_in_data_is_no_trend_word_and_one_ratio_is_one_family() -> None:
+    from hf_optbench.measure.verdict import TREND_WORDS, grid_families, verdict_table
+
+    flat = {("tiny", 0.5): 1.5, ("tiny", 2.0): 1.5}
+    (v,) = [v for v in verdict_table(grid_families(_grid(flat))) if v.metric.key == "speedup" and v.axis == "data"]
+    assert v.verdict not in TREND_WORDS and v.points[-1].stance == "ahead"
+    single = [{**r, "budget_tpp": None} for r in _grid({("tiny", 0.5): 1.5, ("mini", 0.5): 1.5})]
+    (family,) = grid_families(single)  # a sweep with one ratio: the size axis only, as verdict() judges it
+    assert family.axis == "size" and family.at == ""
+    assert [v.verdict for v in verdict_table([family])] == [v.verdict for v in verdict(single)]

@@ -150,3 +150,25 @@ def test_each_ladder_rung_has_its_own_tuned_rate_shared_by_its_seeds(sweep: Path
     _edit(runs / "adamw__tiny__s2__dx4", learning_rate=2.5e-4)
     with pytest.raises(OptBenchError, match=r"adamw/tiny x4 budget runs differ in learning_rate .*adamw__tiny__s2__dx4"):
         analyse(sweep)
+
+
+def test_a_rungs_own_rate_is_its_groups_rates_too(sweep: Path) -> None:
+    """A real run's identity lists each parameter group with its rate (``param_groups``): a rung tuned to another rate
+    differs there too, which refused every sweep whose rungs were tuned to other rates than x1's (issue 31's check
+    run: the 0.25x rung at x4 against x2). Its groups' decay must still match, and its seeds share its rates."""
+    runs = sweep / "runs"
+
+    def groups(lr: float, wd: float = 0.1) -> list[dict]:
+        return [{"name": "decay", "lr": lr, "weight_decay": wd}, {"name": "no_decay", "lr": lr, "weight_decay": 0.0}]
+
+    for seed in (0, 1, 2):
+        rung = runs / f"adamw__tiny__s{seed}__dx4"
+        shutil.copytree(runs / f"adamw__tiny__s{seed}", rung)
+        _edit(rung, max_steps=120, learning_rate=5e-4)
+        for run_dir, lr in ((rung, 5e-4), (runs / f"adamw__tiny__s{seed}", 1e-3)):
+            (run_dir / IDENTITY_FILE).write_text(json.dumps({"schema": 1, "identity": {"param_groups": groups(lr)}}))
+    assert len(analyse(sweep).ladder) == 3
+    (runs / "adamw__tiny__s1__dx4" / IDENTITY_FILE).write_text(
+        json.dumps({"schema": 1, "identity": {"param_groups": groups(5e-4, wd=0.3)}}))
+    with pytest.raises(OptBenchError, match=r"adamw/tiny runs differ in param_groups .*adamw__tiny__s1__dx4"):
+        analyse(sweep)

@@ -1,6 +1,6 @@
 """The report's figures (issue 33 item 3), looked at as a reader would: a parameter axis ticked at the sizes run and
 labelled as parameter counts, no empty panel in the scaling plot (the questions without a point named in one
-line instead), and one note, not one per run and target, when the runs are too short for their smoothing window."""
+line instead), and every target, with one note, when the runs are too short for their smoothing window."""
 
 from __future__ import annotations
 
@@ -50,13 +50,29 @@ def _short_runs(tmp_path: Path) -> Path:
     return root
 
 
-def test_too_short_runs_get_one_note_naming_the_setting_that_fits(tmp_path: Path) -> None:
+def test_too_short_runs_get_every_target_from_a_window_cut_to_fit_and_one_note(tmp_path: Path) -> None:
+    """Issue 31: 30-step runs with the default 20-step smoothing had no 25 % or 50 % target (the window was not full
+    by step 8 or 15), so time to target went unanswered. The report's window now scales with the run (an eighth of
+    its steps at most: 3 here), every target exists, and one note says where the window was cut."""
     an = analyse(_short_runs(tmp_path))
-    assert [t.name for t in an.targets["tiny"]] == ["75%", "100%"]
-    assert len(an.target_notes) == 1, an.target_notes  # before: 8 "Note:" lines, one per run and target
-    note = an.target_notes[0]
-    assert note.startswith("tiny, mini: no 25% / 50% target") and "target_smoothing_steps <= 8" in note
-    assert "not answered" in note
+    assert [t.name for t in an.targets["tiny"]] == ["25%", "50%", "75%", "100%"]
+    assert "trailing mean of 3 steps" in an.targets["tiny"][0].derivation
+    (note,) = [n for n in an.target_notes if "smoothing window" in n]  # one line, not one per run and target
+    assert "tiny (3 of 20 steps), mini (3 of 20 steps)" in note and "target_smoothing_steps" in note
+    assert all(r["tokens_to_target"] is not None for r in an.ok())
+
+
+def test_a_window_longer_than_the_run_reaches_is_named_with_the_setting_that_fits() -> None:
+    """baseline_targets itself, given a window the run's first targets come before: one note, and the fix."""
+    from hf_optbench.report.targets import baseline_targets
+
+    train = [{"step": i, "loss": 5.0 - 0.01 * i} for i in range(1, 31)]
+    rec = {"run_id": "adamw__tiny__s0", "seed": 0, "_summary": {"max_steps": 30, "tokens_per_step": 256}}
+    targets, notes = baseline_targets("tiny", [(rec, train, 20)], "adamw")
+    assert [t.name for t in targets] == ["75%", "100%"]
+    assert notes == ["tiny: no 25% / 50% target, so time to target is not answered (the verdict uses the 50% one): "
+                     "these runs are 30 steps, and at steps 8 / 15 the 20-step smoothing window is not yet full "
+                     "(target_smoothing_steps <= 8 would fit)"]
 
 
 def test_notes_merge_by_size_and_keep_the_rest() -> None:
@@ -67,7 +83,7 @@ def test_notes_merge_by_size_and_keep_the_rest() -> None:
 def test_the_scaling_plot_draws_no_empty_panel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     figures: list[Any] = []
     monkeypatch.setattr(plots, "save", lambda fig, path, rect=None: figures.append(fig) or path)
-    an = analyse(_short_runs(tmp_path))
+    an = analyse(_short_runs(tmp_path), target_loss={"midi": 1.0})  # a target for no size run: no time to target
     assert plots.plot_scaling(an, tmp_path / "scaling.png") is not None
     (fig,) = figures
     fig.canvas.draw()

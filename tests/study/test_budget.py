@@ -98,3 +98,111 @@ def test_the_ladder_states_the_cap_of_its_extension(tmp_path: Path) -> None:
     spec = load_sweep(_sweep(tmp_path, ladder={"multiples": [0.5, 1, 2], "max_multiple": 16}))
     assert spec.ladder is not None and spec.ladder.cap == 16.0
     assert load_sweep(_sweep(tmp_path, ladder={"multiples": [0.5, 1, 2]})).ladder.cap == 16.0  # 8 x the top
+
+
+# ------------------------------------------------------------------------------ data per parameter as an axis
+def test_a_list_of_ratios_runs_every_size_at_each_and_the_ids_carry_the_ratio(tmp_path: Path) -> None:
+    """Issue 31: budget.tokens_per_param [0.25, 0.5]: each (size, ratio) cell is a sweep of its own inside the sweep,
+    its runs named by the ratio (``__tpp0.25``), its max_steps from its own ratio, its ladder at its own budgets."""
+    spec = load_sweep(_sweep(tmp_path, budget={"tokens_per_param": [0.5, 0.25]}, ladder={"multiples": [0.5, 1, 2]}))
+    by_id = {r.run_id: r for r in spec.runs}
+    assert len(spec.runs) == 2 * (8 + 2 * 2 * 2)  # ratios x (compared + the baseline's two other rungs)
+    assert _steps(by_id["lion__mini__s1__tpp0.25"]) == 387 and _steps(by_id["lion__mini__s1__tpp0.5"]) == 775
+    assert _steps(by_id["adamw__tiny__s2__tpp0.5__dx2"]) == 196 and by_id["adamw__tiny__s2__tpp0.5__dx2"].budget_tpp == 0.5
+    assert {r.budget_tpp for r in spec.runs} == {0.25, 0.5} and spec.budget.ratios == (0.25, 0.5)
+    assert all("__tpp" in r.run_id for r in spec.runs)
+    assert by_id["adamw__tiny__s1__tpp0.25"].env["WANDB_TAGS"].endswith("tokens_per_param:0.25")
+
+
+@pytest.mark.parametrize("ratio", [0.5, [0.5]])
+def test_one_ratio_keeps_the_ids_and_steps_of_before(tmp_path: Path, ratio: object) -> None:
+    """A sweep with one ratio (a number, or a list of one) names its runs as before, so its directory resumes."""
+    spec = load_sweep(_sweep(tmp_path, budget={"tokens_per_param": ratio}, ladder={"multiples": [0.5, 1, 2]}))
+    assert "adamw__tiny__s1__dx2" in {r.run_id for r in spec.runs}
+    assert all("tpp" not in r.run_id and r.budget_tpp is None for r in spec.runs)
+    assert spec.tuned_file_for(None) == spec.tuned_file
+
+
+def test_a_cell_left_out_of_the_grid_has_no_runs(tmp_path: Path) -> None:
+    spec = load_sweep(_sweep(tmp_path, budget={"tokens_per_param": [0.25, 0.5],
+                                               "exclude": [{"model_size": "mini", "tokens_per_param": 0.5}]},
+                             tune={"lr_multipliers": [0.5, 1, 2], "seed": [0]},
+                             overrides={"data_source": "synthetic", "block_size": 64, "tuning_blocks": 8}))
+    cells = {(r.model_size, r.budget_tpp) for r in spec.runs}
+    assert cells == {("tiny", 0.25), ("tiny", 0.5), ("mini", 0.25)}
+    assert {(r.model_size, r.budget_tpp) for r in spec.tuning.runs} == cells  # not tuned either
+    assert ("mini", "adamw", 0.5) not in spec.steps and spec.steps[("mini", "adamw", 0.25)] == 387
+
+
+def test_each_ratios_runs_read_their_own_tuned_file(tmp_path: Path) -> None:
+    """Two ratios' runs can share a step count (0.25's x2 rung and 0.5's compared run: 98 steps at tiny) with other
+    tuned values, so each ratio has its own tuned file and every compared run points at its own ratio's."""
+    from hf_optbench.study.sweep_spec import attach_tuned_file
+
+    spec = load_sweep(_sweep(tmp_path, budget={"tokens_per_param": [0.25, 0.5]}, ladder={"multiples": [0.5, 1, 2]},
+                             tune={"lr_multipliers": [0.5, 1, 2], "seed": [0]},
+                             overrides={"data_source": "synthetic", "block_size": 64, "tuning_blocks": 8,
+                                        "per_device_train_batch_size": 8}))
+    attach_tuned_file(spec)
+    by_id = {r.run_id: r for r in spec.runs}
+    shared = (by_id["adamw__tiny__s1__tpp0.25__dx2"], by_id["adamw__tiny__s1__tpp0.5"])
+    assert _steps(shared[0]) == _steps(shared[1]) == 98
+    files = [run.args[run.args.index("--tuned_hparams_file") + 1] for run in shared]
+    assert files == [str(tmp_path / "out" / "tuned_hparams__tpp0.25.yaml"), str(tmp_path / "out" / "tuned_hparams__tpp0.5.yaml")]
+
+
+@pytest.mark.parametrize(("budget", "message"), [
+    ({"tokens_per_param": []}, "budget.tokens_per_param is an empty list"),
+    ({"tokens_per_param": [0.5, 2, 0.5]}, "lists 0.5 twice"),
+    ({"tokens_per_param": [0.5, 0.5000001]}, "lists 0.5 twice"),
+    ({"tokens_per_param": [0.5, 0]}, "budget.tokens_per_param must be a positive number, got 0"),
+    ({"tokens_per_param": [0.5, -2]}, "must be a positive number, got -2"),
+    ({"tokens_per_param": [0.5, "2"]}, "must be a positive number, got '2'"),
+    ({"tokens_per_param": [0.5, True]}, "must be a positive number, got True"),
+    ({"tokens_per_param": 0.5, "exclude": [{"model_size": "mini", "tokens_per_param": 0.5}]}, "has one ratio"),
+    ({"tokens_per_param": [0.5, 2], "exclude": [{"model_size": "midi", "tokens_per_param": 2}]}, "not in the grid"),
+    ({"tokens_per_param": [0.5, 2], "exclude": [{"model_size": "mini", "tokens_per_param": 4}]}, "not in the grid"),
+    ({"tokens_per_param": [0.5, 2], "exclude": [{"model_size": "mini"}]}, "needs model_size and tokens_per_param"),
+    ({"tokens_per_param": [0.5, 2], "exclude": [{"model_size": "mini", "tokens_per_param": 2, "x": 1}]},
+     "unknown key 'x' in budget.exclude"),
+    ({"tokens_per_param": [0.5, 2], "exclude": []}, "budget.exclude must be a non-empty list"),
+    ({"tokens_per_param": [0.5, 2], "exclude": [{"model_size": "mini", "tokens_per_param": 2},
+                                                 {"model_size": "mini", "tokens_per_param": 2.0}]}, "twice"),
+    ({"tokens_per_param": [0.5, 2], "exclude": [{"model_size": "mini", "tokens_per_param": 2},
+                                                 {"model_size": "MINI", "tokens_per_param": 0.5}]}, "leaves mini no ratio"),
+])
+def test_bad_ratio_lists_are_refused_before_any_run(tmp_path: Path, budget: dict, message: str) -> None:
+    with pytest.raises(OptBenchError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_sweep(_sweep(tmp_path, budget=budget))
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_ratio_list_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hf_optbench.cli import main
+
+    assert main(["sweep", str(_sweep(tmp_path, budget={"tokens_per_param": [2, 0.5, 2]})), "--dry_run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "budget.tokens_per_param lists 2 twice" in err and "remove the duplicate" in err
+
+
+@pytest.mark.parametrize(("name", "cells", "optimizers"), [
+    ("cpu_demo", {("tiny", 1.0), ("tiny", 2.0)}, {"adamw", "lion", "muon", "adafactor"}),
+    ("cpu_study", {(s, r) for s in ("nano", "tiny", "mini") for r in (0.15, 0.5, 2.0)} - {("mini", 2.0)},
+     {"adamw", "lion", "muon", "adafactor", "schedule_free_adamw"}),
+])
+def test_the_shipped_grids_past_the_transient(name: str, cells: set, optimizers: set) -> None:
+    """Issue 31's main job and CPU study, as shipped: their size x ratio cells, 5 seeds, the ladder 0.25-4x with its
+    4x rung, no run longer than the synthetic stream (no token seen twice), and a header that says its time is an
+    estimate until measured."""
+    from hf_optbench.study.budget import ladder_steps
+
+    path = REPO / "recipes" / "sweeps" / f"{name}.yaml"
+    spec = load_sweep(path)
+    assert {(r.model_size, r.budget_tpp) for r in spec.runs} == cells
+    assert {r.optimizer for r in spec.runs} == optimizers and {r.seed for r in spec.runs} == {1, 2, 3, 4, 5}
+    assert spec.ladder is not None and spec.ladder.multiples == (0.25, 0.5, 1.0, 2.0, 4.0)
+    batch = {"nano": 2, "tiny": 4, "mini": 8}
+    longest = max(ladder_steps(steps, 4.0) * batch[size] * 64 for (size, _, _), steps in spec.steps.items())
+    assert longest <= spec.overrides["synthetic_num_tokens"]
+    header = path.read_text().split("\nname:")[0]
+    assert "measured: (pending)" in header and "ESTIMATE" in header and "core-s" in header

@@ -73,16 +73,27 @@ if lr is None:  # a compared run: the tuned file, as run.plan.resolve_optimizati
     lr, ratio = entry["learning_rate"], entry.get("nonmatrix_lr_ratio", ratio)
 cited = json.loads(os.environ["FAKE_CITED"])[a.optimizer]
 best = json.loads(os.environ["FAKE_BEST"])[a.optimizer]
-speedup = {"adamw": 1.0, "muon": 6.0}[a.optimizer]
+speedup = json.loads(os.environ.get("FAKE_SPEEDUP", '{"adamw": 1.0, "muon": 6.0}'))[a.optimizer]
 steps = a.max_steps
 best_lr = cited * best["lr"] * (steps / 8) ** -0.5
+best_nm = best["nm"] if isinstance(best["nm"], (int, float)) else best["nm"][str(steps)]  # by budget, if given so
 loss = (3.0 + (speedup * steps / 8) ** -0.5 + 0.05 * math.log2(lr / best_lr) ** 2
-        + 0.05 * math.log2((ratio or 1.0) / best["nm"]) ** 2 + 0.0005 * (a.seed % 7))
+        + 0.05 * math.log2((ratio or 1.0) / best_nm) ** 2 + 0.0005 * (a.seed % 7))
 summary = {"status": "completed", "optimizer": a.optimizer, "model_size": a.model_size, "seed": a.seed,
            "learning_rate": lr, "max_steps": steps, "tokens_per_step": 256, "final_eval_loss": loss,
            "final_tuning_loss": loss, "nonmatrix_lr_ratio": ratio}
 (out / "summary.json").write_text(json.dumps(summary))
 '''
+
+
+def _run_fake(tmp_path: Path, sweep: dict) -> tuple[Path, dict[str, int], io.StringIO]:
+    """Write ``sweep`` and run it to the end: (its file, the counts, the log); every run completed."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    log = io.StringIO()
+    counts = run_sweep(path, stream=log)
+    assert set(counts) == {"completed"}, log.getvalue()
+    return path, counts, log
 
 
 @pytest.mark.slow  # ~60 fake runs, each its own interpreter
@@ -99,12 +110,8 @@ def test_a_true_speedup_beyond_the_ladder_extends_it_and_the_attribution_runs(tm
              "ladder": {"multiples": [0.5, 1, 2, 4], "optimizer": "adamw", "max_multiple": 16},
              "launcher": {"type": "command", "command": ["{python}", str(fake)], "validate": False,
                           "env": {"FAKE_BEST": json.dumps(best), "FAKE_CITED": json.dumps(cited)}}}
-    path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump(sweep))
-    log = io.StringIO()
-    counts = run_sweep(path, stream=log)
+    path, counts, log = _run_fake(tmp_path, sweep)
     out = tmp_path / "out"
-    assert set(counts) == {"completed"}, log.getvalue()
     assert ("[sweep] ladder: tiny: muon__tiny__s1, muon__tiny__s2, attribution/muon__tiny__s1, "
             "attribution/muon__tiny__s2 beat the ladder's top rung: adding x8 (cap x16)") in log.getvalue()
     # the new rung was tuned like the others before it ran, and runs at its own rate
@@ -130,3 +137,61 @@ def test_a_true_speedup_beyond_the_ladder_extends_it_and_the_attribution_runs(tm
     starts = len([r for r in read_state(out / "sweep_state.jsonl") if r["event"] == "start"])
     assert run_sweep(path, stream=io.StringIO()) == counts
     assert len([r for r in read_state(out / "sweep_state.jsonl") if r["event"] == "start"]) == starts
+
+
+@pytest.mark.slow  # ~60 fake runs, each its own interpreter
+def test_every_ratio_runs_the_whole_protocol_and_each_run_reads_its_own_ratios_values(tmp_path: Path) -> None:
+    """Issue 31: budget.tokens_per_param [0.02, 0.04] at tiny (8 and 16 steps of 256 tokens), ladder 0.5-2x. The
+    0.02 ratio's 2x rung and the 0.04 ratio's compared runs are both 16 steps, and the stand-in's best non-matrix
+    ratio depends on the step count (1 at 8 steps, 0.5 at 16), so the two ratios' tuning chooses differently: the
+    rung keeps its ratio's x1 choice (1), the compared run of 0.04 its own (0.5). One tuned file found by max_steps
+    would give both the same; each ratio's own file gives each its own."""
+    fake = tmp_path / "fake_run.py"
+    fake.write_text(FAKE_RUN)
+    cited = {o: optimizer_defaults(o, "tiny")["learning_rate"] for o in ("adamw", "muon")}
+    best = {"adamw": {"lr": 2.0, "nm": {"4": 1.0, "8": 1.0, "16": 0.5, "32": 0.5}}, "muon": {"lr": 2.0, "nm": 0.5}}
+    sweep = {"name": "ratios", "base": str(REPO / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
+             "overrides": {"tuning_blocks": 4, "block_size": 64, "per_device_train_batch_size": 4,
+                           "data_source": "synthetic"},
+             "budget": {"tokens_per_param": [0.02, 0.04]},
+             "matrix": {"optimizer": ["adamw", "muon"], "model_size": ["tiny"], "seed": [1]},
+             "tune": {"lr_multipliers": [1, 2, 4], "seed": [0], "confirm_seeds": []},
+             "ladder": {"multiples": [0.5, 1, 2], "optimizer": "adamw", "max_multiple": 2},
+             "launcher": {"type": "command", "command": ["{python}", str(fake)], "validate": False,
+                          "env": {"FAKE_BEST": json.dumps(best), "FAKE_CITED": json.dumps(cited),
+                                  "FAKE_SPEEDUP": json.dumps({"adamw": 1.0, "muon": 1.5})}}}
+    path, counts, _ = _run_fake(tmp_path, sweep)
+    out = tmp_path / "out"
+    assert not (out / "tuned_hparams.yaml").exists()
+    tuned = {r: yaml.safe_load((out / f"tuned_hparams__tpp{r}.yaml").read_text()) for r in ("0.02", "0.04")}
+    assert tuned["0.02"]["adamw"]["tiny"]["nonmatrix_lr_ratio"] == 1.0
+    assert tuned["0.04"]["adamw"]["tiny"]["nonmatrix_lr_ratio"] == 0.5
+    assert tuned["0.04"]["adamw"]["tiny"]["tokens_per_param"] == 0.04
+    rungs = {r["budget_multiple"]: r["max_steps"] for r in tuned["0.02"]["adamw"]["tiny"]["ladder"]}
+    assert rungs == {0.5: 4, 2.0: 16}  # every rung of every ratio tuned
+    assert {r["budget_multiple"]: r["max_steps"] for r in tuned["0.04"]["adamw"]["tiny"]["ladder"]} == {0.5: 8, 2.0: 32}
+    tuning_ids = {p.name for p in (out / "tuning" / "runs").iterdir()}
+    assert "adamw__tiny__s0__tpp0.02__lrx1__dx2" in tuning_ids  # the tuning runs carry the ratio too
+    assert any(i.startswith("muon__tiny__s0__tpp0.04__lrx") and "__nmx" in i for i in tuning_ids)
+
+    def ran(run_id: str, where: Path = out) -> dict:
+        return json.loads((where / "runs" / run_id / "summary.json").read_text())
+
+    rung, compared = ran("adamw__tiny__s1__tpp0.02__dx2"), ran("adamw__tiny__s1__tpp0.04")
+    assert rung["max_steps"] == compared["max_steps"] == 16
+    assert (rung["nonmatrix_lr_ratio"], compared["nonmatrix_lr_ratio"]) == (1.0, 0.5)
+    for r in ("0.02", "0.04"):  # the attribution runs too, each from its ratio's file
+        attributed = yaml.safe_load((out / "attribution" / f"tuned_hparams_attribution__tpp{r}.yaml").read_text())
+        assert ran(f"muon__tiny__s1__tpp{r}", out / "attribution")["nonmatrix_lr_ratio"] == pytest.approx(
+            attributed["muon"]["tiny"]["nonmatrix_lr_ratio"])
+    starts = len([r for r in read_state(out / "sweep_state.jsonl") if r["event"] == "start"])
+    assert run_sweep(path, stream=io.StringIO()) == counts  # restarted: decides the same, runs nothing again
+    assert len([r for r in read_state(out / "sweep_state.jsonl") if r["event"] == "start"]) == starts
+    # `hf-optbench tune` replays the same rule and writes what the sweep wrote, a file per ratio
+    from hf_optbench.cli import main as cli
+
+    assert cli(["tune", str(out / "tuning"), "--output", str(tmp_path / "again.yaml")]) == 0
+    for r in ("0.02", "0.04"):
+        again = yaml.safe_load((tmp_path / f"again__tpp{r}.yaml").read_text())
+        assert again["adamw"]["tiny"]["nonmatrix_lr_ratio"] == tuned[r]["adamw"]["tiny"]["nonmatrix_lr_ratio"]
+        assert again["adamw"]["tiny"]["learning_rate"] == tuned[r]["adamw"]["tiny"]["learning_rate"]

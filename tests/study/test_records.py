@@ -24,3 +24,30 @@ def test_directories_moved_aside_or_hidden_are_no_runs() -> None:
     assert is_run_dir_name("adamw__tiny__s0__lrx0.5")
     for name in ("adamw__tiny__s0.incomplete-1", "adamw__tiny__s0__lrx0.5.changed-2", ".hf_optbench_stage-abc"):
         assert not is_run_dir_name(name), name
+
+
+def test_a_runs_data_ratio_is_read_from_its_id_and_names_its_cell(tmp_path: Path) -> None:
+    """Issue 31: in a sweep with several data ratios the record carries its ratio (``budget_tpp``, from the id's
+    ``__tpp`` part) and the report's cell; a single-ratio run's cell is its size, as before."""
+    from hf_optbench.study.records import cell_of
+
+    for rid in ("adamw__tiny__s1__tpp0.5__dx2", "adamw__tiny__s1"):
+        run = tmp_path / "runs" / rid
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps({"status": "completed", "model_size": "tiny", "max_steps": 8}))
+    single, ladder = load_runs(tmp_path)  # sorted by id
+    assert (ladder["budget_tpp"], ladder["budget_multiple"], ladder["cell"]) == (0.5, 2.0, "tiny @ 0.5 tok/param")
+    assert (single["budget_tpp"], single["cell"]) == (None, "tiny")
+    assert cell_of({"model_size": "mini", "budget_tpp": 2.0}) == "mini @ 2 tok/param"
+
+
+def test_the_tuned_files_of_a_sweep_are_found_per_ratio(tmp_path: Path) -> None:
+    from hf_optbench.study.tuning_phase import tuned_files
+
+    assert tuned_files(tmp_path) == {}
+    for name in ("tuned_hparams__tpp2.yaml", "tuned_hparams__tpp0.15.yaml", "tuned_hparams__tppx.yaml"):
+        (tmp_path / name).write_text("{}\n")
+    assert tuned_files(tmp_path) == {0.15: tmp_path / "tuned_hparams__tpp0.15.yaml",
+                                     2.0: tmp_path / "tuned_hparams__tpp2.yaml"}
+    (tmp_path / "tuned_hparams.yaml").write_text("{}\n")
+    assert list(tuned_files(tmp_path))[0] is None

@@ -28,7 +28,7 @@ def test_best_mean_tuning_loss_wins_and_diverged_loses() -> None:
             _rec("adamw", 1.0, 0, 5.0), _rec("adamw", 1.0, 1, 5.1),  # mean 5.05 <- best
             _rec("adamw", 2.0, 0, 4.0), _rec("adamw", 2.0, 1, None, "diverged")]  # one seed diverged: loses
     best, warnings = select_best(recs)
-    entry = best["adamw"]["tiny"]
+    entry = best[None]["adamw"]["tiny"]
     assert (entry["learning_rate"], entry["multiplier"], entry["tuning_loss"]) == (1e-3, 1.0, 5.05)
     assert entry["metric"] == "final_tuning_loss"
     assert [(c["multiplier"], c["tuning_loss"], c["seeds"]) for c in entry["curve"]] == [
@@ -40,7 +40,7 @@ def test_selection_ignores_the_reported_eval_loss() -> None:
     """x2 has the best final_eval_loss, x1 the best final_tuning_loss: the tuning split decides."""
     recs = [_rec("lion", 1.0, 0, 4.0, eval_loss=6.0), _rec("lion", 2.0, 0, 5.0, eval_loss=1.0),
             _rec("lion", 0.5, 0, 4.5, eval_loss=2.0)]
-    assert select_best(recs)[0]["lion"]["tiny"]["multiplier"] == 1.0
+    assert select_best(recs)[0][None]["lion"]["tiny"]["multiplier"] == 1.0
 
 
 def test_a_tuning_run_without_a_tuning_split_is_an_error() -> None:
@@ -51,14 +51,14 @@ def test_a_tuning_run_without_a_tuning_split_is_an_error() -> None:
 
 def test_ties_prefer_the_default_and_edges_warn() -> None:
     best, _ = select_best([_rec("lion", 0.5, 0, 5.0), _rec("lion", 1.0, 0, 5.0), _rec("lion", 2.0, 0, 5.0)])
-    assert best["lion"]["tiny"]["multiplier"] == 1.0
+    assert best[None]["lion"]["tiny"]["multiplier"] == 1.0
     best, warnings = select_best([_rec("lion", 0.5, 0, 4.0), _rec("lion", 1.0, 0, 5.0)])
-    assert best["lion"]["tiny"]["multiplier"] == 0.5 and "lower edge of [x0.5, x1]" in warnings[0]
+    assert best[None]["lion"]["tiny"]["multiplier"] == 0.5 and "lower edge of [x0.5, x1]" in warnings[0]
 
 
 def test_all_diverged_writes_nothing_and_no_grid_is_an_error() -> None:
     best, warnings = select_best([_rec("sgd", 1.0, 0, None, "diverged"), _rec("sgd", 2.0, 0, None, "failed")])
-    assert best == {} and "nothing written" in warnings[0]
+    assert best == {None: {}} and "nothing written" in warnings[0]
     with pytest.raises(OptBenchError, match="lr_multipliers"):
         select_best([{"optimizer": "adamw", "model_size": "tiny", "lr_multiplier": None}])
 
@@ -120,9 +120,9 @@ def test_weight_decay_runs_stay_out_of_the_learning_rate_selection() -> None:
     recs = [_rec("lion", 0.5, 0, 5.0), _rec("lion", 1.0, 0, 4.9), _rec("lion", 2.0, 0, 5.1)]
     wd_run = {**_rec("lion", 0.5, 0, 1.0), "run_id": "lion__tiny__s0__lrx0.5__wdx3"}
     best, warnings = select_best(recs + [wd_run])
-    assert best["lion"]["tiny"]["multiplier"] == 1.0 and best["lion"]["tiny"]["lr_bracketed"] is True
-    assert [c["tuning_loss"] for c in best["lion"]["tiny"]["curve"]] == [5.0, 4.9, 5.1]
+    assert best[None]["lion"]["tiny"]["multiplier"] == 1.0 and best[None]["lion"]["tiny"]["lr_bracketed"] is True
+    assert [c["tuning_loss"] for c in best[None]["lion"]["tiny"]["curve"]] == [5.0, 4.9, 5.1]
     # its weight-decay grid belongs at the tuned rate (x1), where none ran: said, never read from x0.5's run
-    assert "weight_decay" not in best["lion"]["tiny"] and any("not finished" in w for w in warnings)
+    assert "weight_decay" not in best[None]["lion"]["tiny"] and any("not finished" in w for w in warnings)
     edge, _ = select_best([_rec("lion", 0.5, 0, 4.0), _rec("lion", 1.0, 0, 5.0), _rec("lion", 2.0, 0, 5.0)])
-    assert edge["lion"]["tiny"]["bracketed"] is False
+    assert edge[None]["lion"]["tiny"]["bracketed"] is False

@@ -142,7 +142,7 @@ def test_loss_rising_on_both_sides_stops_and_is_bracketed(tmp_path: Path) -> Non
     spec = _spec(tmp_path, {"lr_grid": {"low": 0.5, "high": 4}})
     assert spec.tune is not None and spec.tune.multipliers == [0.5, 1.0, 2.0, 4.0]
     assert _settle(spec, _bowl(2.0)) == []  # bracketed by the initial grid: nothing added
-    path, warnings = tune_phase(spec)
+    (path,), warnings = tune_phase(spec)
     entry = yaml.safe_load(path.read_text())["adamw"]["tiny"]
     assert entry["multiplier"] == 2.0 and entry["bracketed"] is True and entry["extensions"] == [] and warnings == []
     assert "weight_decay" not in entry  # AdamW keeps its cited weight decay
@@ -153,7 +153,7 @@ def test_cap_reached_is_recorded_unbracketed_and_warned(tmp_path: Path) -> None:
     spec = _spec(tmp_path, {"lr_multipliers": [1, 2, 4], "max_extensions": 2})
     said = _settle(spec, _bowl(64.0))
     assert len(said) == 2 and "adding x16 (extension 2 of at most 2)" in said[1]
-    path, warnings = tune_phase(spec)
+    (path,), warnings = tune_phase(spec)
     entry = yaml.safe_load(path.read_text())["adamw"]["tiny"]
     assert entry["multiplier"] == 16.0 and entry["grid"] == [1.0, 2.0, 4.0, 8.0, 16.0]
     assert entry["bracketed"] is False and entry["lr_bracketed"] is False and entry["extensions"] == [8.0, 16.0]
@@ -179,7 +179,7 @@ def test_weight_decay_is_tuned_after_the_learning_rate_for_lion_only(tmp_path: P
     assert float(wd9.args[wd9.args.index("--weight_decay") + 1]) == pytest.approx(0.3 * 9)
     assert float(wd9.args[wd9.args.index("--learning_rate") + 1]) == pytest.approx(optimizer_defaults("lion", "tiny")
                                                                                     ["learning_rate"])
-    path, _ = tune_phase(spec)
+    (path,), _ = tune_phase(spec)
     tuned = yaml.safe_load(path.read_text())
     lion = tuned["lion"]["tiny"]
     assert lion["weight_decay"] == pytest.approx(0.9) and lion["wd_multiplier"] == 3.0 and lion["wd_bracketed"]
@@ -200,7 +200,7 @@ def test_weight_decay_set_by_the_sweep_is_not_tuned_and_said(tmp_path: Path) -> 
                  extra={"per_optimizer": {"lion": {"weight_decay": 0.5}}})
     _settle(spec, _bowl(1.0))
     assert spec.tuning is not None and not any("wdx" in r.run_id for r in spec.tuning.runs)
-    path, warnings = tune_phase(spec)
+    (path,), warnings = tune_phase(spec)
     entry = yaml.safe_load(path.read_text())["lion"]["tiny"]
     assert "weight_decay" not in entry and "sets weight_decay" in entry["wd_not_tuned"]
     assert any("weight decay not tuned" in w for w in warnings)

@@ -58,7 +58,7 @@ def test_a_choice_made_without_a_failed_point_says_so_in_the_tuned_file_and_the_
             if not spec.tuning.run_dir(run).exists():
                 _finish(spec, run)
         new = extend_tuning(spec, print)
-    path, warnings = tune_phase(spec)
+    (path,), warnings = tune_phase(spec)
     entry = yaml.safe_load(path.read_text())["adamw"]["tiny"]
     assert entry["multiplier"] != 1.0  # the lost best point moved the choice: which is why it must be said
     assert entry["missing_points"] == [{"run_id": LOST, "status": "failed"}]

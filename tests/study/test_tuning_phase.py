@@ -81,7 +81,7 @@ def test_every_parameter_group_of_adamw_and_muon_is_tuned_with_its_curve_and_bra
                  ("adamw", "muon", "lion"))
     said = _settle(spec, _bowls({"adamw": 2, "muon": 2, "lion": 2}, {"adamw": 2.0, "muon": 0.125}))
     assert any("muon/tiny: best non-matrix lr ratio x0.5 is at the lower edge" in s for s in said)
-    path, warnings = tune_phase(spec)
+    (path,), warnings = tune_phase(spec)
     tuned = yaml.safe_load(path.read_text())
     muon, adamw = tuned["muon"]["tiny"], tuned["adamw"]["tiny"]
     assert muon["nonmatrix_lr_ratio"] == 0.125 and muon["nonmatrix_bracketed"] and muon["nonmatrix_extensions"] == [
@@ -110,7 +110,7 @@ def test_every_ladder_rung_gets_its_own_bracketed_rate(tmp_path: Path) -> None:
     spec = _spec(tmp_path, {"lr_multipliers": [1, 2, 4, 8], "nonmatrix_multipliers": [], "confirm_seeds": []},
                  ("adamw",), ladder=True)
     _settle(spec, _bowls({"adamw": 4}, {}))  # the optimum halves with each 4x of the budget (see _bowls)
-    path, _ = tune_phase(spec)
+    (path,), _ = tune_phase(spec)
     entry = yaml.safe_load(path.read_text())["adamw"]["tiny"]
     rungs = {r["budget_multiple"]: r for r in entry["ladder"]}
     assert sorted(rungs) == [0.5, 2.0, 4.0] and all(r["bracketed"] for r in rungs.values()) and entry["bracketed"]
@@ -139,7 +139,7 @@ def test_a_choice_within_the_noise_is_decided_by_more_seeds_and_says_so(tmp_path
     said = _settle(spec, loss)
     # the noise is not measured yet: the best (x2) and its nearer neighbour (x4) run at the confirm seeds
     assert any("x2's margin over [x4]" in s and "confirming [x2, x4] at seeds [1000, 1001]" in s for s in said), said
-    entry = yaml.safe_load(tune_phase(spec)[0].read_text())["adamw"]["tiny"]
+    entry = yaml.safe_load(tune_phase(spec)[0][0].read_text())["adamw"]["tiny"]
     assert entry["multiplier"] == 4.0 and entry["lr_seeds"] == [0, 1000, 1001]
     # the noise: the pooled seed-to-seed sd at the confirmed points (seed 0's liking for x2 is part of it)
     assert entry["lr_noise_measured_here"] and 0.01 < entry["lr_noise"] < entry["lr_margin"]
@@ -159,7 +159,7 @@ def test_tune_writes_what_the_sweep_wrote(tmp_path: Path) -> None:
     _write_manifest(spec)  # as the sweep does before its first run: its tune: section, for `tune` to replay
     _settle(spec, _bowls({"adamw": 2, "lion": 2, "muon": 8}, {"adamw": 1.0, "muon": 0.25}, noise=0.01,
                          wd={"lion": 0.0}))
-    path, _ = tune_phase(spec)
+    (path,), _ = tune_phase(spec)
     out = tmp_path / "again.yaml"
     assert cli(["tune", str(spec.tuning.output_dir), "--output", str(out)]) == 0
     ours, again = yaml.safe_load(path.read_text()), yaml.safe_load(out.read_text())
@@ -193,3 +193,28 @@ def test_tune_never_overwrites_a_file_it_did_not_write(tmp_path: Path, capsys: p
     assert cli(["tune", str(spec.tuning.output_dir), "--output", str(first)]) == 0
     with pytest.raises(OptBenchError, match="is a directory"):
         tune(spec.tuning.output_dir, tmp_path)
+
+
+def test_a_selection_that_moved_under_finished_comparison_runs_is_refused_naming_its_ratios_file(tmp_path: Path) -> None:
+    """The comparison runs read their ratio's tuned file; a tuning phase that now selects another value for one ratio
+    (its runs edited, a restart after a change) would leave them run at the old one: refused, naming that file."""
+    from hf_optbench.study.sweep_spec import load_sweep
+    from hf_optbench.study.tuning_phase import _check_unchanged
+
+    repo = Path(__file__).resolve().parents[2]
+    sweep = {"base": str(repo / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
+             "overrides": {"data_source": "synthetic", "block_size": 64, "tuning_blocks": 4},
+             "budget": {"tokens_per_param": [0.5, 1]}, "tune": {"lr_multipliers": [0.5, 1, 2]},
+             "matrix": {"optimizer": ["adamw"], "model_size": ["tiny"], "seed": [1]}, "launcher": {"type": "python"}}
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(sweep))
+    spec = load_sweep(tmp_path / "sweep.yaml")
+    old = {"adamw": {"tiny": {"learning_rate": 0.002}}}
+    spec.tuned_file_for(1.0).parent.mkdir(parents=True)
+    for tpp in (0.5, 1.0):
+        spec.tuned_file_for(tpp).write_text(yaml.safe_dump(old))
+    best = {0.5: old, 1.0: {"adamw": {"tiny": {"learning_rate": 0.004}}}}
+    _check_unchanged(spec, best)  # no comparison run yet: the new choice is simply written
+    (spec.runs_dir / "adamw__tiny__s1__tpp1").mkdir(parents=True)
+    with pytest.raises(OptBenchError, match=r"adamw/tiny at 1 tokens/param learning_rate than tuned_hparams__tpp1\.yaml "
+                                            r"held"):
+        _check_unchanged(spec, best)
