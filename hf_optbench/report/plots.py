@@ -137,6 +137,20 @@ def _smoothed(xs: Sequence[float], ys: Sequence[float], n: int) -> tuple[list[fl
     return list(xs[:end]), pd.Series(ys[:end], dtype="float64").rolling(n, min_periods=1).mean().tolist()
 
 
+def _label_targets(ax, targets: list) -> None:
+    """Name each target line at the right edge, above it; a label whose line sits closer than 4 % of the axis to the
+    next line up goes below its line instead (the 75 % and 100 % targets of a run past the transient are often a few
+    hundredths of a nat apart, and two labels above their lines printed over each other)."""
+    lo, hi = ax.get_ylim()
+    gap = 0.04 * (hi - lo)
+    losses = sorted(t.loss for t in targets)
+    for t in targets:
+        above = [x for x in losses if x > t.loss]
+        crowded = bool(above) and min(above) - t.loss < gap
+        ax.annotate(t.name, (1.0, t.loss), xycoords=("axes fraction", "data"), fontsize=7, color="grey",
+                    ha="right", va="top" if crowded else "bottom")
+
+
 def plot_loss(an: Analysis, size: str, path: Path) -> Path:
     """Train loss (trailing mean, one thin line per seed) and eval loss (markers per seed) of one size against
     steps, tokens and train seconds, with the size's targets: an optimizer can win per step and lose per second."""
@@ -160,8 +174,6 @@ def plot_loss(an: Analysis, size: str, path: Path) -> Path:
                 ax.plot(ex, ey, "o", color=col[opt], ms=3.5, mfc="none", mew=0.8)
         for t in an.targets.get(size, []):
             ax.axhline(t.loss, color="grey", ls=":", lw=0.9)
-            ax.annotate(t.name, (1.0, t.loss), xycoords=("axes fraction", "data"), fontsize=7, color="grey",
-                        ha="right", va="bottom")
         ax.set_xlabel(label)
         if x_key == "tokens":
             eng_axis(ax.xaxis)
@@ -169,6 +181,8 @@ def plot_loss(an: Analysis, size: str, path: Path) -> Path:
     if tops and lows:
         span = max(tops) - min(lows)
         axes[0].set_ylim(min(lows) - 0.05 * span, max(tops) + 0.05 * span)
+    for ax in axes:
+        _label_targets(ax, an.targets.get(size, []))
     axes[0].set_ylabel("loss")
     axes[0].legend(fontsize=7)
     fig.suptitle(f"{size}: train loss (trailing mean, one line per seed), eval loss (circles), targets (dotted); "

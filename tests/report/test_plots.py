@@ -96,3 +96,21 @@ def test_the_scaling_plot_draws_no_empty_panel(tmp_path: Path, monkeypatch: pyte
         labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
         assert labels and all(label[-1] in "kMB" for label in labels), labels
     plots.plt_().close(fig)
+
+
+def test_target_labels_a_few_hundredths_apart_do_not_print_over_each_other() -> None:
+    """The main job's 75 % and 100 % targets at 2 tokens/param were 0.03 nats apart on a 0.95-nat axis: both labels
+    sat above their lines, one over the other (seen in loss_tiny__tpp2.png). The lower one now goes below its line."""
+    from types import SimpleNamespace
+    plt = plots.plt_()
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.set_ylim(1.85, 2.8)
+    targets = [SimpleNamespace(name=n, loss=v) for n, v in (("25%", 2.27), ("50%", 2.13), ("75%", 2.04),
+                                                              ("100%", 2.01))]
+    plots._label_targets(ax, targets)
+    fig.canvas.draw()
+    boxes = {t.get_text(): t.get_window_extent() for t in ax.texts}
+    assert not boxes["75%"].overlaps(boxes["100%"]), (boxes["75%"], boxes["100%"])
+    assert {t.get_text(): t.get_va() for t in ax.texts} == {"25%": "bottom", "50%": "bottom", "75%": "bottom",
+                                                           "100%": "top"}
+    plt.close(fig)
