@@ -208,7 +208,8 @@ def tuned_values_section(doc: Any, an: Any) -> None:
         return
     doc.h(3, "Tuned values, every parameter group alike")
     doc.table(header, rows)
-    doc.p("From tuned_hparams.yaml (its curves and grids are there): each hyperparameter tuned one at a time at the "
+    doc.p("From the tuned file (tuned_hparams.yaml; in a sweep over data ratios one per ratio, "
+          "tuned_hparams__tpp<ratio>.yaml; its curves and grids are there): each hyperparameter tuned one at a time at the "
           "others' best (learning rate, then weight decay where the optimizer's cited value is not AdamW's, then the "
           "non-matrix group's rate: embeddings, head, LayerNorm gains and biases, for AdamW and Muon alike; Muon's "
           "learning rate is its matrices'), then each ladder rung's own rate. Margin: the tuning-loss gap from the "

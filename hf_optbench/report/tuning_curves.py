@@ -27,6 +27,10 @@ def short_source(text: str | None) -> str:
     if not text:
         return "unknown"
     text = str(text)
+    if text.startswith("tuned: "):
+        # The file's name only: it lies in the sweep directory the report is about, and a full path would print the
+        # machine it ran on into a report that is committed and read elsewhere (docs/results/).
+        return "tuned: " + Path(text[len("tuned: "):]).name
     if text in PLAIN_SOURCES or text.startswith("tuned"):
         return text
     first = text.split(" | ")[0].split(",")[0].split(" (")[0].strip()
