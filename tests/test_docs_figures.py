@@ -35,6 +35,7 @@ STUDY_OPEN = "<!-- study-table: filled from docs/results/cpu_study/report.md -->
 STUDY_CLOSE = "<!-- /study-table -->"
 STUDY_REPORT = REPO / "docs" / "results" / "cpu_study" / "report.md"
 STUDY_SOURCES = (STUDY_REPORT, STUDY_REPORT.with_name("summary.csv"))
+README_MAX_LINES = 250  # issue 33: model READMEs in this field run 130-390 lines; the lab notebook went to docs/
 
 _FENCE = re.compile(r"^```.*?^```[ \t]*$", re.M | re.S)
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
@@ -174,6 +175,12 @@ def test_every_quoted_figure_is_in_a_file_the_section_links(section: Section) ->
     assert not missing, (f"{section.doc.relative_to(REPO)}, section '{section.heading}': figures not found in the "
                          f"files it links ({[str(p.relative_to(REPO)) for p in section.links()]}): {missing}. Link "
                          "the generated file that holds them, or copy them from it as written.")
+
+
+def test_the_readme_stays_a_five_minute_read() -> None:
+    lines = len(DOCS[0].read_text(encoding="utf-8").splitlines())
+    assert lines <= README_MAX_LINES, (f"README.md has {lines} lines (at most {README_MAX_LINES}): move method, results "
+                                       "or history to docs/METHOD.md, benchmarks/README.md or docs/ARCHITECTURE.md")
 
 
 def test_the_readme_study_table_is_the_committed_study_report() -> None:
