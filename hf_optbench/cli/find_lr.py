@@ -79,7 +79,7 @@ def _check_own(own: dict[str, Any]) -> None:
 
 class _Progress:
     """``on_step`` for the range test: one stderr line every PROGRESS_EVERY_STEPS steps or PROGRESS_EVERY_SECONDS
-    seconds, whichever comes first, and at the last step, so a 2-minute test is never silent."""
+    seconds, whichever comes first, and at the last step, so a long test is never silent."""
 
     def __init__(self, num_steps: int, stream: Any = None) -> None:
         import time

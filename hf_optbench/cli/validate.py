@@ -1,4 +1,5 @@
-"""``hf-optbench validate RECIPE``: check a recipe's keys in ~0.1 s, without importing torch."""
+"""``hf-optbench validate RECIPE``: check a recipe's keys without importing torch (0.117 s measured on the project's
+2-core CPU machine by benchmarks/bench_startup.py, benchmarks/RESULTS.md, 2026-11-21)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ HELP = f"""{USAGE}
 Checks a recipe and the --key value overrides a run would get, without training. The recipe may also come as
 --config RECIPE.yaml, anywhere on the line.
 
-By default (about 0.1 s, torch not imported): the recipe file reads as one flat YAML mapping, and every key, in it
+By default (torch not imported, so it takes little more than Python's start-up): the recipe file reads as one flat YAML mapping, and every key, in it
 and on the command line, is one `hf-optbench run --help` lists (a misspelt key gets a suggestion; a key hf_optbench
 replaces is refused with what to use instead).
 
   --full   also parse every value as the run would (HfArgumentParser and TrainingArguments: types, ranges, the
            optimizer, schedule and model size, batch and block sizes, the output_dir), exactly the checks a run
-           makes before any data or model work. Takes a few seconds (it imports transformers)."""
+           makes before any data or model work. Takes as long as importing transformers and torch (seconds, more on a
+           loaded machine)."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """``hf-optbench run --help``: hf_optbench's own keys and the Trainer keys a benchmark sets, grouped, on one screen.
 
 Why not argparse's help: HfArgumentParser prints every TrainingArguments field (859 lines here) and needs
-transformers, i.e. torch, imported first (2-4 s). This short help reads our dataclasses' fields and, for the few
+transformers, i.e. torch, imported first (seconds: benchmarks/bench_startup.py measures it). This short help reads our dataclasses' fields and, for the few
 Trainer keys shown, their defaults and help strings from transformers' source with ``ast`` (as
 ``parse._training_fields_fast`` does), so it imports neither. ``--help-all`` prints argparse's full list.
 """

@@ -1,0 +1,197 @@
+"""Every figure the README and the docs quote comes from a file in the repository, and this test finds it there
+(issue 33: the README's main-job figures had been copied by hand from another machine's run, and 6 of 9 speedup
+cells no longer matched what the code gave).
+
+The rule, per document in ``DOCS`` and per section (a level-2 heading down to the next one):
+
+* a *figure* is a decimal number (``1.85``, ``0.005``, the ``1.3`` of ``1.3x``), a number with thousands separators
+  (``124,475,904``) or a percentage (``5 %``, ``36.0%``), in the section's prose and tables;
+* not a figure: fenced code blocks, inline code spans (commands, file names such as ``tuned_hparams__tpp0.15.yaml``),
+  link targets, HTML comments, version numbers (``2.13.0``), dates, arXiv ids, and the figures of a sentence that
+  carries its own citation (an arXiv id or a web address): published results are quoted with their source, and
+  cannot be in this repository;
+* each figure must occur, as a whole number (``1.85`` is not found in ``1.853``: a rounded or drifted copy fails),
+  in one of the files the section links (relative markdown links): a generated results file for a measurement
+  (``docs/results/``, ``benchmarks/results/``, ``benchmarks/RESULTS.md``), the module or recipe that defines it for
+  a setting or a constant;
+* a section that quotes a figure and links nothing fails, naming the section.
+
+The README's study table (between :data:`STUDY_OPEN` and :data:`STUDY_CLOSE`) is checked against the committed CPU
+study report alone; until that report is committed the block is skipped, with a reason naming the missing file.
+The rule itself is tested on small texts below, so it stays tested whatever the documents say.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = (REPO / "README.md", REPO / "docs" / "METHOD.md", REPO / "benchmarks" / "README.md")
+STUDY_OPEN = "<!-- study-table: filled from docs/results/cpu_study/report.md -->"
+STUDY_CLOSE = "<!-- /study-table -->"
+STUDY_REPORT = REPO / "docs" / "results" / "cpu_study" / "report.md"
+STUDY_SOURCES = (STUDY_REPORT, STUDY_REPORT.with_name("summary.csv"))
+README_MAX_LINES = 250  # issue 33: model READMEs in this field run 130-390 lines; the lab notebook went to docs/
+
+_FENCE = re.compile(r"^```.*?^```[ \t]*$", re.M | re.S)
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_CODE = re.compile(r"`[^`\n]*`")
+_LINK = re.compile(r"!?\[([^\]]*)\]\(([^)\s]+)\)")
+_CITATION = re.compile(r"arXiv:\s*\d{4}\.\d{4,5}|https?://\S+", re.I)
+# A figure: a decimal, a number with thousands separators, or an integer percentage, with any unit after it (1.3x,
+# 1.2B). Not part of a longer number or a name (tpp0.15), not a version (2.13.0), not a date (no decimal point).
+_FIGURE = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+|\d+(?=\s?%))(?!\d|[.,]\d)(\s?%)?")
+_SENTENCE_END = re.compile(r"(?<=[.;:!?])\s+(?=[A-Z(*|\-])|\n\s*\n|\n(?=\s*[-*|] )")
+
+
+@dataclass(frozen=True)
+class Section:
+    """One level-2 section of a document: its heading, its text, the files its links name."""
+
+    doc: Path
+    heading: str
+    text: str
+
+    def links(self) -> list[Path]:
+        """The repository files the section links (relative links, anchors dropped), resolved from its document."""
+        out = []
+        for _, target in _LINK.findall(_FENCE.sub("", self.text)):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            path = (self.doc.parent / target.split("#", 1)[0]).resolve()
+            if path.is_file():
+                out.append(path)
+        return out
+
+
+def sections(doc: Path, text: str) -> list[Section]:
+    """``text`` cut at its level-2 headings (the part before the first one is the section "(top)")."""
+    parts = re.split(r"^## ", text, flags=re.M)
+    out = [Section(doc, "(top)", parts[0])]
+    out += [Section(doc, p.split("\n", 1)[0].strip(), p) for p in parts[1:]]
+    return out
+
+
+def prose(text: str) -> str:
+    """``text`` without what holds no quoted figure: code, comments, link targets (the link text stays)."""
+    text = _FENCE.sub("", text)
+    text = _COMMENT.sub("", text)
+    text = _LINK.sub(lambda m: m.group(1), text)
+    return _CODE.sub("", text)
+
+
+def figures(text: str) -> list[str]:
+    """The figures of ``text`` (see the module doc), in order; a sentence carrying a citation contributes none."""
+    out = []
+    for sentence in _SENTENCE_END.split(prose(text)):
+        if _CITATION.search(sentence):
+            continue
+        out += [number.replace(",", "") + ("%" if percent else "") for number, percent in _FIGURE.findall(sentence)]
+    return out
+
+
+def found_in(figure: str, source: str) -> bool:
+    """Whether ``figure`` occurs in ``source`` as a whole number (thousands separators ignored on both sides), a
+    percentage as a percentage ("5%" is not found in "5 s")."""
+    plain = re.sub(r"(?<=\d),(?=\d{3})", "", source)
+    number, percent = figure.removesuffix("%"), figure.endswith("%")
+    tail = r"\s?%" if percent else r"(?!\d|\.\d)"
+    return re.search(rf"(?<![\d.]){re.escape(number)}{tail}", plain) is not None
+
+
+def unsourced(section: Section, text: str | None = None, sources: list[Path] | None = None) -> list[str]:
+    """The figures of ``section`` (or of ``text`` in it) that none of its linked files (or ``sources``) holds;
+    ["(no link)"] when it quotes figures and links nothing."""
+    figs = figures(section.text if text is None else text)
+    files = section.links() if sources is None else sources
+    if figs and not files:
+        return ["(no link)"]
+    texts = [f.read_text(encoding="utf-8", errors="replace") for f in files]
+    return sorted({f for f in figs if not any(found_in(f, t) for t in texts)})
+
+
+def without_study_block(text: str) -> str:
+    """``text`` with the README's study-table block cut out (it is checked on its own)."""
+    if STUDY_OPEN not in text:
+        return text
+    head, rest = text.split(STUDY_OPEN, 1)
+    return head + rest.split(STUDY_CLOSE, 1)[1] if STUDY_CLOSE in rest else head
+
+
+# -- the rule, on small texts -------------------------------------------------------------------------------------
+
+def _doc(tmp_path: Path, body: str, results: str) -> Section:
+    (tmp_path / "results.md").write_text(results, encoding="utf-8")
+    doc = tmp_path / "DOC.md"
+    doc.write_text(body, encoding="utf-8")
+    return sections(doc, body)[1]
+
+
+def test_a_figure_copied_from_its_source_passes(tmp_path: Path) -> None:
+    section = _doc(tmp_path, "## Results\nMuon 1.85x [1.26, 2.72], 31 % MDE, 124,475,904 parameters "
+                             "([report](results.md)).\n", "| muon | 1.85 [1.26, 2.72] | MDE 31% | 124475904 |\n")
+    assert figures(section.text) == ["1.85", "1.26", "2.72", "31%", "124475904"]
+    assert unsourced(section) == []
+
+
+def test_a_drifted_or_rounded_copy_fails(tmp_path: Path) -> None:
+    """A hand-copied figure that no longer matches its source is named: a drifted value, a rounded one, a
+    percentage, a value found only inside a longer number."""
+    section = _doc(tmp_path, "## Results\nMuon 1.89x, Lion 1.2x, 93.4 %, 0.5 nats, 40 % ([report](results.md)).\n",
+                   "muon 1.853, lion 1.21, 93.45 %, 10.5 nats, 40 s\n")
+    assert unsourced(section) == ["0.5", "1.2", "1.89", "40%", "93.4%"]
+
+
+def test_figures_without_a_link_fail(tmp_path: Path) -> None:
+    section = _doc(tmp_path, "## Results\nMuon is 1.85x faster.\n", "1.85\n")
+    assert unsourced(section) == ["(no link)"]
+
+
+def test_code_versions_dates_links_and_cited_figures_are_not_figures() -> None:
+    text = ("Run `hf-optbench run recipes/x_tpp0.15.yaml` with torch 2.13.0 on 2026-11-26 "
+            "([file](docs/a_0.5.md)).\n\n```bash\nmake demo  # 1.5 s\n```\n<!-- 7.5 -->\n"
+            "Marin found 1.4x at 130M shrinking to 1.1x at 1.2B (arXiv:2509.02046). Ours is 2.5x.\n")
+    assert figures(text) == ["2.5"]
+
+
+def test_the_study_block_is_cut_out_for_the_section_check() -> None:
+    text = f"a 1.5\n{STUDY_OPEN}\n| muon | 9.99 |\n{STUDY_CLOSE}\nb 2.5\n"
+    assert figures(without_study_block(text)) == ["1.5", "2.5"]
+
+
+# -- the README and the docs ----------------------------------------------------------------------------------------
+
+def _doc_sections() -> list[Section]:
+    return [s for d in DOCS for s in sections(d, d.read_text(encoding="utf-8"))]
+
+
+@pytest.mark.parametrize("section", _doc_sections(), ids=lambda s: f"{s.doc.name}:{s.heading[:40]}")
+def test_every_quoted_figure_is_in_a_file_the_section_links(section: Section) -> None:
+    missing = unsourced(section, without_study_block(section.text))
+    assert not missing, (f"{section.doc.relative_to(REPO)}, section '{section.heading}': figures not found in the "
+                         f"files it links ({[str(p.relative_to(REPO)) for p in section.links()]}): {missing}. Link "
+                         "the generated file that holds them, or copy them from it as written.")
+
+
+def test_the_readme_stays_a_five_minute_read() -> None:
+    lines = len(DOCS[0].read_text(encoding="utf-8").splitlines())
+    assert lines <= README_MAX_LINES, (f"README.md has {lines} lines (at most {README_MAX_LINES}): move method, results "
+                                       "or history to docs/METHOD.md, benchmarks/README.md or docs/ARCHITECTURE.md")
+
+
+def test_the_readme_study_table_is_the_committed_study_report() -> None:
+    readme = DOCS[0].read_text(encoding="utf-8")
+    assert STUDY_OPEN in readme and STUDY_CLOSE in readme, "README.md lost its study-table block markers"
+    block = readme.split(STUDY_OPEN, 1)[1].split(STUDY_CLOSE, 1)[0]
+    if not STUDY_REPORT.is_file():
+        pytest.skip(f"{STUDY_REPORT.relative_to(REPO)} is not committed yet: the study table is checked against it "
+                    "once it is")
+    section = Section(DOCS[0], "study table", block)
+    figs = figures(block)
+    assert figs, "the study-table block quotes no figure from the study report"
+    missing = unsourced(section, block, [p for p in STUDY_SOURCES if p.is_file()])
+    assert not missing, f"README study table: figures not in {STUDY_REPORT.relative_to(REPO)}: {missing}"
