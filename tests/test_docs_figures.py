@@ -42,6 +42,9 @@ _COMMENT = re.compile(r"<!--.*?-->", re.S)
 _CODE = re.compile(r"`[^`\n]*`")
 _LINK = re.compile(r"!?\[([^\]]*)\]\(([^)\s]+)\)")
 _CITATION = re.compile(r"arXiv:\s*\d{4}\.\d{4,5}|https?://\S+", re.I)
+# A figure quoted from this repository's own history ("... 1.86 (this README at commit 9714d85)"): checked against
+# that commit's version of the document, not against today's files.
+_HISTORY = re.compile(r"\bcommit ([0-9a-f]{7,40})\b")
 # A figure: a decimal, a number with thousands separators, or an integer percentage, with any unit after it (1.3x,
 # 1.2B). Not part of a longer number or a name (tpp0.15), not a version (2.13.0), not a date (no decimal point).
 _FIGURE = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+|\d+(?=\s?%))(?!\d|[.,]\d)(\s?%)?")
@@ -88,9 +91,21 @@ def figures(text: str) -> list[str]:
     """The figures of ``text`` (see the module doc), in order; a sentence carrying a citation contributes none."""
     out = []
     for sentence in _SENTENCE_END.split(prose(text)):
-        if _CITATION.search(sentence):
+        if _CITATION.search(sentence) or _HISTORY.search(sentence):
             continue
         out += [number.replace(",", "") + ("%" if percent else "") for number, percent in _FIGURE.findall(sentence)]
+    return out
+
+
+def history_figures(text: str) -> list[tuple[str, list[str]]]:
+    """(commit, figures) for each sentence of ``text`` that quotes this repository's history by commit."""
+    out = []
+    for sentence in _SENTENCE_END.split(prose(text)):
+        match = _HISTORY.search(sentence)
+        if match and not _CITATION.search(sentence):
+            figs = [n.replace(",", "") + ("%" if pc else "") for n, pc in _FIGURE.findall(_HISTORY.sub("", sentence))]
+            if figs:  # a sentence naming a commit without quoting a figure ("runs at commit 9e5ae86") quotes nothing
+                out.append((match.group(1), figs))
     return out
 
 
@@ -158,6 +173,12 @@ def test_code_versions_dates_links_and_cited_figures_are_not_figures() -> None:
     assert figures(text) == ["2.5"]
 
 
+def test_a_figure_from_the_repository_history_is_read_against_that_commit() -> None:
+    text = "Muon 2.22 now. The previous protocol reported 1.86 / 1.90 (this README at commit 9714d85). Lion 1.2.\n"
+    assert figures(text) == ["2.22", "1.2"]
+    assert history_figures(text) == [("9714d85", ["1.86", "1.90"])]
+
+
 def test_the_study_block_is_cut_out_for_the_section_check() -> None:
     text = f"a 1.5\n{STUDY_OPEN}\n| muon | 9.99 |\n{STUDY_CLOSE}\nb 2.5\n"
     assert figures(without_study_block(text)) == ["1.5", "2.5"]
@@ -187,11 +208,27 @@ def test_the_readme_study_table_is_the_committed_study_report() -> None:
     readme = DOCS[0].read_text(encoding="utf-8")
     assert STUDY_OPEN in readme and STUDY_CLOSE in readme, "README.md lost its study-table block markers"
     block = readme.split(STUDY_OPEN, 1)[1].split(STUDY_CLOSE, 1)[0]
-    if not STUDY_REPORT.is_file():
-        pytest.skip(f"{STUDY_REPORT.relative_to(REPO)} is not committed yet: the study table is checked against it "
-                    "once it is")
+    assert STUDY_REPORT.is_file(), (f"{STUDY_REPORT.relative_to(REPO)} is missing: the README's study table quotes "
+                                    "the committed report (hf-optbench report runs/cpu_study, copied to docs/results/)")
     section = Section(DOCS[0], "study table", block)
     figs = figures(block)
     assert figs, "the study-table block quotes no figure from the study report"
     missing = unsourced(section, block, [p for p in STUDY_SOURCES if p.is_file()])
     assert not missing, f"README study table: figures not in {STUDY_REPORT.relative_to(REPO)}: {missing}"
+
+
+def test_figures_quoted_from_the_repository_history_are_in_that_commit() -> None:
+    """A figure the README quotes from an earlier version of itself (the previous protocol's Muon speedups, issue 29)
+    is read from that commit's README with git: a mistyped or invented "old" figure fails."""
+    import subprocess
+
+    quoted = [(doc, sha, figs) for doc in DOCS for sha, figs in history_figures(doc.read_text(encoding="utf-8"))]
+    if not quoted:
+        pytest.skip("no document quotes a figure from the repository's history")
+    for doc, sha, figs in quoted:
+        rel = doc.relative_to(REPO).as_posix()
+        shown = subprocess.run(["git", "-C", str(REPO), "show", f"{sha}:{rel}"], capture_output=True, text=True)
+        if shown.returncode != 0:
+            pytest.skip(f"commit {sha} is not in this checkout's history (a shallow clone?): {shown.stderr.strip()}")
+        missing = [f for f in figs if not found_in(f, shown.stdout)]
+        assert figs and not missing, f"{rel}: figures quoted from commit {sha} not in its {rel}: {missing or figs}"
