@@ -23,6 +23,8 @@ import pytest
 
 from hf_optbench.config.parse import ResumeRequest
 
+from fixtures.installed import hf_optbench_command
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "recipes/quickstart_cpu.yaml"
 STEPS, SAVE_EVERY = 12, 4
@@ -321,9 +323,7 @@ def test_resuming_a_finished_run_is_a_no_op_that_says_so(runs: dict, tmp_path: P
     """Not more steps past max_steps that rewrite the results, and no relabelling by the resume's arguments. Through
     the installed command, whose answer is one line saying what happened (issue 33: it also printed the result
     block, "wrote RUN (...)", as if the run had just been written)."""
-    exe = Path(sys.executable).with_name("hf-optbench")
-    if not exe.exists():
-        pytest.skip("hf-optbench console script not installed (pip install -e .)")
+    exe = hf_optbench_command()
     done = tmp_path / "done"
     shutil.copytree(runs["full"], done)
     before = {p.name: p.read_bytes() for p in done.iterdir() if p.is_file()}

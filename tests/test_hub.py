@@ -18,6 +18,8 @@ from hf_optbench.errors import OptBenchError
 from hf_optbench.publish import card as card_mod
 from hf_optbench.publish import hub, redact, stage
 
+from fixtures.installed import hf_optbench_command
+
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_TOKEN = "hf_" + "Ab3" * 12  # token-shaped, 39 characters, never valid
 SUMMARY = {
@@ -407,9 +409,7 @@ def test_push_dry_run_refuses_what_must_not_leave_the_machine(tmp_path: Path, ca
 
 
 def test_push_through_the_installed_command_refuses_a_symlink(tmp_path: Path) -> None:
-    exe = Path(sys.executable).with_name("hf-optbench")
-    if not exe.exists():
-        pytest.skip("hf-optbench console script not installed (pip install -e .)")
+    exe = hf_optbench_command()
     run = _fake_run(tmp_path)
     _link(run / "checkpoint-10" / "tokenizer.json", _secret_file(tmp_path))
     proc = subprocess.run([str(exe), "push", str(run), "--repo-id", "me/x", "--dry-run"], capture_output=True,

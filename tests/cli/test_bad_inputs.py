@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +22,8 @@ import yaml
 
 from hf_optbench import cli
 from hf_optbench.run import train as run_mod
+
+from fixtures.installed import hf_optbench_command
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
@@ -448,9 +449,7 @@ ENTRY_POINT_CASES = ["batch-0", "report-missing-dir", "memory-zero-stage", "reci
 
 @pytest.mark.parametrize("case_id", ENTRY_POINT_CASES)
 def test_bad_input_through_the_installed_command(case_id: str, workspace: Path) -> None:
-    exe = Path(sys.executable).with_name("hf-optbench")
-    if not exe.exists():
-        pytest.skip("hf-optbench console script not installed (pip install -e .)")
+    exe = hf_optbench_command()
     case = next(x for x in CASES if x.id == case_id)
     before = _snapshot(workspace)
     proc = subprocess.run([str(exe), *_argv(case, workspace)], capture_output=True, text=True, cwd=workspace,

@@ -12,6 +12,8 @@ from hf_optbench import cli
 from hf_optbench.run import summary as provenance
 from hf_optbench.run import train as run_mod
 
+from fixtures.installed import hf_optbench_command
+
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
 
@@ -61,9 +63,7 @@ def test_validate_full_checks_values(capsys) -> None:
 
 
 def test_console_script_runs_validate() -> None:
-    exe = Path(sys.executable).with_name("hf-optbench")
-    if not exe.exists():
-        pytest.skip("hf-optbench console script not installed in this environment (pip install -e .)")
+    exe = hf_optbench_command()
     proc = subprocess.run([str(exe), "validate", QUICK], capture_output=True, text=True)
     assert proc.returncode == 0 and "ok" in proc.stdout
 

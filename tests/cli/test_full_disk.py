@@ -12,7 +12,6 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,8 @@ import yaml
 
 from hf_optbench import cli
 from hf_optbench.run import train as run_mod
+
+from fixtures.installed import hf_optbench_command
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
@@ -66,13 +67,6 @@ def test_sweep_with_a_full_output_dir(tmp_path: Path, monkeypatch, capsys) -> No
 SAVE_ARGS = ["--save_strategy", "steps", "--save_steps", "2", "--eval_steps", "2", "--write_model_card", "false"]
 
 
-def _hf_optbench() -> Path:
-    exe = Path(sys.executable).with_name("hf-optbench")
-    if not exe.exists():
-        pytest.skip("hf-optbench console script not installed (pip install -e .)")
-    return exe
-
-
 def _run_limited(out: Path, cache: Path, *extra: str, fsize: int | None = None) -> subprocess.CompletedProcess:
     """``hf-optbench run`` (the installed command) into ``out``; with ``fsize``, under a file-size limit of that
     many bytes (``ulimit -f``), SIGXFSZ ignored so that a write past it fails with EFBIG instead of killing."""
@@ -82,7 +76,7 @@ def _run_limited(out: Path, cache: Path, *extra: str, fsize: int | None = None) 
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
     env = dict(os.environ, HF_OPTBENCH_CACHE=str(cache), HF_HUB_OFFLINE="1")
-    return subprocess.run([str(_hf_optbench()), "run", QUICK, "--output_dir", str(out), *SAVE_ARGS, *extra],
+    return subprocess.run([str(hf_optbench_command()), "run", QUICK, "--output_dir", str(out), *SAVE_ARGS, *extra],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
                           preexec_fn=limit if fsize is not None else None)
 

@@ -15,6 +15,7 @@ from hf_optbench.report.build import build_report
 from hf_optbench.rundir import read_metrics
 from hf_optbench.study.records import load_runs
 
+from fixtures.installed import hf_optbench_command
 from fixtures.sweep_fixture import build_fixture_sweep
 
 
@@ -156,11 +157,8 @@ def test_bad_records_are_skipped_by_name_through_the_installed_command(tmp_path:
     UnicodeDecodeError). Each bad record is skipped with one warning line naming the file; the report is built."""
     import os
     import subprocess
-    import sys
 
-    exe = Path(sys.executable).with_name("hf-optbench")
-    if not exe.exists():
-        pytest.skip("hf-optbench console script not installed (pip install -e .)")
+    exe = hf_optbench_command()
     root = build_fixture_sweep(tmp_path / "s", optimizers=("adamw", "lion"), sizes=("tiny",), seeds=(0, 1), steps=30)
     runs = root / "runs"
     with open(runs / "lion__tiny__s0" / "metrics.jsonl", "a") as fh:

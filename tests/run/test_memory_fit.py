@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import resource
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +16,8 @@ from hf_optbench.errors import OptBenchError
 from hf_optbench.measure.planner import plan_memory
 from hf_optbench.run import memory_fit
 from hf_optbench.run.plan import resolve_plan
+
+from fixtures.installed import hf_optbench_command
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
@@ -92,9 +93,7 @@ def test_through_the_installed_command_under_an_address_space_limit(tmp_path: Pa
     """gpt2-large under `ulimit -v` 7.5 GiB: refused in one line naming the planned and the available GiB, before
     any data or model work. Without the check it allocated until torch's "can't allocate memory" traceback (27.6 s
     measured here with --skip_memory_check true)."""
-    exe = Path(sys.executable).with_name("hf-optbench")
-    if not exe.exists():
-        pytest.skip("hf-optbench console script not installed (pip install -e .)")
+    exe = hf_optbench_command()
     out, cache = tmp_path / "run", tmp_path / "cache"
     t0 = time.monotonic()
     proc = subprocess.run([str(exe), "run", QUICK, "--output_dir", str(out), "--model_size", "gpt2-large"],

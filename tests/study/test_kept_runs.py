@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,8 @@ from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import read_state
 from hf_optbench.study.sweep import run_sweep
 from hf_optbench.study.sweep_spec import load_sweep
+
+from fixtures.installed import hf_optbench_command
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
@@ -140,9 +141,7 @@ def test_a_truncated_summary_is_refused_by_name_not_counted_finished(tmp_path: P
 def test_the_issue_scenario_through_the_installed_command(tmp_path: Path) -> None:
     """Real runs: a finished sweep, edited (lion added; warmup_steps and dropout changed), is refused with exit 2 and
     one line; with --rerun-changed it reruns adamw, and the report of the result reports."""
-    exe = Path(sys.executable).with_name("hf-optbench")
-    if not exe.exists():
-        pytest.skip("hf-optbench console script not installed (pip install -e .)")
+    exe = hf_optbench_command()
     env = {**os.environ, "HF_OPTBENCH_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
 
     def sweep_file(name: str, optimizers: list[str], **overrides) -> Path:
