@@ -87,13 +87,18 @@ def prose(text: str) -> str:
     return _CODE.sub("", text)
 
 
+def _sentence_figures(sentence: str) -> list[str]:
+    """One sentence's figures as found in a source: thousands separators dropped, a percentage marked "%"."""
+    return [number.replace(",", "") + ("%" if percent else "") for number, percent in _FIGURE.findall(sentence)]
+
+
 def figures(text: str) -> list[str]:
     """The figures of ``text`` (see the module doc), in order; a sentence carrying a citation contributes none."""
     out = []
     for sentence in _SENTENCE_END.split(prose(text)):
         if _CITATION.search(sentence) or _HISTORY.search(sentence):
             continue
-        out += [number.replace(",", "") + ("%" if percent else "") for number, percent in _FIGURE.findall(sentence)]
+        out += _sentence_figures(sentence)
     return out
 
 
@@ -103,7 +108,7 @@ def history_figures(text: str) -> list[tuple[str, list[str]]]:
     for sentence in _SENTENCE_END.split(prose(text)):
         match = _HISTORY.search(sentence)
         if match and not _CITATION.search(sentence):
-            figs = [n.replace(",", "") + ("%" if pc else "") for n, pc in _FIGURE.findall(_HISTORY.sub("", sentence))]
+            figs = _sentence_figures(_HISTORY.sub("", sentence))
             if figs:  # a sentence naming a commit without quoting a figure ("runs at commit 9e5ae86") quotes nothing
                 out.append((match.group(1), figs))
     return out
