@@ -138,7 +138,7 @@ def _rate_cell(entry: Mapping[str, Any], prefix: str = "") -> str:
 def rung_rates_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
     """(header, rows): per size, the learning rate each rung of the baseline's ladder ran at (tuned_hparams.yaml:
     every rung tuned on its own, issue 29), x multiplier of the cited rate."""
-    entries = {size: tuned_entry(an, baseline, size) for size in an.sizes if tuned_entry(an, baseline, size)}
+    entries = {size: entry for size in an.sizes if (entry := tuned_entry(an, baseline, size))}
     mults = sorted({1.0} | {float(r["budget_multiple"]) for e in entries.values() for r in e.get("ladder") or []}
                    | {float(r["budget_multiple"]) for r in an.ladder if r.get("budget_multiple")})
     if not any(e.get("ladder") for e in entries.values()):
