@@ -201,6 +201,14 @@ def _codes(rows: np.ndarray, n: int, vocab_size: int, *, start: int) -> np.ndarr
     return code.reshape(-1)
 
 
+def _distinct(codes: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``codes``. By hand, not ``np.unique``: numpy 2.4's ``np.unique`` without counts
+    takes a hash path that needed 10 s for 2M trigram codes of a 50,257-token vocabulary on this machine, a sort
+    0.6 s (measured 2026-11-27, numpy 2.4.6)."""
+    ordered = np.sort(codes)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size else ordered
+
+
 def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
     """``values`` at ``query`` for sorted unique ``keys``; 0 where a query is absent."""
     if keys.size == 0:
@@ -241,7 +249,7 @@ def _chain(train: np.ndarray, held: np.ndarray, vocab_size: int, order: int, sta
         if n == order:
             grams = _codes(train, n, vocab_size, start=0)
         else:  # continuation counts: one per distinct (preceding token, n-gram) pair
-            grams = np.unique(_codes(train, n + 1, vocab_size, start=0)) % vocab_size**n
+            grams = _distinct(_codes(train, n + 1, vocab_size, start=0)) % vocab_size**n
         discounted, backoff, seen = _level(grams, vocab_size, _codes(held, n, vocab_size, start=start))
         prob = np.where(seen, discounted + backoff * prob, prob)
     return prob
