@@ -194,3 +194,5 @@ def reference_section(doc: Any, an: Any, reg: Regime | None = None) -> None:
           f"says why these estimators. {BASELINE} and every other optimizer, per size"
           f"{' and data ratio (tokens per parameter)' if an.multi else ''} (mean over seeds):")
     doc.table(reg.header, reg.rows)
+    if reg.cells:
+        doc.p(regime_line(reg))

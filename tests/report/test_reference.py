@@ -68,6 +68,7 @@ def test_references_fitted_on_the_training_split_and_the_transient_named(tmp_pat
     assert reg.agree and all(regime(x, reg.eval_only) == regime(x, reg.trained) for x in (3.6, 2.6, 1.0))
     text = _markdown(an, tmp_path)
     assert "| eval split alone, leave-one-out |" in text and "place every loss alike" in text
+    assert text.rstrip().endswith(regime_line(reg))
 
 
 def test_on_a_real_vocabulary_the_report_says_which_references_it_used_and_why(tmp_path: Path) -> None:
