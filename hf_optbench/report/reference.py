@@ -68,7 +68,7 @@ class Regime:
     eval_blocks: int
     eval_tokens: int
     vocab: int
-    singletons: float  # share of the eval split's bigram predictions whose bigram it holds once
+    singletons: dict[int, float]  # {order: share of the eval split's n-gram predictions whose n-gram it holds once}
     run_tokens: tuple[float, float] | None  # the fewest and most tokens a compared run trained on
     header: list[str] = field(default_factory=list)
     rows: list[list[str]] = field(default_factory=list)
@@ -111,7 +111,7 @@ def regime_of(an: Any) -> Regime | None:
     budgets = [b for b in (budget_tokens(r) for r in ok) if b]
     out = Regime(trained_reference_losses(train, eval_blocks, vocab), reference_losses(eval_blocks, vocab),
                  int(train.size), int(eval_blocks.shape[0]), int(eval_blocks.size), vocab,
-                 singleton_share(eval_blocks), (min(budgets), max(budgets)) if budgets else None)
+                 {n: singleton_share(eval_blocks, n) for n in (2, 3)}, (min(budgets), max(budgets)) if budgets else None)
     means = _means(an)
     out.header = ["size", *[f"{o} final eval loss (where)" for o in an.optimizers],
                   "regime"]
@@ -149,14 +149,18 @@ def regime_line(reg: Regime) -> str:
 
 def _which_and_why(reg: Regime) -> str:
     """The sentence that says which references the table uses and why, where the eval split alone disagrees."""
-    from hf_optbench.data.ngram import describe
+    from hf_optbench.data.ngram import ORDERS, describe
 
     shown = "; ".join(reg.disagree[:4]) + ("; ..." if len(reg.disagree) > 4 else "")
+    gaps = {n: reg.eval_only[n] - reg.trained[n] for n in sorted(reg.trained)}
+    worst = max((n for n in gaps if n in reg.singletons), key=lambda n: abs(gaps[n]))
+    name = ORDERS[worst]
     return (f"The eval split alone (leave-one-out: {describe(reg.eval_only)}) places {len(reg.disagree)} of the mean "
             f"losses otherwise ({shown}). It is left out: with {reg.eval_tokens:,} eval tokens for a vocabulary of "
-            f"{reg.vocab:,}, {reg.singletons:.0%} of its bigram predictions are of a bigram it holds once, which "
-            "leave-one-out scores with no count of its own, so its references sit too high. The table uses the "
-            f"references fitted on {reg.train_tokens:,} training tokens.")
+            f"{reg.vocab:,}, {reg.singletons[worst]:.0%} of its {name} predictions are of a {name} it holds once, which "
+            f"leave-one-out scores with no count of its own: its {name} reference sits {abs(gaps[worst]):.2f} nats "
+            f"{'above' if gaps[worst] > 0 else 'below'} the one fitted on the training split. The table "
+            f"uses the references fitted on {reg.train_tokens:,} training tokens.")
 
 
 def reference_section(doc: Any, an: Any, reg: Regime | None = None) -> None:
@@ -180,9 +184,11 @@ def reference_section(doc: Any, an: Any, reg: Regime | None = None) -> None:
         for row, (_, v) in zip(rows, sorted(reg.eval_only.items()), strict=True):
             row.append(f"{v:.4f}")
     doc.table(header, rows)
-    saw = "" if reg.run_tokens is None else (
-        f" (the compared runs trained on {reg.run_tokens[0]:,.0f}" + (
-            f" to {reg.run_tokens[1]:,.0f} tokens)" if reg.run_tokens[1] != reg.run_tokens[0] else " tokens)"))
+    saw = ""
+    if reg.run_tokens is not None:
+        low, high = reg.run_tokens
+        passes = f": up to {high / reg.train_tokens:.3g} passes over it" if high > reg.train_tokens else ""
+        saw = f" (the compared runs trained on {low:,.0f}{f' to {high:,.0f}' if high != low else ''} tokens{passes})"
     doc.p(f"What unigram, bigram and trigram tables achieve on the eval split the runs are scored on ({reg.eval_blocks} "
           f"blocks, {reg.eval_tokens:,} tokens, vocabulary {reg.vocab:,}): interpolated Kneser-Ney models fitted on "
           f"the training split the runs drew from{saw}, scored on exactly the predictions the eval loss scores (each "
