@@ -130,8 +130,9 @@ def _verdict(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
     if an.multi:  # the evidence of both axes, after both
         _data_axis(doc, an, files, others)
     doc.h(3, "Evidence")
-    doc.table(*T.render(T.evidence_columns(an), [v for v in an.verdicts if sized or v.axis != "size"]))
-    doc.p(L.evidence_legend(an))
+    shown = [v for v in an.verdicts if sized or v.axis != "size"]
+    doc.table(*T.render(T.evidence_columns(an), shown))
+    doc.p(L.evidence_legend(shown))
     if not an.multi:
         _data_axis(doc, an, files, others)
 

@@ -133,10 +133,10 @@ def data_legend(an: Any) -> str:
             f"{TREND_RULE.format(points='data ratios')}")
 
 
-def evidence_legend(an: Any) -> str:
-    """The paragraph under the Evidence table, printed in every report that has one: what each figure of a row is,
-    and what its p is the p of."""
-    shown = [v for v in an.verdicts if v.points]
+def evidence_legend(verdicts: Sequence[Any]) -> str:
+    """The paragraph under the Evidence table of ``verdicts`` (its rows), printed in every report that has one: what
+    each figure of a row is, and what its p is the p of."""
+    shown = [v for v in verdicts if v.points]
     return ("Evidence: each row gives the paired comparison at the smallest and the largest point (size, or data ratio "
             "along data) with its interval and stance, then the trend per decade [its interval] against ± its "
             "threshold (the margin over the decades spanned) and where it lies: beyond the margin, inside it, or "

@@ -139,13 +139,17 @@ def test_p_is_defined_in_every_report_that_prints_one(shape, tmp_path: Path) -> 
     for v in an.verdicts:
         if v.points:
             assert f"intervals {confidence_text(v.level / 2)}" in v.evidence
+    # the range the legend states is that of the rows the table shows (the main job's: the data axis only)
+    rows = [v for v in an.verdicts if not an.multi or v.axis == "data"]
+    legend = next(p for p in evidence.split("\n\n") if p.startswith("Evidence: each row"))
+    assert _stated_range(legend) == _range(p.level for v in rows for p in v.points)
 
 
 def test_legend_lines_of_the_main_job_shape(capsys: pytest.CaptureFixture[str]) -> None:
     """Prints the legends of a report in the main job's shape (run with -s to read them): the lead pastes the real
     ones after rerunning the demo."""
     an = _analysis(*MAIN_JOB)
-    for legend in (L.data_legend(an), L.evidence_legend(an), L.ratio_legend(an)):
+    for legend in (L.data_legend(an), L.evidence_legend(an.verdicts), L.ratio_legend(an)):
         print(legend, end="\n\n")
     out = capsys.readouterr().out
     assert "Margins: 3 % for speedup (AdamW-equivalent data); 0.01 nats for final eval loss" in out
