@@ -87,46 +87,141 @@ DATA_QUESTIONS = ("convergence", "stability")
 SIZE_AXIS, DATA_AXIS = "size", "data"
 VERDICTS = ("grows", "holds", "ahead, trend unresolved", "gaining", "shrinks", "deficit vanishes", "behind", "level",
             "no difference", "not measurable here", "insufficient data")
-VERDICT_MEANINGS = {
-    "grows": "ahead of the baseline at the largest size, and a significant favourable trend with model size",
-    "holds": "ahead at the largest size, and the trend's interval lies inside the equivalence margin: the advantage "
-             "is shown to stay within the margin across the sizes run",
-    "ahead, trend unresolved": "ahead at the largest size; the trend is neither significant nor shown to lie inside "
-                               "the margin (the data cannot say whether the advantage holds as models grow)",
-    "gaining": "a significant favourable trend with model size, not (yet) ahead at the largest size",
-    "shrinks": "significant unfavourable trend: the advantage decreases (or the deficit deepens) as models grow",
-    "deficit vanishes": "behind at the smallest size, a significant favourable trend, not behind at the largest",
-    "behind": "worse than the baseline at the largest size, no significant favourable trend",
-    "level": "equivalent to the baseline within the margin at every size",
-    "no difference": "neither ahead, behind nor level at the largest size, and no significant trend: the data show "
-                     "no difference (the MDE says how large a true one could be and stay unseen)",
+STANCES = ("ahead", "behind", "level", "no difference")
+# The trend's four outcomes (:func:`trend_direction`), and how a meaning says each: the rule calls a trend only when
+# its whole interval lies beyond the trend's margin (a change of more than the metric's margin across the points
+# run), so an interval that excludes 0 but reaches inside that margin is "neither" (issue 40).
+TRENDS = ("favourable", "unfavourable", "flat", "unresolved")
+TREND_PHRASES = {
+    "favourable": "a favourable trend beyond the margin",
+    "unfavourable": "an unfavourable trend beyond the margin",
+    "flat": "the trend inside the margin",
+    "unresolved": "the trend neither beyond nor inside the margin",
+}
+NO_TREND_BEYOND = "no trend beyond the margin either way"  # the phrase of {"flat", "unresolved"}
+TREND_RULE = ("A trend is beyond the margin when its whole interval lies beyond ± the trend threshold (the metric's "
+              "margin over the decades spanned: a change of more than the margin across the {points} run), inside the "
+              "margin when its whole interval lies within ± the threshold, and neither otherwise: an interval that "
+              "excludes 0 but reaches inside the threshold is neither, and so is a trend from fewer than two seeds.")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One case of the rule, as its meaning states it: the trend outcomes and the stances at the smallest and the
+    largest point it is given for (``every_level``: True where every point must be level, False where not every
+    point may be, None either way). A word is given exactly for the union of its rules' cases: :func:`classify`
+    applies the rule, these state it, and tests/measure/test_verdict_words.py checks over every constructed case
+    that the two give the same word."""
+
+    word: str
+    trends: tuple[str, ...]
+    largest: tuple[str, ...] = STANCES
+    smallest: tuple[str, ...] = STANCES
+    every_level: bool | None = None
+
+    def covers(self, trend: str, smallest: str, largest: str, every_level: bool) -> bool:
+        return (trend in self.trends and largest in self.largest and smallest in self.smallest
+                and self.every_level in (None, every_level))
+
+
+_NEITHER_FAR = ("level", "no difference")
+RULES = (
+    Rule("grows", ("favourable",), ("ahead",)),
+    Rule("deficit vanishes", ("favourable",), _NEITHER_FAR, ("behind",)),
+    Rule("gaining", ("favourable",), ("behind",)),
+    Rule("gaining", ("favourable",), _NEITHER_FAR, ("ahead", *_NEITHER_FAR)),
+    Rule("shrinks", ("unfavourable",)),
+    Rule("holds", ("flat",), ("ahead",)),
+    Rule("ahead, trend unresolved", ("unresolved",), ("ahead",)),
+    Rule("behind", ("flat", "unresolved"), ("behind",)),
+    Rule("level", ("flat", "unresolved"), ("level",), ("level",), True),
+    Rule("no difference", ("flat", "unresolved"), _NEITHER_FAR, STANCES, False),
+)
+# What each word tells a reader, after its rule ({grow}: "as models grow" or "as each parameter sees more data").
+_GLOSSES = {
+    "grows": "the advantage grows {grow}",
+    "deficit vanishes": "the deficit closes {grow}",
+    "gaining": "the optimizer gains on the baseline {grow}, not (yet) ahead at the {largest}",
+    "shrinks": "the advantage decreases (or the deficit deepens) {grow}, whatever the stances",
+    "holds": "the advantage is shown to stay within the margin across the {points} run",
+    "ahead, trend unresolved": "the data cannot say whether the advantage holds {grow}",
+    "behind": "worse than the baseline (a favourable trend beyond the margin would make it \"gaining\", an "
+              "unfavourable one \"shrinks\")",
+    "level": "equivalent to the baseline within the margin",
+    "no difference": "the data show no difference (the MDE says how large a true one could be and stay unseen)",
+}
+# The cases outside :func:`classify` (:func:`_judge`, :func:`verdict_table`), stated as the code applies them.
+STATELESS_HOLDS = ("with no ratio to compare, the optimizer measures 0 where the baseline measures more at two or more "
+                   "{points} (a 100 % saving, e.g. a stateless optimizer's state)")
+_OUTSIDE = {
     "not measurable here": "a wall-clock figure that this machine's load or the sharing of it with other runs makes "
                            "uninterpretable (the reason is given); no word is drawn from it",
-    "insufficient data": "fewer than two sizes with two or more seeds paired with the baseline",
+    "insufficient data": "fewer than two {points} with two or more seeds paired with the baseline",
 }
+_AXIS_NOUNS = {"size": {"point": "size", "points": "sizes", "grow": "as models grow"},
+               "data": {"point": "data ratio", "points": "data ratios", "grow": "as each parameter sees more data"}}
+
+
+def _stances_text(stances: tuple[str, ...], where: str) -> str:
+    """"ahead at the largest size", "level or no difference at ...", "not behind at ..." (three of the four)."""
+    if len(stances) == len(STANCES) - 1:
+        return f"not {next(s for s in STANCES if s not in stances)} at {where}"
+    return f"{' or '.join(stances)} at {where}"
+
+
+def rule_text(rule: Rule, axis: str = "size") -> str:
+    """The case a :class:`Rule` covers, in words: "ahead at the largest size, and a favourable trend beyond the
+    margin"."""
+    nouns = _AXIS_NOUNS[axis]
+    parts = []
+    if rule.largest != STANCES:
+        parts.append(_stances_text(rule.largest, f"the largest {nouns['point']}"))
+    if rule.smallest != STANCES and rule.every_level is not True:
+        parts.append(_stances_text(rule.smallest, f"the smallest {nouns['point']}"))
+    if rule.every_level is not None:
+        if rule.every_level:
+            parts = [f"level at every {nouns['point']}"]
+        else:
+            parts.append(f"not level at every {nouns['point']}")
+    if set(rule.trends) == {"flat", "unresolved"}:
+        parts.append(NO_TREND_BEYOND)
+    elif set(rule.trends) != set(TRENDS):
+        parts.append(" or ".join(TREND_PHRASES[t] for t in rule.trends))
+    trend = parts.pop() if rule.trends != TRENDS else ""
+    return ", ".join(parts) + (", with " if parts and trend else "") + trend
+
+
+def word_rule(word: str, axis: str = "size") -> str:
+    """The whole rule of ``word`` in words: its cases joined by "or" (``classify``'s and the two outside it)."""
+    nouns = _AXIS_NOUNS[axis]
+    cases = [rule_text(r, axis) for r in RULES if r.word == word]
+    if word == "holds":
+        cases.append(STATELESS_HOLDS.format(**nouns))
+    if word in _OUTSIDE:
+        cases.append(_OUTSIDE[word].format(**nouns))
+    return "; or ".join(cases)
 
 
 def meanings(axis: str = SIZE_AXIS) -> dict[str, str]:
-    """:data:`VERDICT_MEANINGS` for ``axis``: on the data axis every "size" reads as a data ratio (tokens per
-    parameter) and each trend word carries "with data"."""
-    if axis == SIZE_AXIS:
-        return dict(VERDICT_MEANINGS)
-    swaps = (("model size", "tokens per parameter"), ("the largest size", "the largest data ratio"),
-             ("the smallest size", "the smallest data ratio"), ("every size", "every data ratio"),
-             ("as models grow", "as each parameter sees more data"), ("across the sizes run", "across the ratios run"),
-             ("two sizes", "two data ratios"), ("at some size", "at some ratio"))
+    """Every word's meaning along ``axis`` ("size" or "data"): its rule as the code applies it (:func:`word_rule`),
+    then what it tells a reader; on the data axis every point is a data ratio and each trend word carries "with
+    data"."""
+    nouns = {**_AXIS_NOUNS[axis], "largest": f"largest {_AXIS_NOUNS[axis]['point']}"}
     out = {}
-    for word, text in VERDICT_MEANINGS.items():
-        for old, new in swaps:
-            text = text.replace(old, new)
-        out[f"{word} with data" if word in TREND_WORDS else word] = text
+    for word in VERDICTS:
+        gloss = _GLOSSES.get(word)
+        rule = word_rule(word, axis)
+        text = rule[0].upper() + rule[1:] + "." + (f" {gloss[0].upper()}{gloss[1:]}.".format(**nouns) if gloss else "")
+        out[f"{word} with data" if axis == DATA_AXIS and word in TREND_WORDS else word] = text
     return out
+
+
+VERDICT_MEANINGS = meanings(SIZE_AXIS)
 
 
 # The words that claim a difference from the baseline (ahead, behind or a trend): the claims whose family-wise
 # error rate Holm's procedure controls. "level" and "no difference" claim none.
 CLAIMS = ("grows", "holds", "ahead, trend unresolved", "gaining", "shrinks", "deficit vanishes", "behind")
-STANCES = ("ahead", "behind", "level", "no difference")
 ALPHA = 0.05  # family-wise, over every cell of the verdict table (Holm), each cell's two tests at half its level
 RATIO_MARGIN = math.log(1.02)
 SPEEDUP_MARGIN = math.log(1.03)  # see the module doc: a tenth of the ~1.1x gains that recent studies report
@@ -296,11 +391,38 @@ class Verdict:
     family: int = 1  # the cells Holm's procedure controlled together (the table's testable cells)
     axis: str = SIZE_AXIS  # "size": points are model sizes; "data": points are tokens per parameter at one size
     at: str = ""  # where on the other axis: the data ratio of a size-axis cell ("" for one), the size of a data one
+    trend: str | None = None  # the trend's outcome (one of TRENDS; None: no trend to judge)
 
     @property
     def word(self) -> str:
         """The verdict as the table writes it: a trend along the data axis says so ("shrinks with data")."""
         return f"{self.verdict} with data" if self.axis == DATA_AXIS and self.verdict in TREND_WORDS else self.verdict
+
+    @property
+    def interval_level(self) -> float:
+        """The two-sided level of every interval of this cell: half the level Holm's procedure tested it at (its two
+        tests, the largest point's and the trend's, each at half of it)."""
+        return self.level / 2
+
+    @property
+    def trend_p_value(self) -> float | None:
+        """Two-sided p of a trend beyond its margin (``±threshold``); None without a trend."""
+        return None if self.trend is None else min(1.0, 2.0 * min(self.trend_p))
+
+    def p_text(self) -> str:
+        """"cell p 6.9e-06 = 2 × min(p at 2 tok/param 3.4e-06, trend p 0.41), tested at 0.0033 (Holm over 15 cells)":
+        what the cell's p is the p of (:meth:`_Cell.p_value`), and the level it was tested at."""
+        if self.p_value is None or not self.points:
+            return ""
+        last = self.points[-1]
+        parts = [f"p at {last.model_size} {last.p_value:.2g}"]
+        if self.trend_p_value is not None:
+            parts.append(f"trend p {self.trend_p_value:.2g}")
+        smaller = min(last.p_value, self.trend_p_value if self.trend_p_value is not None else 1.0)
+        of = f"min({', '.join(parts)})" if len(parts) > 1 else parts[0]
+        capped = ", capped at 1" if 2 * smaller > 1 else ""
+        return (f"cell p {self.p_value:.2g} = 2 × {of}{capped}, tested at {self.level:.2g} "
+                f"(Holm over {self.family} cells)")
 
     @property
     def evidence(self) -> str:
@@ -311,10 +433,17 @@ class Verdict:
         parts = [f"{first.describe(self.metric)} -> {last.describe(self.metric)}"]
         if self.slope_per_decade is not None and self.slope_ci is not None:
             parts.append(f"trend {self.slope_per_decade:+.3f}/decade [{self.slope_ci[0]:+.3f}, "
-                         f"{self.slope_ci[1]:+.3f}] vs +-{self.threshold:.3f}")
+                         f"{self.slope_ci[1]:+.3f}] vs ±{self.threshold:.3f}: {TREND_PHRASES[self.trend or 'unresolved']}")
         if self.p_value is not None:
-            parts.append(f"p {self.p_value:.2g}, tested at {self.level:.2g} (Holm over {self.family} cells)")
+            parts.append(self.p_text())
+        parts.append(f"intervals {confidence_text(self.interval_level)}")
         return "; ".join(parts + self.notes)
+
+
+def confidence_text(alpha: float) -> str:
+    """The confidence of a two-sided ``alpha`` interval, with the digits that tell its miss: "99.84 %", "97.5 %"."""
+    decimals = max(1, 1 - math.floor(math.log10(100 * alpha))) if 0 < alpha < 1 else 1
+    return f"{100 * (1 - alpha):.{decimals}f} %"
 
 
 def stance(low: float, high: float, margin: float) -> str:
@@ -476,9 +605,25 @@ def _trend(sizes: dict[str, _Pairs], spec: MetricSpec, notes: list[str]) -> _Tre
     return _Trend(statistics.fmean(slopes), statistics.stdev(slopes), len(slopes), span)
 
 
+def trend_direction(ci: tuple[float, float] | None, threshold: float | None) -> str:
+    """Where the trend's interval lies against ``±threshold`` (the metric's margin over the decades spanned):
+    "favourable" (wholly below ``-threshold``: beyond the margin, the advantage grows), "unfavourable" (wholly above
+    ``+threshold``), "flat" (wholly inside), "unresolved" (none of these, or no trend to judge: see
+    :data:`TREND_PHRASES`)."""
+    if ci is None or threshold is None:
+        return "unresolved"
+    if ci[1] < -threshold:
+        return "favourable"
+    if ci[0] > threshold:
+        return "unfavourable"
+    if -threshold <= ci[0] and ci[1] <= threshold:
+        return "flat"
+    return "unresolved"
+
+
 def classify(points: Sequence[SizeComparison], trend: str, all_level: bool) -> str:
-    """The verdict from the smallest and largest sizes' stances and the trend ("favourable" | "unfavourable" |
-    "flat": its interval inside the threshold | "unresolved"); see :data:`VERDICT_MEANINGS`."""
+    """The verdict from the smallest and largest sizes' stances and the trend (one of :data:`TRENDS`, from
+    :func:`trend_direction`); :data:`RULES` states the same rule case by case, and the meanings are written from it."""
     first, last = points[0].stance, points[-1].stance
     if trend == "favourable":
         if last == "ahead":
@@ -540,7 +685,7 @@ def _judge(cell: _Cell, alpha: float) -> Verdict:
     points = [_compare(s, p, spec, alpha / 2, cell.pooled) for s, p in sizes.items()]
     # "level" at every size is an equivalence claim (TOST at alpha/2 per size); it is never a false difference
     all_level = all(p.stance == "level" for p in points)
-    direction, slope, ci, change, threshold, trend_p = "unresolved", None, None, None, None, (1.0, 1.0)
+    slope, ci, change, threshold, trend_p = None, None, None, None, (1.0, 1.0)
     if cell.trend is not None:
         tr = cell.trend
         slope, threshold, change = tr.slope, spec.margin / tr.span, tr.slope * tr.span
@@ -549,17 +694,12 @@ def _judge(cell: _Cell, alpha: float) -> Verdict:
         width = float(student_t.ppf(1 - alpha / 4, tr.seeds - 1)) * tr.sd / math.sqrt(tr.seeds)  # at alpha / 2
         ci = (slope - width, slope + width)
         trend_p = t_p_values(slope, tr.sd, tr.seeds, threshold)
-        if ci[1] < -threshold:
-            direction = "favourable"
-        elif ci[0] > threshold:
-            direction = "unfavourable"
-        elif -threshold <= ci[0] and ci[1] <= threshold:
-            direction = "flat"
+    direction = trend_direction(ci, threshold)
     censored = sum(p.censored_pairs for p in points)
     if censored:
         notes.append(f"{censored} pair(s) include {spec.censored_means}")
     return Verdict(cell.optimizer, spec, classify(points, direction, all_level), points, slope, ci, change, threshold,
-                   notes, cell.p_value(), alpha, trend_p)
+                   notes, cell.p_value(), alpha, trend_p, trend=direction if cell.trend is not None else None)
 
 
 def verdict_for(observations: Iterable[Observation], optimizer: str, spec: MetricSpec, *,

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.report import legends as L
 from hf_optbench.report import tables as T
 from hf_optbench.report import tables_targets as TT
 from hf_optbench.report.analysis import DERIVED_COLUMNS, Analysis, analyse
@@ -122,14 +123,16 @@ def _verdict(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
     else:
         doc.table(*T.render(T.verdict_columns(an), others))
     if sized:
-        doc.p(T.verdict_legend(an))
+        doc.p(L.verdict_legend(an))
     _bracketing(doc, an)
     if sized:
         doc.table(["verdict", "meaning"], [[k, v] for k, v in meanings("size").items()])
     if an.multi:  # the evidence of both axes, after both
         _data_axis(doc, an, files, others)
     doc.h(3, "Evidence")
-    doc.table(*T.render(T.evidence_columns(an), [v for v in an.verdicts if sized or v.axis != "size"]))
+    shown = [v for v in an.verdicts if sized or v.axis != "size"]
+    doc.table(*T.render(T.evidence_columns(an), shown))
+    doc.p(L.evidence_legend(shown))
     if not an.multi:
         _data_axis(doc, an, files, others)
 
@@ -167,7 +170,7 @@ def _data_axis(doc: Doc, an: Analysis, files: dict[str, Path], others: list[str]
     for size in dict.fromkeys(v.at for v in an.verdicts_along("data")):
         doc.h(3, f"At {size}")
         doc.table(*T.render(T.verdict_columns(an, an.verdicts_along("data", size)), others))
-    doc.p(T.data_legend(an))
+    doc.p(L.data_legend(an))
     doc.table(["verdict along data", "meaning"], [[k, v] for k, v in meanings("data").items()])
     header, rows = T.data_axis_table(an)
     if rows:
@@ -206,15 +209,7 @@ def _ratios(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
         return
     doc.h(2, f"Ratios to {BASELINE} per model size" + (" and data ratio" if an.multi else ""))
     doc.table(*T.render(T.ratio_columns(), T.ratio_rows(an)))
-    doc.p(f"Cells: mean paired ratio to {BASELINE} [its interval at the level Holm's procedure gave the verdict's cell, "
-          "see above] and the stance (ahead / behind: the whole interval beyond the ±2 % margin; level: inside it; no "
-          "difference: neither); bounds: pairs where a run never reached the target (counted at its budget) or a "
-          "speedup lies beyond the ladder, estimated by the censored-normal likelihood, never averaged. A wall-clock "
-          "figure whose per-seed ratios spread "
-          "wider than its effect is marked not interpretable: the machine's load, not the optimizer, moved it. "
-          "Predicted rows: the memory planner's "
-          "optimizer-state ratio at GPT-2 sizes not run (`hf-optbench memory`), with GPT-2's 50,304-row embedding and "
-          "1,024 positions; the 8-bit optimizers as configured in this sweep (embedding state 32-bit or not).")
+    doc.p(L.ratio_legend(an))
     for name in (n for n in files if n.startswith("scaling")):
         doc.img(files[name], name.removesuffix(".png"))
 

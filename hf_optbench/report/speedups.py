@@ -209,10 +209,11 @@ def speedup_tables(doc: Any, an: Any, baseline: str) -> None:
         doc.table(header, rows)
     header, rows = attribution_table(an, baseline)
     if rows:
+        from hf_optbench.report.legends import attribution_levels
+
         doc.h(3, "Attribution: the speedup with the non-matrix group at the baseline's rate")
         doc.p(f"Fully tuned, an optimizer trains its embeddings, head, LayerNorm gains and biases at its own tuned "
               f"rate for them; beside it, the same seeds at the same tuned matrix rate with that group at {baseline}'s "
               "tuned rate for it (attribution runs, <sweep>/attribution). The difference is the part of the speedup "
-              "that comes from the group's rate, not from the matrix optimizer. Intervals at the level of the fully "
-              "tuned speedup's verdict cell; the paired ratio is attributed / fully tuned per seed.")
+              "that comes from the group's rate, not from the matrix optimizer. " + attribution_levels(an))
         doc.table(header, rows)

@@ -231,22 +231,6 @@ def evidence_columns(an: Analysis) -> list[Column]:
     return EVIDENCE[:2] + [Column("along", along)] + EVIDENCE[2:] if an.multi else EVIDENCE
 
 
-def data_legend(an: Analysis) -> str:
-    """The paragraph under the data-axis tables: what is judged along data, and the error control they share."""
-    from hf_optbench.measure.verdict import ALPHA, DATA_QUESTIONS
-
-    family = max((v.family for v in an.verdicts if v.p_value is not None), default=0)
-    return (f"Along data per parameter, at each size: the same rule as along size, with log10(tokens per parameter) in "
-            f"place of log10(parameters). Each seed is paired with {BASELINE} at each ratio (the same initial weights and "
-            "data order, at another budget; each ratio tuned and laddered on its own), the trend is the mean of per-seed "
-            "slopes over log10(tokens per parameter), its threshold the margin over the decades of data spanned. Cells: "
-            "the verdict, then the ratio (or gap) at the smallest → largest ratio and where the optimizer stands at the "
-            "largest; a trend reads \"... with data\" (Marin, arXiv:2509.02046, found Muon's speedup shrinking with "
-            f"data). Judged: the {' and '.join(DATA_QUESTIONS)} metrics (a model's memory does not depend on its data "
-            f"budget). Holm's procedure runs over the testable cells of both axes together ({family or 'none'}), so the "
-            f"chance of any false claim in all of these tables is {ALPHA:.0%}.")
-
-
 def data_axis_table(an: Analysis, key: str = "speedup") -> tuple[list[str], list[list[str]]]:
     """(header, rows): per optimizer and size, the data-axis verdict's paired ratio at each data ratio (its
     interval and stance) and the verdict along data."""
@@ -287,32 +271,6 @@ def verdict_cell(v: Any) -> str:
     return f"{v.word} ({span}; {where} at {b.model_size}{bounds})"
 
 
-def verdict_legend(an: Analysis) -> str:
-    """The paragraph under the verdict table: how a cell is decided and what controls the table's error."""
-    from hf_optbench.measure.verdict import ALPHA, NOT_MEASURABLE
-
-    family = max((v.family for v in an.verdicts if v.verdict != NOT_MEASURABLE), default=0)
-    both = " (both axes: the size tables and the data tables below)" if an.multi else ""
-    return (f"Cells: the verdict, then the ratio (or gap) to {BASELINE} at the smallest → largest size run and where "
-            f"the optimizer stands at the largest size. Runs are paired with {BASELINE} by seed (same initial weights "
-            "and data order); each size has a Student-t interval of the mean paired log-ratio, or, where some pairs are "
-            "bounds (a speedup beyond the ladder, a run that never reached the target), a censored-normal likelihood "
-            "interval (never a mean of bounds; ≥ / ≤ marks a figure that is itself a bound). The trend is the mean of "
-            "per-seed slopes over log10(parameters) with its own interval. Error control over the whole table: Holm's "
-            f"step-down procedure over its testable cells{both} ({family or 'none here: a cell needs two sizes'}) keeps the "
-            f"chance of any false difference claim at {ALPHA:.0%}; each cell is judged at the level Holm gives it (its largest-size and trend tests at half of "
-            "it), so its intervals are wider than 97.5 % ones (the Evidence table lists each cell's level and p-value). "
-            "Differences within the margin count as level: 0.01 nats of final eval loss (language-model scale: "
-            "hundredths of a nat separate optimizers at scale), 3 % of speedup, 2 % for the other ratios, 1 spike / 1k "
-            "steps, 0.2 of seeds diverging. \"holds\" needs the trend's interval inside ± the margin across the sizes "
-            "run; ahead with a trend the data cannot place is \"ahead, trend unresolved\". A \"no difference\" cell "
-            "states its MDE: the smallest true effect it would have called with 80 % power at its level (exact, from "
-            f"the noncentral t). Wall-clock cells measured while runs shared the machine, or whose per-seed ratios "
-            f"spread wider than their effect, say \"{NOT_MEASURABLE}\" and stay out of the family. Time to target uses "
-            "the 50 % target (see Convergence); a run that never reached it, or diverged, counts at its budget as a "
-            "bound. Full rule: hf_optbench/measure/verdict.py.")
-
-
 def verdict_columns(an: Analysis, verdicts: Sequence[Any] | None = None) -> list[Column]:
     """One row per non-baseline optimizer, one column per metric that has a verdict (among ``verdicts``: one family's,
     along one axis at one place; all of the analysis's by default)."""
@@ -338,7 +296,7 @@ class RatioRow:
 
 def ratio_cell(p: Any) -> str:
     """"0.823 [0.70, 0.96] ahead (1/5 pairs bounds)": the paired ratio (the censored-normal estimate where some
-    pairs are bounds; itself a bound, "≥ 4", where all are), its interval at the cell's level, where it stands
+    pairs are bounds; itself a bound, "≥ 4", where all are), its interval (at half the cell's level), where it stands
     against the equivalence margin (with the MDE where it shows no difference), and how many pairs are bounds."""
     if p is None:
         return "–"

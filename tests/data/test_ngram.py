@@ -16,6 +16,9 @@ from hf_optbench.data.ngram import (
     heldout_reference_losses,
     reference_losses,
     regime,
+    singleton_share,
+    trained_reference_losses,
+    transient,
 )
 from hf_optbench.errors import OptBenchError
 
@@ -58,6 +61,21 @@ def test_regime_and_description() -> None:
     assert describe(refs) == "unigram 3.43, bigram 2.39, trigram 2.08 nats"
     with pytest.raises(ValueError):
         reference_losses(np.zeros((3, 1), dtype=int), 4)
+
+
+def test_singletons_and_the_transient() -> None:
+    """How starved a split is: the share of its bigram predictions whose bigram it holds once; and the transient,
+    at or above the bigram reference."""
+    assert singleton_share(np.tile(np.arange(4), (10, 1))) == 0.0  # every bigram seen ten times
+    assert singleton_share(np.arange(64).reshape(4, 16)) == 1.0  # every bigram once
+    refs = {1: 3.43, 2: 2.39, 3: 2.08}
+    assert [transient(v, refs) for v in (3.6, 2.39, 2.2, float("nan"))] == [True, True, False, False]
+
+
+def test_the_trained_references_are_the_held_out_cross_entropies() -> None:
+    rng = np.random.default_rng(4)
+    train, held = rng.integers(0, 6, (50, 16)), rng.integers(0, 6, (10, 16))
+    assert trained_reference_losses(train, held, 6) == {n: cross_entropy(train, held, 6, n) for n in (1, 2, 3)}
 
 
 

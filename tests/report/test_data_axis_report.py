@@ -10,6 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -132,11 +133,12 @@ def test_the_data_axis_plot_reads_as_ratios(tmp_path: Path, monkeypatch: pytest.
 def test_the_regime_table_has_a_row_per_size_and_ratio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hf_optbench.report import reference
 
-    monkeypatch.setattr(reference, "eval_blocks", lambda rec: ([[0, 1, 2, 3, 1, 2, 3, 0]] * 8, 4))
+    blocks = np.array([[0, 1, 2, 3, 1, 2, 3, 0]] * 8)
+    monkeypatch.setattr(reference, "splits", lambda rec: (blocks, blocks, 4))
     an = analyse(_grid_sweep(tmp_path, SHRINKING))
-    _, header, rows, _ = reference.reference_table(an)
-    assert [r[0] for r in rows] == an.sizes and len(rows) == 6
-    assert header[0] == "size" and "tiny @ 4 tok/param" in [r[0] for r in rows]
+    reg = reference.regime_of(an)
+    assert [r[0] for r in reg.rows] == an.sizes and len(reg.rows) == 6 and set(reg.cells) == set(an.sizes)
+    assert reg.header[0] == "size" and "tiny @ 4 tok/param" in [r[0] for r in reg.rows]
 
 
 def test_a_single_ratio_report_keeps_its_sections_and_says_the_data_question_in_one_line(tmp_path: Path) -> None:

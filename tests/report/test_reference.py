@@ -1,43 +1,99 @@
-"""The regime on the page (issue 29): the report rebuilds the eval split a run was scored on and sets every size's
-final losses against its unigram, bigram and trigram reference losses."""
+"""The regime on the page (issues 29, 44): the report rebuilds the splits a run drew from and was scored on, sets
+every cell's final losses against n-gram references fitted on the training split, names a cell "transient" where the
+baseline ends at or above the bigram, and keeps the eval split's own leave-one-out references beside them only where
+the two place every loss alike; where they do not (a real vocabulary: the bundled Thai sample with its 1,835-token
+tokenizer), it says which it used and why."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pytest
 import yaml
 
 from hf_optbench.config.data_args import DataArguments
-from hf_optbench.data.ngram import reference_losses
+from hf_optbench.data.ngram import reference_losses, regime, trained_reference_losses
 from hf_optbench.data.pipeline import prepare_data
 from hf_optbench.report.analysis import Analysis
 from hf_optbench.report.build import Doc
-from hf_optbench.report.reference import reference_section, reference_table
+from hf_optbench.report.reference import PAST, TRANSIENT, reference_section, regime_line, regime_of
 
-DATA = {"data_source": "synthetic", "block_size": 16, "validation_blocks": 64, "synthetic_num_tokens": 16_000}
+SYNTHETIC = {"data_source": "synthetic", "block_size": 16, "validation_blocks": 64, "synthetic_num_tokens": 16_000}
+THAI = {"data_source": "thai_sample", "tokenizer_name": "builtin:thai-bpe-2k", "block_size": 64,
+        "validation_fraction": 0.1}
 
 
 def _record(tmp_path: Path, opt: str, size: str, loss: float, data: dict | None = None) -> dict:
     d = tmp_path / f"{opt}__{size}"
     d.mkdir()
-    (d / "config.yaml").write_text(yaml.safe_dump({**(data or {}), "n_positions": 16}))
+    (d / "config.yaml").write_text(yaml.safe_dump({**(data or {}), "n_positions": 64}))
     return {"run_id": d.name, "run_dir": str(d), "optimizer": opt, "model_size": size, "seed": 0,
             "status": "completed", "final_eval_loss": loss}
 
 
-def test_the_eval_split_s_references_beside_every_final_loss(tmp_path: Path) -> None:
-    data = {**DATA, "data_cache_dir": str(tmp_path / "cache")}
-    recs = [_record(tmp_path, "adamw", "tiny", 3.6, data), _record(tmp_path, "muon", "tiny", 2.6, data)]
-    an = Analysis(records=recs, sizes=["tiny"], optimizers=["adamw", "muon"])
-    refs, header, rows, split = reference_table(an)
-    bundle = prepare_data(DataArguments(**data), n_positions=16)  # the very split the runs were scored on
-    assert refs == reference_losses([list(b) for b in bundle.eval["input_ids"]], bundle.vocab_size)
-    assert refs[1] > refs[2] and split == "64 eval blocks, 1,024 tokens, vocabulary 32"
-    assert header == ["size", "adamw final eval loss (where)", "muon final eval loss (where)"]
-    where = [cell.split("(")[1].rstrip(")") for cell in rows[0][1:]]
-    expected = [("above unigram" if loss >= refs[1] else "unigram–bigram" if loss >= refs[2] else "bigram–trigram"
-                 if loss >= refs[3] else "below trigram") for loss in (3.6, 2.6)]
-    assert where == expected
+def _analysis(tmp_path: Path, data: dict, losses: dict[tuple[str, str], float]) -> Analysis:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    recs = [_record(tmp_path, opt, size, loss, data) for (opt, size), loss in losses.items()]
+    sizes = list(dict.fromkeys(size for _, size in losses))
+    return Analysis(records=recs, sizes=sizes, optimizers=list(dict.fromkeys(opt for opt, _ in losses)))
+
+
+def _splits(data: dict) -> tuple[np.ndarray, np.ndarray, int]:
+    bundle = prepare_data(DataArguments(**data), n_positions=64)  # the very splits the runs used
+    return (np.asarray(bundle.eval["input_ids"]), np.asarray(bundle.train["input_ids"]), bundle.vocab_size)
+
+
+def _markdown(an: Analysis, tmp_path: Path) -> str:
+    doc = Doc()
+    reference_section(doc, an)
+    return doc.markdown(tmp_path)
+
+
+def test_references_fitted_on_the_training_split_and_the_transient_named(tmp_path: Path) -> None:
+    data = {**SYNTHETIC, "data_cache_dir": str(tmp_path / "cache")}
+    an = _analysis(tmp_path, data, {("adamw", "tiny"): 3.6, ("muon", "tiny"): 2.6, ("adamw", "mini"): 1.0})
+    reg = regime_of(an)
+    eval_blocks, train, vocab = _splits(data)
+    assert reg.trained == trained_reference_losses(train, eval_blocks, vocab)
+    assert reg.eval_only == reference_losses(eval_blocks, vocab)
+    assert (reg.train_tokens, reg.eval_tokens, reg.vocab) == (train.size, 1_024, 32)
+    assert reg.header == ["size", "adamw final eval loss (where)", "muon final eval loss (where)", "regime"]
+    where = [cell.split("(")[1].rstrip(")") for cell in reg.rows[0][1:3]]
+    assert where == [regime(3.6, reg.trained), regime(2.6, reg.trained)]
+    # the baseline at or above the trained bigram: transient; far below it: past the bigram
+    assert 3.6 >= reg.trained[2] > 1.0
+    assert reg.cells == {"tiny": TRANSIENT, "mini": PAST} and [r[-1] for r in reg.rows] == [TRANSIENT, PAST]
+    assert regime_line(reg).endswith(f"in 1 of 2 cells; {TRANSIENT} (at or above it): tiny.")
+    # the eval split alone places these losses alike (32 tokens: a small vocabulary), so it stands beside
+    assert reg.agree and all(regime(x, reg.eval_only) == regime(x, reg.trained) for x in (3.6, 2.6, 1.0))
+    text = _markdown(an, tmp_path)
+    assert "| eval split alone, leave-one-out |" in text and "place every loss alike" in text
+    assert text.rstrip().endswith(regime_line(reg))
+
+
+def test_on_a_real_vocabulary_the_report_says_which_references_it_used_and_why(tmp_path: Path) -> None:
+    """The bundled Thai sample with its 1,835-token tokenizer: the eval split alone starves. Where a loss lands in
+    different places by the two estimates, the eval-only references are left out and the report says why; where
+    every loss lands alike, they stand beside."""
+    data = {**THAI, "data_cache_dir": str(tmp_path / "cache")}
+    eval_blocks, train, vocab = _splits(data)
+    assert vocab > 1_000
+    trained, alone = trained_reference_losses(train, eval_blocks, vocab), reference_losses(eval_blocks, vocab)
+    grid = np.linspace(min(*trained.values(), *alone.values()) - 0.1, max(*trained.values(), *alone.values()) + 0.1,
+                       400)
+    differ = next(float(x) for x in grid if regime(float(x), trained) != regime(float(x), alone))
+    an = _analysis(tmp_path / "a", data, {("adamw", "tiny"): differ, ("muon", "tiny"): 1.0})
+    reg = regime_of(an)
+    assert not reg.agree and len(reg.disagree) == 1 and reg.disagree[0].startswith("adamw at tiny")
+    text = _markdown(an, tmp_path)
+    assert "eval split alone, leave-one-out |" not in text  # not kept beside where it disagrees
+    assert f"places 1 of the mean losses otherwise ({reg.disagree[0]})" in text
+    assert f"with {reg.eval_tokens:,} eval tokens for a vocabulary of {vocab:,}" in text
+    assert f"The table uses the references fitted on {train.size:,} training tokens" in text
+    assert f"{differ:.4f} ({regime(differ, trained)})" in text  # the cell reads the trained references
+    same = _analysis(tmp_path / "b", data, {("adamw", "tiny"): 0.5, ("muon", "tiny"): 0.4})
+    assert regime_of(same).agree and "| eval split alone, leave-one-out |" in _markdown(same, tmp_path)
 
 
 def test_a_run_whose_data_cannot_be_rebuilt_gets_a_note(tmp_path: Path) -> None:
@@ -46,3 +102,18 @@ def test_a_run_whose_data_cannot_be_rebuilt_gets_a_note(tmp_path: Path) -> None:
                                     optimizers=["adamw"]))
     text = doc.markdown(tmp_path)
     assert "Reference losses not computed:" in text and "does not state its data" in text
+
+
+@pytest.mark.slow  # load_sweep counts each size's parameters for the budget: ~10 s on 2 shared cores
+def test_the_thai_regime_sweep_runs_the_main_job_s_shape_on_the_bundled_sample() -> None:
+    """benchmarks/thai_regime.yaml (the run behind issue 44's regime table on a real vocabulary) still loads: the
+    bundled Thai sample with the 1,835-token tokenizer, adamw and muon at tiny, 1 token per parameter, 3 paired
+    seeds, tuned on held-out documents."""
+    from hf_optbench.study.sweep_spec import load_sweep
+
+    spec = load_sweep(Path(__file__).resolve().parents[2] / "benchmarks" / "thai_regime.yaml")
+    base = yaml.safe_load(spec.base.read_text())
+    assert (base["data_source"], base["tokenizer_name"]) == ("thai_sample", THAI["tokenizer_name"])
+    assert {(r.optimizer, r.model_size) for r in spec.runs} == {("adamw", "tiny"), ("muon", "tiny")}
+    assert len({r.seed for r in spec.runs}) == 3 and spec.overrides["tuning_blocks"] > 0
+    assert spec.budget is not None and spec.tune is not None

@@ -72,7 +72,8 @@ def test_markdown_holds_verdict_tables_and_plots(report: tuple[Path, dict[str, P
     assert "![scaling](scaling.png)" in md and "![memory](memory.png)" in md
     assert "predicted (planner)" in md and "gpt2-xl" in md
     # the new vocabulary with its definitions, the paired intervals and seeds, no trace of the old rule
-    assert "| deficit vanishes | behind at the smallest size" in md and "2 x sd" not in md
+    assert "| deficit vanishes | Level or no difference at the largest size, behind at the smallest size" in md
+    assert "2 x sd" not in md
     ratios = md.split("## Ratios to adamw")[1].split("## Memory")[0]
     assert "| lion | mini | 7,236,352 | measured | 2 | 0.5 [0.5, 0.5] ahead |" in ratios
     conv = md.split("## Convergence")[1].split("## Hyperparameters")[0]
