@@ -118,6 +118,19 @@ def stop_earlier(spec: SweepSpec, runs: Sequence[RunSpec], rows: list[dict[str, 
             kill_tree(pid)
 
 
+def _resumable(run_dir: Path) -> bool:
+    """Whether ``--resume_from_checkpoint true`` would find a checkpoint to load in ``run_dir``: a complete one (its
+    trainer_state.json, which the Trainer writes last) that is readable. A run stopped while saving its first
+    checkpoint (a sweep interrupted then) keeps only a torn one: resumed, the run would refuse and count as failed,
+    so it starts over from step 0 instead (its directory moved aside, nothing deleted)."""
+    if not any(run_dir.glob("checkpoint-*")):
+        return False
+    # imports transformers: only here, where a checkpoint exists
+    from hf_optbench.run.identity import newest_loadable_checkpoint
+
+    return newest_loadable_checkpoint(run_dir) is not None
+
+
 def prepare_run_dir(spec: SweepSpec, run: RunSpec, state: Path, rows: list[dict[str, Any]],
                     progress: Progress) -> bool:
     """Make ``run_dir`` ready for a new attempt; returns whether to resume from a checkpoint.
@@ -132,7 +145,7 @@ def prepare_run_dir(spec: SweepSpec, run: RunSpec, state: Path, rows: list[dict[
         raise OptBenchError(f"run {run.run_id}: '{run_dir}' already holds a finished run ({status}), which the sweep "
                             "never moves aside or overwrites. Give the sweep another output_dir, or move that "
                             "directory away yourself.")
-    if any(run_dir.glob("checkpoint-*")) and status not in FINISHED_STATUSES:
+    if status not in FINISHED_STATUSES and _resumable(run_dir):
         if status is not None:  # a failed attempt's summary must not mark the resumed run as finished
             n = 1
             while (old := run_dir / f"summary.{status}-{n}.json").exists():

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from hf_optbench.rundir import TRAINER_STATE_FILE
 from hf_optbench.study.processes import kill_now
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -59,11 +60,14 @@ IN_FLIGHT = InFlight()
 
 
 def _resume_point(run_dir: Path) -> str:
-    """Where a stopped run starts again: its newest checkpoint, or step 0."""
+    """Where a stopped run starts again: its newest complete checkpoint (its trainer_state.json written: the Trainer
+    writes it last; one torn by the stop is not), or step 0. Read from the files alone: a signal handler's line
+    must not wait on an import."""
     steps = []
     for path in run_dir.glob("checkpoint-*"):
         try:
-            steps.append(int(path.name.split("-", 1)[1]))
+            if (path / TRAINER_STATE_FILE).is_file():
+                steps.append(int(path.name.split("-", 1)[1]))
         except ValueError:
             continue
     return f"from checkpoint-{max(steps)}" if steps else "from step 0"
