@@ -16,63 +16,13 @@ import pytest
 from hf_optbench.cli import push
 from hf_optbench.errors import OptBenchError
 from hf_optbench.publish import card as card_mod
-from hf_optbench.publish import hub, redact, stage
+from hf_optbench.publish import content, hub, redact, stage
 
+from fixtures.hub_run import SUMMARY, fake_run
 from fixtures.installed import hf_optbench_command
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_TOKEN = "hf_" + "Ab3" * 12  # token-shaped, 39 characters, never valid
-SUMMARY = {
-    "optimizer": "lion",
-    "optimizer_impl": "lion_pytorch.Lion",
-    "model_size": "tiny",
-    "num_params": 123456,
-    "steps": 40,
-    "tokens_seen": 40960,
-    "tokens_per_step": 1024,
-    "final_train_loss": 5.4321,
-    "final_eval_loss": 5.6789,
-    "optimizer_state_bytes": 246912,
-    "optimizer_state_bytes_total": 493824,
-    "optimizer_state_bytes_per_param": 4.0,
-    "peak_memory_bytes": 3 * 2**30,
-    "peak_memory_kind": "cpu_peak_rss",
-    "tokens_per_s": 12345.6,
-    "step_time_median_s": 0.083,
-    "world_size": 2,
-    "seed": 0,
-    "status": "completed",
-    "learning_rate": 1e-4,
-    "data": {"source": "thai_sample"},
-    "env": {"packages": {"torch": "2.13.0", "transformers": "5.23.0"}, "device": "cpu", "device_count": 1},
-    "git": {"commit": "abc123", "dirty": False},
-    "recipe": "recipes/quickstart_cpu.yaml",
-}
-
-
-def _fake_run(tmp_path: Path, summary: dict | None = None, steps: tuple[int, ...] = (2, 10)) -> Path:
-    """A run directory as a run (hf_optbench.run) leaves it: summary.json and checkpoints with safetensors weights next to the
-    pickled Trainer files that must never be uploaded."""
-    import torch
-    from safetensors.torch import save_file
-
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "summary.json").write_text(json.dumps(summary or SUMMARY))
-    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "loss": 6.0}\n')
-    for step in steps:
-        ck = run / f"checkpoint-{step}"
-        ck.mkdir()
-        save_file({"w": torch.full((4, 4), float(step))}, str(ck / "model.safetensors"))
-        (ck / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2}))
-        (ck / "generation_config.json").write_text(json.dumps({"bos_token_id": 0}))
-        (ck / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE"}}))
-        (ck / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
-        for pickled in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin"):
-            (ck / pickled).write_bytes(b"\x80\x04pickle")
-    return run
-
-
 # ---------------------------------------------------------------------------------------------- scrub_secrets
 
 
@@ -102,7 +52,7 @@ def test_scrub_secrets_drops_secret_keys_and_redacts_token_strings() -> None:
 def test_model_card_carries_the_benchmark_summary(tmp_path: Path) -> None:
     from huggingface_hub import ModelCard
 
-    run = _fake_run(tmp_path)
+    run = fake_run(tmp_path)
     path = card_mod.write_model_card(run, repo_id="me/tiny-lion")
     card = ModelCard.load(path)
     data = card.data.to_dict()
@@ -129,7 +79,7 @@ def test_model_card_says_what_ran_and_how_to_rerun_it(tmp_path: Path) -> None:
                                "max_grad_norm": {"value": 1.0, "source": "cited"}},
            "param_groups": [{"lr": 1e-4, "weight_decay": 0.3, "tensors": 10},
                             {"lr": 1e-4, "weight_decay": 0.0, "tensors": 18}]}
-    run = _fake_run(tmp_path, summary=ran)
+    run = fake_run(tmp_path, summary=ran)
     (run / "config.yaml").write_text(yaml.safe_dump({"output_dir": "runs/tiny_lion", "optimizer": "lion"}))
     text = card_mod.write_model_card(run).read_text()
     assert "| median step time | 0.0123 s |" in text
@@ -139,7 +89,7 @@ def test_model_card_says_what_ran_and_how_to_rerun_it(tmp_path: Path) -> None:
 
 
 def test_model_card_with_missing_figures_says_na(tmp_path: Path) -> None:
-    run = _fake_run(tmp_path, summary={"optimizer": "adamw", "model_size": "tiny", "status": "failed",
+    run = fake_run(tmp_path, summary={"optimizer": "adamw", "model_size": "tiny", "status": "failed",
                                        "final_eval_loss": None, "mfu": None})
     text = card_mod.write_model_card(run).read_text()
     assert "| final eval loss | n/a |" in text and "| MFU | n/a |" in text
@@ -165,7 +115,7 @@ def test_model_card_follows_the_hub_conventions_for_mc4_thai(tmp_path: Path) -> 
     config = {"data_source": "hub", "dataset_name": "allenai/c4", "dataset_config": "th", "dataset_split": "train"}
     data = {"data_source": "hub", "source": "hub: allenai/c4/th split train (streamed)", "split_seed": 1234,
             "eval_tokens": 8192, "block_size": 128}
-    meta, results = _card_meta(_fake_run(tmp_path), config, data)
+    meta, results = _card_meta(fake_run(tmp_path), config, data)
     assert meta["license"] == "apache-2.0" and meta["language"] == ["th"] and meta["datasets"] == ["allenai/c4"]
     assert meta["library_name"] == "transformers" and meta["pipeline_tag"] == "text-generation"
     assert {"hf-optbench", "lion"} <= set(meta["tags"])
@@ -196,7 +146,7 @@ def test_model_card_follows_the_hub_conventions_for_mc4_thai(tmp_path: Path) -> 
 ], ids=["synthetic", "local-c4-layout", "local-text", "thai-sample", "no-config-yaml"])
 def test_model_card_never_claims_c4_for_other_data(tmp_path: Path, config, data, dataset_type, language,
                                                    name_has) -> None:
-    meta, results = _card_meta(_fake_run(tmp_path), config, data)
+    meta, results = _card_meta(fake_run(tmp_path), config, data)
     assert "datasets" not in meta and "allenai/c4" not in json.dumps(meta)
     assert meta.get("language") == language
     assert {r.dataset_type for r in results} == {dataset_type} and name_has in results[0].dataset_name
@@ -229,7 +179,7 @@ def test_model_card_needs_a_summary(tmp_path: Path) -> None:
 def test_stage_takes_the_latest_checkpoint_and_no_pickles(tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    run = _fake_run(tmp_path)
+    run = fake_run(tmp_path)
     staged = stage.stage_upload_folder(run, repo_id="me/tiny-lion", token=FAKE_TOKEN)
     assert staged == run / "hub_upload"
     names = {p.name for p in staged.iterdir()} - {stage.STAGE_MARKER}
@@ -243,14 +193,14 @@ def test_stage_takes_the_latest_checkpoint_and_no_pickles(tmp_path: Path) -> Non
 
 
 def test_stage_refuses_a_token_in_any_file(tmp_path: Path) -> None:
-    run = _fake_run(tmp_path)
+    run = fake_run(tmp_path)
     (run / "checkpoint-10" / "tokenizer_config.json").write_text(json.dumps({"token": FAKE_TOKEN}))
     with pytest.raises(OptBenchError, match="tokenizer_config.json: contains a Hugging Face token"):
         stage.stage_upload_folder(run, token="unrelated-value")
 
 
 def test_stage_refuses_the_known_token_even_if_not_hf_shaped(tmp_path: Path) -> None:
-    run = _fake_run(tmp_path)
+    run = fake_run(tmp_path)
     (run / "checkpoint-10" / "config.json").write_text(json.dumps({"note": "my-org-secret-42"}))
     with pytest.raises(OptBenchError, match="config.json: contains a Hugging Face token"):
         stage.stage_upload_folder(run, token="my-org-secret-42")
@@ -315,11 +265,11 @@ def test_stage_needs_safetensors_weights(tmp_path: Path) -> None:
 
 
 def test_stage_will_not_delete_a_folder_it_did_not_make(tmp_path: Path) -> None:
-    run = _fake_run(tmp_path)
+    run = fake_run(tmp_path)
     mine = tmp_path / "precious"
     mine.mkdir()
     (mine / "keep.txt").write_text("x")
-    with pytest.raises(OptBenchError, match="not made by hf-optbench"):
+    with pytest.raises(OptBenchError, match="no earlier staging by hf-optbench wrote: keep.txt"):
         stage.stage_upload_folder(run, mine, token=FAKE_TOKEN)
     assert (mine / "keep.txt").is_file()
 
@@ -395,7 +345,7 @@ def test_push_dry_run_refuses_what_must_not_leave_the_machine(tmp_path: Path, ca
     nothing written."""
     from hf_optbench import cli
 
-    run = _fake_run(tmp_path)
+    run = fake_run(tmp_path)
     (tmp_path / "outside").mkdir()
     spoil, needle = UNSAFE[case]
     spoil(run, tmp_path)
@@ -410,7 +360,7 @@ def test_push_dry_run_refuses_what_must_not_leave_the_machine(tmp_path: Path, ca
 
 def test_push_through_the_installed_command_refuses_a_symlink(tmp_path: Path) -> None:
     exe = hf_optbench_command()
-    run = _fake_run(tmp_path)
+    run = fake_run(tmp_path)
     _link(run / "checkpoint-10" / "tokenizer.json", _secret_file(tmp_path))
     proc = subprocess.run([str(exe), "push", str(run), "--repo-id", "me/x", "--dry-run"], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -436,17 +386,17 @@ def test_pickle_checks_look_inside_archives_and_compressed_streams(tmp_path: Pat
             np.save(fh, np.array([None, {"a": 1}], dtype=object), allow_pickle=True)
     for name, where in (("a.txt", "bz2-compressed content"), ("b.txt", "xz-compressed content"),
                         ("c.json", "zip member notes/data"), ("d.model", "zip member x.npy")):
-        assert redact.pickle_in(tmp_path / name) == where if "zip" not in where else \
-            redact.pickle_in(tmp_path / name).startswith(where), (name, redact.pickle_in(tmp_path / name))
+        assert content.pickle_in(tmp_path / name) == where if "zip" not in where else \
+            content.pickle_in(tmp_path / name).startswith(where), (name, content.pickle_in(tmp_path / name))
     with (tmp_path / "plain.npy").open("wb") as fh:  # a numeric array is no pickle
         np.save(fh, np.arange(4))
-    assert redact.pickle_in(tmp_path / "plain.npy") is None
+    assert content.pickle_in(tmp_path / "plain.npy") is None
 
 
 def test_staged_card_and_config_name_no_local_path(tmp_path: Path) -> None:
     """Issue 33: the staged card's Reproduce line named this machine's run directory; it reruns the repository's own
     config.yaml now, whose output_dir is the run's name."""
-    run = _fake_run(tmp_path)
+    run = fake_run(tmp_path)
     (run / "config.yaml").write_text(f"# rerun: hf-optbench run {run}/config.yaml --output_dir NEW_DIR\n"
                                      f"output_dir: {run}\noptimizer: lion\n")
     staged = stage.stage_upload_folder(run, tmp_path / "st", repo_id="me/tiny-lion", token=FAKE_TOKEN)
@@ -470,7 +420,7 @@ def online(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_push_offline_gives_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    run = _fake_run(tmp_path)
+    run = fake_run(tmp_path)
     with pytest.raises(OptBenchError, match="HF_HUB_OFFLINE.*--dry-run"):
         hub.push_run(run, "me/tiny-lion", token=FAKE_TOKEN)
 
@@ -481,7 +431,7 @@ def test_push_without_token_gives_a_clear_error(tmp_path: Path, monkeypatch: pyt
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
     with pytest.raises(OptBenchError, match="no Hugging Face token.*HF_TOKEN"):
-        hub.push_run(_fake_run(tmp_path), "me/tiny-lion")
+        hub.push_run(fake_run(tmp_path), "me/tiny-lion")
 
 
 @pytest.mark.parametrize("repo_id", ["no-owner", "me/bad name", "me/x/y"])
@@ -506,7 +456,7 @@ def test_push_calls_huggingface_hub_with_the_staged_folder_private(tmp_path: Pat
     monkeypatch.setattr(HfApi, "create_repo", create_repo)
     monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
     monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
-    run = _fake_run(tmp_path)
+    run = fake_run(tmp_path)
 
     assert push.main([str(run), "--repo-id", "me/tiny-lion"]) == 0
     repo_id, kw, token = calls["create"]
@@ -563,7 +513,7 @@ def test_dry_run_stages_and_uploads_nothing(tmp_path: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(HfApi, "upload_folder", refuse)
     monkeypatch.setattr(HfApi, "create_repo", refuse)
-    run = _fake_run(tmp_path)
+    run = fake_run(tmp_path)
     before = _tree(tmp_path)
     assert push.main([str(run), "--repo-id", "me/tiny-lion", "--dry-run"]) == 0
     out = capsys.readouterr().out

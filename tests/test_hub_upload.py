@@ -20,6 +20,8 @@ import pytest
 from hf_optbench.errors import OptBenchError
 from hf_optbench.publish import hub
 
+from fixtures.hub_run import fake_run
+
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_TOKEN = "hf_" + "Zq7" * 12  # token-shaped, never valid
 REPO = "me/tiny-adamw"
@@ -172,9 +174,8 @@ def test_trainer_arguments_turn_push_off_on_a_copy(tmp_path: Path) -> None:
 def test_a_checkpoint_upload_is_skipped_while_the_previous_runs(tmp_path: Path, online_hub,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """hub_always_push false (transformers' default): a save while an upload is in flight uploads nothing."""
-    from test_hub import _fake_run
 
-    run = _fake_run(tmp_path, steps=(2, 4))
+    run = fake_run(tmp_path, steps=(2, 4))
     release = threading.Event()
     uploads = hub.CheckpointUploads(hub.HubTarget(REPO, private=True, every_save=True), run)
     monkeypatch.setattr(hub.CheckpointUploads, "_stage_and_upload", lambda self, *a: release.wait(30))
@@ -187,22 +188,20 @@ def test_a_checkpoint_upload_is_skipped_while_the_previous_runs(tmp_path: Path, 
 
 def test_a_bare_repo_name_goes_to_the_token_owner(tmp_path: Path, online_hub) -> None:
     """The Trainer's rule for hub_model_id without owner (whoami's name), kept by the run's push."""
-    from test_hub import _fake_run
 
-    hub.push_run(_fake_run(tmp_path), "tiny-lion", owner_from_token=True)
+    hub.push_run(fake_run(tmp_path), "tiny-lion", owner_from_token=True)
     assert online_hub.repos == [("me/tiny-lion", True)] and online_hub.uploads[0]["repo_id"] == "me/tiny-lion"
 
 
 def test_a_failed_upload_is_one_line_without_the_token(tmp_path: Path, online_hub,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from huggingface_hub import HfApi
-    from test_hub import _fake_run
 
     def refuse(api, *a, **kw):
         raise OSError(f"403 Forbidden for token {FAKE_TOKEN}\nrequest id: 1")
 
     monkeypatch.setattr(HfApi, "create_repo", refuse)
-    run = _fake_run(tmp_path)
+    run = fake_run(tmp_path)
     with pytest.raises(OptBenchError) as err:
         hub.push_run(run, REPO)
     message = str(err.value)

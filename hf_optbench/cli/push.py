@@ -46,7 +46,8 @@ def _parser(secrets: list[str] | None = None) -> ArgumentParser:
     p.add_argument("--dry_run", action="store_true", help="stage and check the upload folder, upload nothing")
     p.add_argument("--stage_dir", default=None,
                    help="where to stage, kept afterwards (default: a temporary folder, removed; the run directory is "
-                        "never written)")
+                        "never written). An existing folder is used only when empty or holding exactly what an earlier "
+                        "staging wrote (its manifest); anything else in it is refused by name, never removed")
     p.add_argument("--commit_message", default=None, help="commit message on the Hub")
     p.secrets = list(secrets or [])
     return p

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-from typing import Any
 
 from hf_optbench.cli import ArgumentParser
 from hf_optbench.errors import OptBenchError
@@ -13,8 +11,10 @@ from hf_optbench.errors import OptBenchError
 
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 when every run finished (completed/diverged) or is still pending, 1 when one failed, 130 when the
-    sweep was interrupted (Ctrl-C or SIGTERM: the running run's tree is stopped, a restart continues)."""
+    sweep was interrupted (Ctrl-C or SIGTERM: the runs in flight are stopped within seconds and one line names them;
+    the same command reruns them; a second signal stops at once: study.stopping)."""
     from hf_optbench.study import sweep
+    from hf_optbench.study.stopping import stop_on_signals
 
     parser = ArgumentParser(prog="hf-optbench sweep", description=sweep.__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -30,17 +30,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_runs is not None and args.max_runs < 0:
         raise OptBenchError(f"--max_runs must be >= 0, got {args.max_runs}.")
 
-    def _stop(signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, _stop)  # SIGTERM unwinds like Ctrl-C: the run's tree is stopped
-    try:
-        counts = sweep.run_sweep(args.sweep_file, output_dir=args.output_dir, dry_run=args.dry_run,
-                                 max_runs=args.max_runs, retry_failed=args.retry_failed,
-                                 rerun_changed=args.rerun_changed)
-    except KeyboardInterrupt:
-        print("[sweep] interrupted: start the same command again to continue", file=sys.stderr)
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with stop_on_signals() as stop:  # SIGINT and SIGTERM alike: runs in flight stopped, a second signal at once
+        try:
+            counts = sweep.run_sweep(args.sweep_file, output_dir=args.output_dir, dry_run=args.dry_run,
+                                     max_runs=args.max_runs, retry_failed=args.retry_failed,
+                                     rerun_changed=args.rerun_changed)
+        except KeyboardInterrupt:
+            print(stop.line(), file=sys.stderr, flush=True)
+            if stop.name is not None:  # a signal: exit now (stop.exit_now says why), never a traceback on a second
+                stop.exit_now(130)
+            return 130
     return 0 if not set(counts) - {"completed", "diverged", "pending"} else 1

@@ -15,8 +15,6 @@ from typing import Any
 # An HF user-access token is "hf_" followed by ~34 letters/digits; 30+ catches it without matching identifiers.
 HF_TOKEN_RE = re.compile(r"hf_[A-Za-z0-9]{30,}")
 REDACTED = "<redacted>"
-# Suffixes of files that torch/pickle would deserialise by executing code: never part of an upload.
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 # Keys whose value is a secret whatever it looks like (TrainingArguments.hub_token, W&B keys, ...).
 SECRET_KEYS = frozenset({"hub_token", "hf_token", "token", "use_auth_token", "push_to_hub_token",
                          "wandb_api_key", "api_key", "password", "secret"})
@@ -108,12 +106,31 @@ def redact_text(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
 
 # ------------------------------------------------------------------------------------------- file contents
 
-# What a file must not carry to the Hub, by content (weights included: matched in the bytes read as latin-1): an
-# HF token, and the credentials a ``.netrc``, an AWS credentials file or an SSH/TLS key file holds. Each pattern
-# opens with a literal, so that ``re`` skips ahead to it: ~1 ms per MB each here, where one case-insensitive
-# alternation of them all took 116 ms per MB (minutes for a GB of weights).
+# Credentials by the shape their service gives them: a fixed prefix, then the random part. Searched in every staged
+# file, weights included (matched in the bytes read as latin-1). Each pattern opens with a literal, so that ``re``
+# skips ahead to it: ~0.3-1 ms per MB each here, where one case-insensitive alternation of them all took 116 ms per
+# MB (minutes for a GB of weights). Prefixes and lengths: GitHub's token formats (github.blog, 2021-04-05, "Behind
+# GitHub's new authentication token formats"; fine-grained tokens github_pat_, 2022-10-18), the rules of gitleaks
+# (gitleaks/gitleaks config/gitleaks.toml at b58d3f102cf3a2c84cb7f923d05c25c9b1aed84b: github-*, openai-api-key,
+# anthropic-api-key, gitlab-pat, slack-*, gcp-api-key) and of Yelp/detect-secrets 1.5.0 (plugins github_token,
+# gitlab_token, slack), W&B's own check (wandb/wandb wandb/sdk/lib/auth/validation.py at 852834b70bad: 40 or more
+# word characters; apikey.py at af8577bb5139: legacy keys are 40 hex digits, on-prem ones carry a "name-" prefix);
+# lengths are taken as lower bounds, so that a longer variant of a format is still caught.
+# Why a table and not detect-secrets itself: its last release (1.5.0, 2024-05) has no rule for fine-grained GitHub
+# tokens, OpenAI project keys without the T3BlbkFJ marker, Anthropic, W&B or Google keys, and scans line by line
+# through its plugin API (too slow for GBs of weights); this table is tested case by case in tests/publish.
 SECRET_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a Hugging Face token", HF_TOKEN_RE),
+    ("a GitHub token", re.compile(r"gh[pousr]_[A-Za-z0-9]{36}")),
+    ("a GitHub fine-grained token", re.compile(r"github_pat_[A-Za-z0-9_]{40,}")),
+    ("an Anthropic API key", re.compile(r"sk-ant-[a-z]+[0-9]*-[A-Za-z0-9_-]{32,}")),
+    ("an OpenAI API key", re.compile(r"sk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_-]{32,}")),
+    ("an OpenAI API key", re.compile(r"sk-[A-Za-z0-9]{48}")),
+    ("a W&B API key", re.compile(r"wandb_v1_[A-Za-z0-9_]{40,}")),
+    ("a Slack token", re.compile(r"xox[abeoprs]-(?:[0-9]+-)+[A-Za-z0-9-]{8,}")),
+    ("a Slack webhook URL", re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/_]{20,}")),
+    ("a GitLab token", re.compile(r"gl(?:pat|dt|ft|rt|soat|cbt|ptt|oas|imt|agent)-[A-Za-z0-9_-]{20,}")),
+    ("a Google API key", re.compile(r"AIza[A-Za-z0-9_-]{35}")),
     ("an AWS access key id", re.compile(r"A[KS]IA[0-9A-Z]{16}(?![0-9A-Z])")),
     ("an AWS secret access key", re.compile(r"aws_secret_access_key\s*[=:]")),
     ("an AWS secret access key", re.compile(r"AWS_SECRET_ACCESS_KEY\s*[=:]")),
@@ -121,195 +138,159 @@ SECRET_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("netrc credentials", re.compile(r"default(?:\s+(?:login|account|port)\s+\S+)*\s+password\s+\S")),
     ("a private key", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")),
 )
+# In text files only (every staged file but safetensors weights): a legacy W&B key is 40 hex digits, the shape of a
+# git commit id too, so it is a secret only where W&B's own places put it: WANDB_API_KEY, wandb.login(key=...),
+# the netrc entry `wandb login` writes for api.wandb.ai.
+TEXT_SECRET_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("a W&B API key", re.compile(r"(?i:wandb_api_key)[\"'\]]{0,2}[ \t]*[:=][ \t]*[\"']?(?:\w+-)?[0-9a-f]{40}")),
+    ("a W&B API key", re.compile(r"wandb\.login\([^)\n]{0,80}?key[ \t]*=[ \t]*[\"'](?:\w+-)?[0-9a-f]{40}")),
+    ("a W&B API key", re.compile(r"api\.wandb\.ai\s+login\s+\S+\s+password\s+(?:\w+-)?[0-9a-f]{40}")),
+)
+# A NAME = value, NAME: value or "name": "value" assignment (.env, YAML, JSON, shell, Python) whose NAME looks
+# secret (is_secret_name: *_KEY, *_TOKEN, *_SECRET, *_PASSWORD) and whose value looks random (_random_looking).
+# The name starts where no name character precedes it: without that, a long run of letters would be tried from each
+# of its positions, each try backtracking through the rest (quadratic: 20 s for 20,000 letters).
+_ASSIGNMENT = re.compile(
+    r"(?<![A-Za-z0-9_.-])([A-Za-z_][A-Za-z0-9_.-]*)[\"'\]]{0,2}[ \t]*(?::=|[:=])[ \t]*[\"']?([A-Za-z0-9_.+/=-]{16,})")
+# gitleaks' generic-api-key rule: 3.5 bits per character (config/gitleaks.toml at b58d3f1, `entropy = 3.5`)
+GENERIC_MIN_ENTROPY = 3.5
+_PARSE_LIMIT = 256 << 20  # a JSON or YAML file larger than this is not parsed: refused as uncheckable
 
 
-def file_secrets(path: Path, token: str | None, chunk: int = 8 << 20) -> list[str]:
-    """What secrets the file holds (:data:`SECRET_PATTERNS` by name, and ``token`` itself as "a Hugging Face
-    token"), streamed in chunks (weights can be GBs)."""
+def _entropy(value: str) -> float:
+    """Shannon entropy of ``value``'s characters, in bits per character."""
+    import math
+    from collections import Counter
+
+    n = len(value)
+    return -sum(c / n * math.log2(c / n) for c in Counter(value).values())
+
+
+def _random_looking(value: str) -> bool:
+    """Whether ``value`` looks like a key rather than a word, a name or a number: 16+ characters mixing letters
+    and digits at :data:`GENERIC_MIN_ENTROPY` bits per character or more (a 40-hex W&B key ~3.7, a word < 3.5)."""
+    return (len(value) >= 16 and any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+            and _entropy(value) >= GENERIC_MIN_ENTROPY)
+
+
+def _assigned(name: str, value: str) -> str | None:
+    """The kind of secret a ``name`` = ``value`` assignment holds (naming the key, never the value), or None."""
+    if is_secret_name(name) and _random_looking(value):
+        return f"a high-entropy value assigned to '{name}'"
+    return None
+
+
+def _kinds_in(text: str, text_rules: bool) -> list[str]:
+    """The kinds of secret :data:`SECRET_PATTERNS` (and with ``text_rules`` the text-only rules) find in ``text``."""
+    found = [kind for kind, pattern in SECRET_PATTERNS if pattern.search(text)]
+    if text_rules:
+        found += [kind for kind, pattern in TEXT_SECRET_PATTERNS if pattern.search(text)]
+        found += [k for m in _ASSIGNMENT.finditer(text) if (k := _assigned(m.group(1), m.group(2)))]
+    return found
+
+
+def _add(found: list[str], kinds: list[str]) -> None:
+    found += [k for k in dict.fromkeys(kinds) if k not in found]
+
+
+def _parsed_strings(path: Path) -> tuple[list[str], list[tuple[str, str]]]:
+    """Every string a JSON, JSON-lines or YAML file (or a safetensors header) holds once parsed (escapes such as
+    ``\\u0067`` decoded, keys given twice both kept), and its (key, string value) pairs. ValueError saying why a
+    file cannot be parsed."""
+    import json
+
+    suffix = path.suffix.lower()
+    if suffix == ".safetensors":
+        with path.open("rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            docs = [f.read(size).decode("utf-8", "replace")] if 0 < size <= 100 << 20 else []
+    elif path.stat().st_size > _PARSE_LIMIT:
+        raise ValueError(f"larger than the {_PARSE_LIMIT >> 20} MiB parsed to check its strings")
+    elif suffix in (".yaml", ".yml"):
+        return _yaml_strings(path)
+    else:
+        docs = [path.read_text(encoding="utf-8", errors="replace")]
+    if suffix == ".jsonl":
+        docs = docs[0].splitlines()
+    strings: list[str] = []
+    pairs: list[tuple[str, str]] = []
+    for doc in docs:
+        try:
+            tree = json.loads(doc, object_pairs_hook=lambda items: items)
+        except (ValueError, RecursionError) as exc:
+            if suffix == ".jsonl":
+                continue  # a line cut short (a run still writing): its text was searched as it stands
+            raise ValueError(f"not valid JSON ({exc if isinstance(exc, ValueError) else 'nested too deeply'})") \
+                from None
+        _walk(tree, strings, pairs)
+    return strings, pairs
+
+
+def _yaml_strings(path: Path) -> tuple[list[str], list[tuple[str, str]]]:
+    from hf_optbench.errors import OptBenchError
+    from hf_optbench.yaml_file import load_yaml_mapping
+
+    try:
+        tree = load_yaml_mapping(path, "staged file", empty_ok=True)
+    except OptBenchError:
+        raise ValueError("not YAML hf_optbench can read (a syntax error, a key given twice or an alias)") from None
+    strings: list[str] = []
+    pairs: list[tuple[str, str]] = []
+    _walk(tree, strings, pairs)
+    return strings, pairs
+
+
+def _walk(tree: Any, strings: list[str], pairs: list[tuple[str, str]]) -> None:
+    """Collect the strings of a parsed document (dicts, or lists of (key, value) pairs from ``object_pairs_hook``)
+    without recursion: a deeply nested file must not end in RecursionError."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            strings.append(node)
+        elif isinstance(node, dict):
+            node = list(node.items())
+        if isinstance(node, list) and node and all(isinstance(p, tuple) and len(p) == 2 for p in node):
+            for key, value in node:
+                strings.append(str(key))
+                if isinstance(value, str):
+                    pairs.append((str(key), value))
+                stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def secret_problems(path: Path, token: str | None, chunk: int = 8 << 20) -> list[str]:
+    """What the file holds that must not leave the machine, each as "contains <kind>" (the kind, never the value),
+    or why it cannot be checked.
+
+    The bytes are streamed in chunks (weights can be GBs) through :data:`SECRET_PATTERNS`, and ``token`` itself is
+    looked for as "a Hugging Face token"; every file but safetensors weights also through the text rules (W&B's
+    places, high-entropy ``*_KEY``/``*_TOKEN`` assignments); JSON, JSON lines, YAML and a safetensors header's
+    metadata are parsed too, so that a value written with escapes, or under a secret-named key, is seen."""
     needle = token.encode() if token else None
+    text_rules = path.suffix.lower() != ".safetensors"
     overlap = 256  # longer than any secret matched, so a match split across two chunks is still seen
     found: list[str] = []
     tail = b""
     with path.open("rb") as f:
         while block := f.read(chunk):
             window = tail + block
-            text = window.decode("latin-1")
-            found += [name for name, pattern in SECRET_PATTERNS if name not in found and pattern.search(text)]
-            if needle and needle in window and SECRET_PATTERNS[0][0] not in found:
-                found.append(SECRET_PATTERNS[0][0])
+            _add(found, _kinds_in(window.decode("latin-1"), text_rules))
+            if needle and needle in window:
+                _add(found, [SECRET_PATTERNS[0][0]])
             tail = window[-overlap:]
-    return found
-
-
-def file_contains_token(path: Path, token: str | None) -> bool:
-    """Whether the file holds an HF-token-like string or ``token`` itself."""
-    return SECRET_PATTERNS[0][0] in file_secrets(path, token)
-
-
-# How much of a file (or of a compressed or archived member) the pickle check parses: a pickle's opcodes, not its
-# payload, are what it recognises.
-PICKLE_SCAN_BYTES = 1 << 20
-# pickletools' messages when the scanned bytes end inside a valid opcode (a larger pickle than the scan).
-_TRUNCATED = ("but only", "exhausted before seeing STOP", "no newline found")
-_NESTING = 3  # containers inside containers looked into (a gzip in a zip in a gzip); deeper is refused
-_ZIP_MEMBERS = 256  # members of one zip looked into
-
-
-def looks_pickled(path: Path) -> bool:
-    """Whether the file's *content* is or holds a pickle, whatever its name (:func:`pickle_in`)."""
-    return pickle_in(path) is not None
-
-
-def pickle_in(path: Path) -> str | None:
-    """Where the file's content holds a pickle ("" for the file itself, else e.g. "gzip-compressed content", "zip
-    member data.pkl"); None
-    when it holds none. Protocols 0-5: the first bytes parse as a pickle opcode stream (``pickletools.genops``) up
-    to STOP, or up to the end of the scanned bytes of a larger file (protocol 0-1 are ASCII opcodes, 2-5 open with
-    PROTO ``0x80`` n). Looked into as well: a zip (``torch.save``'s format holds ``*.pkl``; ``np.savez``), an
-    object-dtype ``.npy`` (numpy pickles its elements), gzip, bz2 and xz content, under any name. Not for
-    ``.safetensors`` files (checked by parsing them instead). Text, JSON, Markdown and safetensors fail at their
-    first byte: '{', '#', '-' and a header length's zero bytes are no opcodes."""
-    with path.open("rb") as f:
-        head = f.read(PICKLE_SCAN_BYTES)
-        longer = bool(f.read(1))
-    if head[:4] == b"PK\x03\x04":
-        return _pickle_in_zip(path, 0)
-    return _pickle_in_bytes(head, longer, 0)
-
-
-def _pickle_in_zip(source: Any, depth: int) -> str | None:
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(source) as archive:
-            for info in archive.infolist()[:_ZIP_MEMBERS]:
-                if info.filename.endswith(".pkl"):
-                    return f"zip member {info.filename}"
-                with archive.open(info) as member:
-                    head = member.read(PICKLE_SCAN_BYTES + 1)
-                where = _pickle_in_bytes(head[:PICKLE_SCAN_BYTES], len(head) > PICKLE_SCAN_BYTES, depth + 1)
-                if where is not None:
-                    return f"zip member {info.filename}" + (f" (in {where})" if where else "")
-    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, RuntimeError):
-        return None  # not a readable zip: the other checks (UTF-8 for text names) still apply
-    return None
-
-
-def _decompressor(head: bytes) -> tuple[str, Any] | None:
-    import bz2
-    import lzma
-    import zlib
-
-    if head[:2] == b"\x1f\x8b":
-        return "gzip-compressed content", zlib.decompressobj(16 + zlib.MAX_WBITS)
-    if head[:3] == b"BZh":
-        return "bz2-compressed content", bz2.BZ2Decompressor()
-    if head[:6] == b"\xfd7zXZ\x00":
-        return "xz-compressed content", lzma.LZMADecompressor()
-    return None
-
-
-def _pickle_in_bytes(head: bytes, longer: bool, depth: int) -> str | None:
-    """:func:`pickle_in` on the first bytes of a file or member (``longer``: more follow)."""
-    import io
-
-    if depth > _NESTING:
-        return "content nested too deep to check" if _decompressor(head) or head[:4] == b"PK\x03\x04" else None
-    if head[:6] == b"\x93NUMPY":
-        return "an object-dtype .npy array" if _npy_holds_objects(head) else None
-    if head[:4] == b"PK\x03\x04":
-        return _pickle_in_zip(io.BytesIO(head), depth) if not longer else "a zip archive too large to look into"
-    found = _decompressor(head)
-    if found is not None:
-        what, unpack = found
+    problems = [f"contains {kind}" for kind in found]
+    if path.suffix.lower() in (".json", ".jsonl", ".yaml", ".yml", ".safetensors"):
         try:
-            inner = unpack.decompress(head, PICKLE_SCAN_BYTES + 1)
-        except Exception:  # noqa: BLE001 - zlib.error, OSError, EOFError, LZMAError on a damaged stream
-            return None  # nothing readable inside; a text name still fails the UTF-8 check
-        where = _pickle_in_bytes(inner[:PICKLE_SCAN_BYTES], len(inner) > PICKLE_SCAN_BYTES or longer, depth + 1)
-        return None if where is None else what + (f" (in {where})" if where else "")
-    return "" if _is_pickle_stream(head, longer) else None
-
-
-def _npy_holds_objects(head: bytes) -> bool:
-    """Whether a ``.npy`` header declares an object dtype (whose elements ``np.save`` pickles)."""
-    import io
-
-    import numpy as np
-
-    try:
-        stream = io.BytesIO(head)
-        version = np.lib.format.read_magic(stream)
-        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        _shape, _fortran, dtype = reader(stream, max_header_size=1 << 20)
-    except (ValueError, OSError, SyntaxError):
-        return True  # a .npy header numpy cannot read: it cannot be shown to be free of pickles
-    return bool(dtype.hasobject)
-
-
-def _is_pickle_stream(data: bytes, longer: bool) -> bool:
-    import io
-    import pickletools
-
-    ops = 0
-    try:
-        for opcode, _arg, _pos in pickletools.genops(io.BytesIO(data)):
-            ops += 1
-            if opcode.name == "STOP":
-                return True
-    except Exception as exc:  # noqa: BLE001 - pickletools raises ValueError, and others on odd arguments
-        return longer and ops >= 2 and any(t in str(exc) for t in _TRUNCATED)
-    return False
-
-
-# Names whose content must be UTF-8 text (JSON, YAML, Markdown, text, templates): binary content under such a name
-# (a gzip, a numpy array, a pickle) is refused whatever it holds. Binary is allowed only for weights (parsed by
-# safetensors) and a SentencePiece tokenizer.model (checked for pickles like any file).
-TEXT_SUFFIXES = (".json", ".jsonl", ".txt", ".yaml", ".yml", ".md", ".jinja")
-
-
-def _not_utf8(path: Path, chunk: int = 8 << 20) -> str | None:
-    """Why ``path`` is not UTF-8 text (the byte offset of the first bad byte), or None when it is."""
-    import codecs
-
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    offset = 0
-    with path.open("rb") as f:
-        while True:
-            block = f.read(chunk)
-            try:
-                decoder.decode(block, final=not block)
-            except UnicodeDecodeError as exc:
-                return f"byte {offset + exc.start} is not UTF-8"
-            if not block:
-                return None
-            offset += len(block)
-
-
-def upload_file_problems(path: Path, rel: Path, token: str | None) -> list[str]:
-    """Why ``path`` (shown as ``rel``) must not be uploaded: pickled by name or content (nested in an archive,
-    a compressed stream or a numpy array too), binary under a text file's name, unreadable safetensors, or a
-    secret inside (:data:`SECRET_PATTERNS`, or ``token``); [] when it may go."""
-    from safetensors import safe_open
-
-    problems = []
-    if path.suffix in PICKLE_SUFFIXES:
-        problems.append(f"{rel}: pickled file (loading it can run code); only safetensors are uploaded")
-    if path.suffix == ".safetensors":
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                f.keys()
-        except Exception as exc:  # safetensors raises its own error types
-            problems.append(f"{rel}: not a readable safetensors file ({exc})")
-    elif path.suffix not in PICKLE_SUFFIXES and (where := pickle_in(path)) is not None:
-        inside = f" in {where}" if where else ""
-        problems.append(f"{rel}: holds a pickle{inside} (torch.save/pickle content under another name); not uploaded")
-    if path.suffix in TEXT_SUFFIXES and (why := _not_utf8(path)) is not None:
-        problems.append(f"{rel}: not UTF-8 text ({why}), which its name promises; binary content is not uploaded "
-                        "under a text file's name")
-    problems += [f"{rel}: contains {kind}" for kind in file_secrets(path, token)]
+            strings, pairs = _parsed_strings(path)
+        except ValueError as exc:
+            return problems + [f"{exc}, so its strings cannot be checked for secrets"]
+        kinds = _kinds_in("\n".join(strings), True) + [k for key, v in pairs if (k := _assigned(key, v))]
+        if token and any(token in s for s in strings):
+            kinds.append(SECRET_PATTERNS[0][0])
+        problems += [f"contains {kind}" for kind in dict.fromkeys(kinds) if kind not in found]
     return problems
-
 
 def public_env(env: dict[str, Any]) -> dict[str, str]:
     """``env`` as hf_optbench may write it (a sweep's manifest, its copy of the sweep file): the value of a

@@ -5,10 +5,13 @@ Why a staged folder instead of ``output_dir``: a run directory also holds pickle
 ``optimizer.pt``, ``rng_state.pth``). The Hub gets the files a user needs to load the model and read the benchmark
 (safetensors weights, config, tokenizer, card, ``metrics.jsonl``, ``summary.json``), each a regular file inside the
 run directory (a symbolic link, or a shard index naming a path outside it, is refused: it would upload what it
-points at), each checked by name and by content (:mod:`hf_optbench.publish.redact`) for pickles (nested in archives,
-compressed streams and numpy arrays too), binary content under a text name, and secrets (tokens, netrc and AWS
-credentials, private keys). ``push`` and its dry run stage in a temporary folder, removed afterwards, unless given
-``--stage-dir``: the run directory is never written.
+points at), each checked by name and by content (:mod:`hf_optbench.publish.content`) for pickles (every member of
+every archive, compressed streams and numpy arrays too), binary content under a text name, and secrets
+(:mod:`hf_optbench.publish.redact`: the tokens and keys of the Hub, GitHub, OpenAI, Anthropic, W&B, Slack, GitLab,
+Google and AWS, netrc credentials, private keys, high-entropy ``*_KEY``/``*_TOKEN`` values). ``push`` and its dry run
+stage in a temporary folder, removed afterwards, unless given ``--stage_dir``: the run directory is never written,
+and a staging folder is cleared for a new staging only when it holds exactly what an earlier one recorded in its
+manifest (:data:`STAGE_MARKER`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from typing import Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.publish.card import build_model_card
-from hf_optbench.publish.redact import PICKLE_SUFFIXES, redact_text, scrub_secrets, upload_file_problems
+from hf_optbench.publish.content import PICKLE_SUFFIXES, upload_file_problems
+from hf_optbench.publish.redact import redact_text, scrub_secrets
 from hf_optbench.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, read_summary, write_json_atomic
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
@@ -33,6 +37,8 @@ MODEL_FILES = ("config.json", "generation_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                    "merges.txt", "added_tokens.json", "chat_template.jinja", "tokenizer.model")
 DEFAULT_STAGE_DIRNAME = "hub_upload"
+# The manifest a staging leaves in its folder: each file it wrote, with the size, modification time and inode it
+# left it with. Only a folder holding exactly those files (or nothing) is ever cleared for the next staging.
 STAGE_MARKER = ".hf_optbench_stage"
 
 def known_token() -> str | None:
@@ -82,8 +88,8 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 
 def check_upload_folder(folder: str | os.PathLike[str], token: str | None = None) -> list[str]:
-    """Problems that must stop an upload (empty list = fine): missing weights/config/card, pickled files (by
-    name or by content), unreadable safetensors, or any file containing an HF-token-like string or ``token``."""
+    """Problems that must stop an upload (empty list = fine): missing weights/config/card, and every problem
+    :func:`~hf_optbench.publish.content.upload_file_problems` finds in a file (pickles, secrets, ``token``)."""
     folder = Path(folder)
     problems: list[str] = []
     if not _has_weights(folder):
@@ -147,16 +153,62 @@ def check_source(src: Path, run_dir: Path) -> Path:
     return src
 
 
+def _stat(path: Path) -> list[int]:
+    st = path.lstat()
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _manifest(dest: Path) -> dict[str, list[int]] | None:
+    """The files an earlier staging recorded in ``dest`` ({name: [size, mtime_ns, inode]}), or None when it left no
+    readable manifest (never staged there, or an older hf-optbench's marker that listed nothing)."""
+    try:
+        files = json.loads((dest / STAGE_MARKER).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return files if isinstance(files, dict) else None
+
+
+def _ours(path: Path, recorded: list[int] | None) -> bool:
+    """Whether ``path`` is as the staging that recorded it left it: same size and time, or still the hard link it
+    made to the run's own file (the run may have rewritten that file in place since)."""
+    if recorded is None or path.is_dir() and not path.is_symlink():
+        return False
+    now = _stat(path)
+    return now[:2] == recorded[:2] or (now[2] == recorded[2] and path.lstat().st_nlink > 1)
+
+
+def record_staged(dest: Path, *names: str) -> None:
+    """Add ``names`` (files just written into ``dest``) to its manifest, atomically."""
+    files = _manifest(dest) or {}
+    files.update({name: _stat(dest / name) for name in names})
+    write_json_atomic(dest / STAGE_MARKER, {"made_by": "hf_optbench.publish.stage", "files": files})
+
+
 def _new_stage_dir(dest: Path) -> None:
-    if dest.exists():
-        if not (dest / STAGE_MARKER).is_file():
+    """Make ``dest`` ready for a staging: created when missing; an empty folder is used as it is; a folder an earlier
+    staging left is emptied, file by file, only when it holds exactly what that staging recorded. Anything else
+    (a file of the user's, one changed since, a folder that was never a staging folder) is refused by name, and
+    nothing is removed."""
+    if dest.is_symlink() or dest.exists() and not dest.is_dir():
+        raise OptBenchError(f"staging folder '{dest}' is not a folder (a file or a link): choose another --stage_dir.")
+    entries = sorted(p.name for p in dest.iterdir()) if dest.exists() else []
+    if entries:
+        recorded = _manifest(dest)
+        foreign = [n for n in entries if n != STAGE_MARKER and not _ours(dest / n, (recorded or {}).get(n))]
+        if recorded is None or foreign:
+            shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
             raise OptBenchError(
-                f"staging folder '{dest}' exists and was not made by hf-optbench: choose another --stage-dir, "
-                "or remove it."
+                f"staging folder '{dest}' holds files no earlier staging by hf-optbench wrote"
+                + (" (or that changed since)" if recorded is not None else "")
+                + f": {shown}. It is never cleared or replaced while it holds them: choose another --stage_dir (or "
+                "an empty folder), or move those files away yourself."
             )
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
-    (dest / STAGE_MARKER).write_text("made by hf_optbench.publish.hub\n", encoding="utf-8")
+        for name in entries:
+            if name != STAGE_MARKER:
+                (dest / name).unlink()
+        (dest / STAGE_MARKER).unlink(missing_ok=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    record_staged(dest)
 
 
 def assemble(run_dir: Path, dest: Path, source: Path, *, with_summary: bool) -> None:
@@ -167,13 +219,17 @@ def assemble(run_dir: Path, dest: Path, source: Path, *, with_summary: bool) -> 
     _new_stage_dir(dest)
     for src in files:
         _link_or_copy(src, dest / src.name)
+        record_staged(dest, src.name)  # each file as soon as it is there: a staging cut short is cleared next time
     if _exists(run_dir / METRICS_FILE):
         shutil.copyfile(check_source(run_dir / METRICS_FILE, run_dir), dest / METRICS_FILE)
+        record_staged(dest, METRICS_FILE)
     if with_summary:
         write_json_atomic(dest / SUMMARY_FILE, scrub_secrets(read_summary(run_dir, required=True)))
+        record_staged(dest, SUMMARY_FILE)
         if _exists(run_dir / CONFIG_FILE):
             text = check_source(run_dir / CONFIG_FILE, run_dir).read_text(encoding="utf-8")
             (dest / CONFIG_FILE).write_text(_portable_config(redact_text(text)), encoding="utf-8")
+            record_staged(dest, CONFIG_FILE)
 
 
 def _portable_config(text: str) -> str:
@@ -192,6 +248,7 @@ def _portable_config(text: str) -> str:
 
 def finish_stage(dest: Path, card: Any, token: str | None, run_dir: Path | None = None) -> Path:
     (dest / "README.md").write_text(str(card), encoding="utf-8")
+    record_staged(dest, "README.md")
     problems = check_upload_folder(dest, token=token if token is not None else known_token())
     if problems:
         raise OptBenchError(

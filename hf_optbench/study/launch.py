@@ -37,7 +37,18 @@ from hf_optbench.rundir import (
     append_state,
     read_summary,
 )
-from hf_optbench.study.processes import RUN_DIR_ENV, execute, kill_tree, marked_processes, tail
+from hf_optbench.study.processes import (
+    RUN_DIR_ENV,
+    STOP_GRACE_S,
+    execute,
+    kill_now,
+    kill_tree,
+    marked_processes,
+    stop_trees,
+    tail,
+    terminate_tree,
+)
+from hf_optbench.study.stopping import IN_FLIGHT
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, mapping
 from hf_optbench.study.sweep_state import (
     Flight,
@@ -107,6 +118,19 @@ def stop_earlier(spec: SweepSpec, runs: Sequence[RunSpec], rows: list[dict[str, 
             kill_tree(pid)
 
 
+def _resumable(run_dir: Path) -> bool:
+    """Whether ``--resume_from_checkpoint true`` would find a checkpoint to load in ``run_dir``: a complete one (its
+    trainer_state.json, which the Trainer writes last) that is readable. A run stopped while saving its first
+    checkpoint (a sweep interrupted then) keeps only a torn one: resumed, the run would refuse and count as failed,
+    so it starts over from step 0 instead (its directory moved aside, nothing deleted)."""
+    if not any(run_dir.glob("checkpoint-*")):
+        return False
+    # imports transformers: only here, where a checkpoint exists
+    from hf_optbench.run.identity import newest_loadable_checkpoint
+
+    return newest_loadable_checkpoint(run_dir) is not None
+
+
 def prepare_run_dir(spec: SweepSpec, run: RunSpec, state: Path, rows: list[dict[str, Any]],
                     progress: Progress) -> bool:
     """Make ``run_dir`` ready for a new attempt; returns whether to resume from a checkpoint.
@@ -121,7 +145,7 @@ def prepare_run_dir(spec: SweepSpec, run: RunSpec, state: Path, rows: list[dict[
         raise OptBenchError(f"run {run.run_id}: '{run_dir}' already holds a finished run ({status}), which the sweep "
                             "never moves aside or overwrites. Give the sweep another output_dir, or move that "
                             "directory away yourself.")
-    if any(run_dir.glob("checkpoint-*")) and status not in FINISHED_STATUSES:
+    if status not in FINISHED_STATUSES and _resumable(run_dir):
         if status is not None:  # a failed attempt's summary must not mark the resumed run as finished
             n = 1
             while (old := run_dir / f"summary.{status}-{n}.json").exists():
@@ -141,9 +165,11 @@ def prepare_run_dir(spec: SweepSpec, run: RunSpec, state: Path, rows: list[dict[
 WORKER_LOG = "worker.log"  # the warm worker's own stderr, in the sweep directory
 
 
-def start_worker(spec: SweepSpec, progress: Progress, pool: WorkerPool | None = None) -> WarmWorker | None:
+def start_worker(spec: SweepSpec, progress: Progress, pool: WorkerPool | None = None,
+                 flight: Flight | None = None) -> WarmWorker | None:
     """The warm worker for this sweep's runs, or None (plain subprocesses) with the reason said once. With a
-    ``pool`` (a whole sweep), an idle worker of an earlier phase or round is taken when one fits."""
+    ``pool`` (a whole sweep), an idle worker of an earlier phase or round is taken when one fits. A worker killed
+    during its imports because ``flight`` is stopping is no reason to say anything."""
     reason = unavailable_reason(spec.launcher)
     if reason is None:
         env = {**os.environ, **{str(k): str(v) for k, v in mapping(spec.launcher.get("env"), "launcher.env").items()},
@@ -158,7 +184,7 @@ def start_worker(spec: SweepSpec, progress: Progress, pool: WorkerPool | None = 
             return worker
         except WorkerUnavailable as exc:
             reason = str(exc)
-    if spec.launcher.get("type") == "python":
+    if spec.launcher.get("type") == "python" and not (flight is not None and flight.stopping):
         progress.say(f"each run starts its own interpreter: {reason}")
     return None
 
@@ -171,7 +197,7 @@ def _slot_loop(spec: SweepSpec, slot: Slot, queue: deque[RunSpec], state: Path, 
     taken from ``pool`` was started on the same cores). The worker goes back to ``pool`` (when given) for the next
     phase, else it ends with the slot."""
     slot.pin()
-    worker = start_worker(spec, progress, pool)
+    worker = start_worker(spec, progress, pool, flight)
     try:
         while True:
             with flight.lock:
@@ -180,6 +206,8 @@ def _slot_loop(spec: SweepSpec, slot: Slot, queue: deque[RunSpec], state: Path, 
                 run = queue.popleft()
                 pending = [run, *queue]
             run_one_local(spec, run, pending, state, rows, progress, worker, slot, flight)
+            if flight.stopping:  # a stopped run changes no record: leave summary.csv to the next invocation
+                return
             with flight.refresh_lock:
                 after_each()
     finally:
@@ -213,10 +241,30 @@ def _run_slots(spec: SweepSpec, slots: list[Slot], queue: deque[RunSpec], state:
         flight.stop()
         raise
     finally:
-        for thread in threads:  # a stopped run ends within kill_tree's grace; a worker closes within 30 s
-            thread.join(timeout=120)
+        if flight.stopping:
+            _stop_slots(threads, flight)
+        else:
+            for thread in threads:
+                thread.join()
     if flight.error is not None:
         raise flight.error
+
+
+def _stop_slots(threads: list[threading.Thread], flight: Flight) -> None:
+    """The slots of a stopping sweep, ended within seconds: every run still in flight (Flight.stop sent SIGTERM to
+    each, not waiting) waited for together, SIGKILL after the grace; a slot still starting its warm worker (its
+    imports take seconds) has that worker killed. A slot thread stuck past that is a daemon, left behind: the
+    sweep must not hang on it (docs/RELIABILITY.md: stopped within 5 s)."""
+    stop_trees(list(flight.pids.values()))
+    deadline = time.monotonic() + 0.5
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        for pid in dict(IN_FLIGHT.workers):
+            kill_now(pid)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def run_local(spec: SweepSpec, todo: list[RunSpec], state: Path, rows: list[dict[str, Any]], progress: Progress,
@@ -232,7 +280,7 @@ def run_local(spec: SweepSpec, todo: list[RunSpec], state: Path, rows: list[dict
     stop_earlier(spec, todo, rows, progress)
     for run in todo:  # before any run starts: a directory another live process holds stops the sweep here
         check_run_dir_free(spec.run_dir(run), run.run_id)
-    queue, flight = deque(todo), Flight(kill_tree)
+    queue, flight = deque(todo), Flight(terminate_tree)  # SIGTERM to all at once; _stop_slots waits for them
     if len(slots) == 1:
         _slot_loop(spec, slots[0], queue, state, rows, progress, flight, after_each, pool)
         return
@@ -278,6 +326,7 @@ def run_one_local(spec: SweepSpec, run: RunSpec, pending: Sequence[RunSpec], sta
                "host": socket.gethostname(), "time": time.time(), **slot.record(), **sweep_identity(spec.output_dir)}
         append_state(state, row)
         rows.append(row)
+        IN_FLIGHT.run_started(run.run_id, proc.pid, run_dir)
         if flight is not None:
             flight.started(run.run_id, proc.pid, row["pid_create_time"])
 
@@ -290,8 +339,11 @@ def run_one_local(spec: SweepSpec, run: RunSpec, pending: Sequence[RunSpec], sta
             progress.say(f"  {run.run_id}: step {step if step is not None else '?'}{of}, {now - t0:.0f} s")
 
     env = {**run_env(spec, run_dir), **run.env, **slot.env()}
-    rc, via = _launch(worker, cmd, str(run_dir / STDOUT_FILE), env, timeout_s, on_start, on_poll, progress,
-                      on_exit=lambda cpu_s: cpu.__setitem__(0, cpu_s))
+    try:
+        rc, via = _launch(worker, cmd, str(run_dir / STDOUT_FILE), env, timeout_s, on_start, on_poll, progress,
+                          on_exit=lambda cpu_s: cpu.__setitem__(0, cpu_s))
+    finally:
+        IN_FLIGHT.run_ended(run.run_id)
     if flight is not None:
         flight.ended(run.run_id)
         if flight.stopping and (read_summary(run_dir) or {}).get("status") not in FINISHED_STATUSES:

@@ -7,6 +7,7 @@ build on these; a SLURM job runs :func:`execute` on its node.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -18,31 +19,91 @@ from hf_optbench.publish.redact import redact_argv
 RUN_DIR_ENV = "HF_OPTBENCH_SWEEP_RUN_DIR"  # marks a run's processes, so a restart finds its orphans
 
 
-def kill_tree(pid: int, create_time: float | None = None, grace_s: float = 10.0) -> bool:
-    """Terminate a run's process tree (SIGTERM, then SIGKILL). With ``create_time``, only if ``pid`` is still
-    the process we started (pids are reused). Returns True when something was killed."""
+# Seconds a stopped run is given to end on SIGTERM before SIGKILL. A run (hf_optbench.run, accelerate launch) keeps
+# SIGTERM's default action and ends at once; the grace only covers a launcher of the user's that traps it. An
+# interrupted sweep has 5 s to stop (docs/RELIABILITY.md): 3 s of grace leave room for the rest of its unwinding.
+STOP_GRACE_S = 3.0
+
+
+def _tree(pid: int, create_time: float | None) -> list[Any]:
+    """The process ``pid`` (when it is still the one started at ``create_time``) and all its descendants."""
     import psutil
 
     try:
         proc = psutil.Process(pid)
         if create_time is not None and abs(proc.create_time() - create_time) > 1.0:
-            return False
-        procs = [proc] + proc.children(recursive=True)
+            return []
+        return [proc] + proc.children(recursive=True)
     except psutil.NoSuchProcess:
-        return False
+        return []
+
+
+def _signal(procs: list[Any], sig: int) -> None:
+    """``sig`` to each process, and to the process group each leads (a run's session: what it started and then
+    left behind, reparented where ``children`` no longer finds it)."""
+    import psutil
+
     for p in procs:
         try:
-            p.terminate()
-        except psutil.NoSuchProcess:
+            if os.getpgid(p.pid) == p.pid:
+                os.killpg(p.pid, sig)
+            p.send_signal(sig)
+        except (psutil.NoSuchProcess, ProcessLookupError, PermissionError):
             pass
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for p in alive:
+
+
+def _running(procs: list[Any]) -> list[Any]:
+    """The processes of ``procs`` still running. A zombie has ended: its parent (the sweep's reaper thread, the
+    warm worker, or init) collects it, so it is not waited for (psutil.wait_procs would, for a process that is not
+    our child, until its grace ran out)."""
+    import psutil
+
+    alive = []
+    for p in procs:
         try:
-            p.kill()
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(alive, timeout=grace_s)
-    return True
+    return alive
+
+
+def stop_trees(targets: list[tuple[int, float | None]], grace_s: float = STOP_GRACE_S) -> int:
+    """Stop several process trees at once: SIGTERM to all of them, then one wait of at most ``grace_s`` for them
+    together, then SIGKILL to what is left. ``targets``: (pid, create_time or None: pids are reused, so a pid whose
+    process started at another time is left alone). Returns the number of processes signalled."""
+    procs = [p for pid, create_time in targets for p in _tree(pid, create_time)]
+    _signal(procs, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while (alive := _running(procs)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if alive:
+        _signal(alive, signal.SIGKILL)
+        deadline = time.monotonic() + 2.0
+        while _running(alive) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return len(procs)
+
+
+def kill_tree(pid: int, create_time: float | None = None, grace_s: float = STOP_GRACE_S) -> bool:
+    """Terminate a run's process tree (SIGTERM, then SIGKILL after ``grace_s``). With ``create_time``, only if
+    ``pid`` is still the process we started (pids are reused). Returns True when something was killed."""
+    return stop_trees([(pid, create_time)], grace_s) > 0
+
+
+def terminate_tree(pid: int, create_time: float | None = None) -> None:
+    """SIGTERM to a run's tree and process group, without waiting (several runs are stopped at once: the caller
+    waits for them together with :func:`stop_trees`)."""
+    _signal(_tree(pid, create_time), signal.SIGTERM)
+
+
+def kill_now(pid: int) -> None:
+    """SIGKILL to the process group ``pid`` leads (a run's or a warm worker's session), without waiting: the second
+    interrupt of a sweep stops everything at once."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def marked_processes() -> dict[str, list[int]]:
@@ -110,7 +171,8 @@ def execute(cmd: list[str], log_path: str, env_extra: dict[str, str], cwd: str,
                 on_exit(ended[1])
             return ended[0]
         except BaseException:
-            kill_tree(proc.pid, grace_s=10)  # interrupted sweep: leave no run behind
+            kill_tree(proc.pid)  # interrupted sweep: leave no run behind
+            _reap(proc, 1.0)
             raise
 
 

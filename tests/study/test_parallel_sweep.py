@@ -16,10 +16,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 import yaml
 
@@ -31,55 +29,10 @@ from hf_optbench.study import launch, sweep_state, worker_client
 from hf_optbench.study.sweep import run_sweep
 from hf_optbench.study.sweep_state import Slot, plan_slots
 
+from fixtures.fake_sweep import fake_sweep_file, process_gone, wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 LIGHT = [sys.executable, "-m", "hf_optbench.study.worker", "--imports", "json"]
-FAKE_RUN = r'''
-import argparse, json, os, pathlib, sys, time
-p = argparse.ArgumentParser()
-p.add_argument("recipe")
-p.add_argument("--output_dir")
-p.add_argument("--optimizer")
-p.add_argument("--seed", type=int)
-a, _ = p.parse_known_args()
-out = pathlib.Path(a.output_dir)
-out.mkdir(parents=True, exist_ok=True)
-began = time.time()
-(out / "started").write_text(str(os.getpid()))
-barrier = int(os.environ.get("FAKE_BARRIER", "0"))
-deadline = time.monotonic() + 60
-while barrier and sum((d / "started").is_file() for d in out.parent.iterdir()) < barrier:
-    if time.monotonic() > deadline:  # only runs in flight together get past the barrier
-        sys.exit("barrier: the other run never started")
-    time.sleep(0.02)
-hold = os.environ.get("FAKE_HOLD_WHILE")  # stay in flight while this file exists (the kill tests)
-with open(out / "metrics.jsonl", "a") as fh:
-    for step in range(1, 5):
-        fh.write(json.dumps({"kind": "train", "step": step, "loss": 5.0 - 0.1 * step}) + "\n")
-        fh.flush()
-        while hold and os.path.exists(hold):
-            time.sleep(0.05)
-from hf_optbench.run.summary import sharing
-summary = {"status": "completed", "optimizer": a.optimizer, "seed": a.seed, "final_eval_loss": 4.0,
-           "began": began, "ended": time.time(), **sharing()}
-(out / "summary.json").write_text(json.dumps(summary))
-'''
-
-
-def _sweep(tmp_path: Path, *, optimizers=("adamw", "lion"), seeds=(0,), env: dict | None = None,
-           **launcher) -> Path:
-    fake = tmp_path / "fake_run.py"
-    fake.write_text(FAKE_RUN)
-    base = tmp_path / "base.yaml"
-    base.write_text("max_steps: 4\n")
-    path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump({
-        "base": str(base), "output_dir": str(tmp_path / "out"),
-        "matrix": {"optimizer": list(optimizers), "model_size": ["tiny"], "seed": list(seeds)},
-        "launcher": {"type": "command", "command": ["{python}", str(fake)], "validate": False, "jobs": 2,
-                     "env": env or {}, **launcher}}))
-    return path
-
-
 def _use_worker(monkeypatch: pytest.MonkeyPatch, fake: Path) -> None:
     """Launcher type python through a light warm worker whose forks run the stand-in script."""
     original = launch.build_command
@@ -89,30 +42,15 @@ def _use_worker(monkeypatch: pytest.MonkeyPatch, fake: Path) -> None:
     monkeypatch.setattr(worker_client, "WORKER_COMMAND", LIGHT)
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _wait_for(predicate, what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting: {what}")
-        time.sleep(0.05)
-
-
 # ------------------------------------------------------------------------------------------ two at once
 @pytest.mark.parametrize("via", ["subprocess", "warm_worker"])
 def test_jobs_2_runs_two_at_once_each_pinned_to_its_own_core(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              via: str) -> None:
     if via == "warm_worker":
-        path = _sweep(tmp_path, env={"FAKE_BARRIER": "2"}, type="python")
+        path = fake_sweep_file(tmp_path, env={"FAKE_BARRIER": "2"}, type="python")
         _use_worker(monkeypatch, tmp_path / "fake_run.py")
     else:
-        path = _sweep(tmp_path, env={"FAKE_BARRIER": "2"})
+        path = fake_sweep_file(tmp_path, env={"FAKE_BARRIER": "2"})
     log = io.StringIO()
     assert run_sweep(path, stream=log) == {"completed": 2}, log.getvalue()
     out = tmp_path / "out"
@@ -153,7 +91,7 @@ def test_a_sweep_killed_with_two_runs_in_flight_reruns_each_run_once(tmp_path: P
 
 
 def _kill_and_rerun(tmp_path: Path, hold: Path, how: str) -> None:
-    path = _sweep(tmp_path, optimizers=("adamw", "lion"), seeds=(0, 1), env={"FAKE_HOLD_WHILE": str(hold)})
+    path = fake_sweep_file(tmp_path, optimizers=("adamw", "lion"), seeds=(0, 1), env={"FAKE_HOLD_WHILE": str(hold)})
     out = tmp_path / "out"
     state = out / "sweep_state.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "hf_optbench", "sweep", str(path)], cwd=REPO,
@@ -164,7 +102,7 @@ def _kill_and_rerun(tmp_path: Path, hold: Path, how: str) -> None:
         return len(started) == 2 and all((out / "runs" / r["run_id"] / "metrics.jsonl").is_file() for r in started)
 
     try:
-        _wait_for(two_in_flight, "two runs in flight")
+        wait_for(two_in_flight, "two runs in flight")
     finally:
         if proc.poll() is None and how == "sigkill":
             os.killpg(proc.pid, signal.SIGKILL)  # the sweep's group: the runs have sessions of their own
@@ -173,17 +111,17 @@ def _kill_and_rerun(tmp_path: Path, hold: Path, how: str) -> None:
     killed = [r for r in read_state(state) if r["event"] == "start"]
     if how == "sigterm":
         assert proc.wait(timeout=60) == 130, proc.stderr.read()
-        assert all(_gone(r["pid"]) for r in killed)  # the sweep stopped both before it exited
+        assert all(process_gone(r["pid"]) for r in killed)  # the sweep stopped both before it exited
         assert not [r for r in read_state(state) if r["event"] == "end"]  # unfinished: a restart reruns them
     else:
         proc.wait()
-        assert all(not _gone(r["pid"]) for r in killed)  # orphans, still running
+        assert all(not process_gone(r["pid"]) for r in killed)  # orphans, still running
     proc.stderr.close()
     # the rerun's attempts do not hold (the orphans of a SIGKILL still do: the rerun must stop them, not wait)
-    _sweep(tmp_path, optimizers=("adamw", "lion"), seeds=(0, 1))
+    fake_sweep_file(tmp_path, optimizers=("adamw", "lion"), seeds=(0, 1))
     log = io.StringIO()
     assert run_sweep(path, stream=log) == {"completed": 4}, log.getvalue()
-    assert all(_gone(r["pid"]) for r in killed)
+    assert all(process_gone(r["pid"]) for r in killed)
     rows = read_state(state)
     run_ids = {"adamw__tiny__s0", "lion__tiny__s0", "adamw__tiny__s1", "lion__tiny__s1"}
     killed_ids = {r["run_id"] for r in killed}
@@ -252,7 +190,7 @@ def test_report_flags_wall_clock_measured_under_sharing() -> None:
 @pytest.mark.parametrize("value", [0, -1, "many", 1.5, True])
 def test_bad_jobs_values_exit_2_naming_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                value: object) -> None:
-    path = _sweep(tmp_path, jobs=value)
+    path = fake_sweep_file(tmp_path, jobs=value)
     assert cli.main(["sweep", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "launcher.jobs must be a positive integer" in err and '"auto"' in err and "Traceback" not in err

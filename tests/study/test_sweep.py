@@ -244,6 +244,7 @@ def test_unfinished_run_with_checkpoint_resumes(tmp_path: Path) -> None:
     out = tmp_path / "out"
     run_dir = out / "runs" / "adamw__tiny__s0"
     (run_dir / "checkpoint-2").mkdir(parents=True)
+    (run_dir / "checkpoint-2" / "trainer_state.json").write_text('{"global_step": 2}')  # complete: written last
     (run_dir / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "loss": 5.0}\n')
     append_state(out / "sweep_state.jsonl", {"event": "start", "run_id": "adamw__tiny__s0", "attempt": 1,
                                              "pid": 2**22 + 12345, "host": "elsewhere", "time": 1.0})
@@ -257,6 +258,22 @@ def test_unfinished_run_with_checkpoint_resumes(tmp_path: Path) -> None:
     assert run_sweep(path, stream=io.StringIO(), retry_failed=True) == {"completed": 1}
     assert json.loads((run_dir / "summary.failed-1.json").read_text())["error"] == "NCCL timeout"
     assert (run_dir / "invocations.txt").read_text().count("--resume_from_checkpoint true") == 2
+
+
+def test_a_run_stopped_while_saving_its_first_checkpoint_starts_over(tmp_path: Path) -> None:
+    """A sweep interrupted while a run wrote its first checkpoint leaves it torn (no trainer_state.json, which the
+    Trainer writes last). Resumed, the run refused ("no complete checkpoint") and counted as failed; it starts over
+    from step 0 now, its directory moved aside."""
+    path = _sweep_file(tmp_path, optimizers=("adamw",), seeds=(0,))
+    out = tmp_path / "out"
+    run_dir = out / "runs" / "adamw__tiny__s0"
+    (run_dir / "checkpoint-2").mkdir(parents=True)
+    (run_dir / "checkpoint-2" / "model.safetensors").write_bytes(b"\x00" * 8)
+    append_state(out / "sweep_state.jsonl", {"event": "start", "run_id": "adamw__tiny__s0", "attempt": 1,
+                                             "pid": 2**22 + 12345, "host": "elsewhere", "time": 1.0})
+    assert run_sweep(path, stream=io.StringIO()) == {"completed": 1}
+    assert "--resume_from_checkpoint" not in (run_dir / "invocations.txt").read_text()
+    assert (out / "runs" / "adamw__tiny__s0.incomplete-1" / "checkpoint-2" / "model.safetensors").is_file()
 
 
 def test_dry_run_max_runs_and_lock(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import psutil
@@ -30,6 +29,8 @@ from hf_optbench.study.processes import kill_tree
 from hf_optbench.study.sweep import run_sweep
 from hf_optbench.study.worker import fork_hazard
 from hf_optbench.study.worker_client import WarmWorker, fork_target, unavailable_reason
+
+from fixtures.fake_sweep import process_gone, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 LIGHT = [sys.executable, "-m", "hf_optbench.study.worker", "--imports", "json"]
@@ -216,7 +217,7 @@ def test_a_run_past_the_timeout_is_stopped_and_failed(tmp_path: Path, monkeypatc
     rows = read_state(tmp_path / "out" / "sweep_state.jsonl")
     ends = [r for r in rows if r["event"] == "end"]
     assert [r["returncode"] for r in ends] == [-9, -9] and all("timed out after 2 s" in r["error"] for r in ends)
-    assert all(_gone(r["pid"]) for r in rows if r["event"] == "start")
+    assert all(process_gone(r["pid"]) for r in rows if r["event"] == "start")
 
 
 def test_a_refusing_worker_falls_back_to_a_subprocess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -251,21 +252,6 @@ DRIVER = textwrap.dedent('''
 ''')
 
 
-def _wait_for(predicate, what: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting: {what}")
-        time.sleep(0.05)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
 def test_killing_the_sweep_stops_the_forked_run(tmp_path: Path, how: str) -> None:
     """SIGTERM: the sweep stops the run's tree and exits 130. SIGKILL of the sweep's whole process group: the
@@ -276,7 +262,7 @@ def test_killing_the_sweep_stops_the_forked_run(tmp_path: Path, how: str) -> Non
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     started = tmp_path / "out" / "runs" / "adamw__tiny__s0" / "started"
-    _wait_for(started.is_file, "the run to start")
+    wait_for(started.is_file, "the run to start", 120)
     run_pid = int(started.read_text())
     state_pid = next(r["pid"] for r in read_state(tmp_path / "out" / "sweep_state.jsonl") if r["event"] == "start")
     assert state_pid == run_pid  # the state file holds the forked run's pid (how a restart finds an orphan)
@@ -287,8 +273,8 @@ def test_killing_the_sweep_stops_the_forked_run(tmp_path: Path, how: str) -> Non
     else:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    _wait_for(lambda: _gone(run_pid), "the run to be stopped")
-    _wait_for(lambda: _gone(worker_pid), "the worker to exit")
+    wait_for(lambda: process_gone(run_pid), "the run to be stopped", 120)
+    wait_for(lambda: process_gone(worker_pid), "the worker to exit", 120)
     proc.stderr.close()
 
 
@@ -382,7 +368,7 @@ def test_one_warm_worker_serves_every_round_and_phase_and_one_count_runs_on(
     assert {r["launched_via"] for r in rows if r["event"] == "end"} == {"warm_worker"}
     workers = {line.rsplit("[warm worker ", 1)[1].rstrip("]") for log_file in out.glob("**/stdout.log")
                for line in log_file.read_text().splitlines() if "[warm worker " in line}
-    assert len(workers) == 1 and all(_gone(int(pid)) for pid in workers)  # one worker, ended with the sweep
+    assert len(workers) == 1 and all(process_gone(int(pid)) for pid in workers)  # one worker, ended with the sweep
     counts = [line.split("]")[0] for line in text.splitlines() if line.startswith("[sweep ") and "running " in line]
     assert counts[0].startswith("[sweep 0/5 ")  # the first grid (3) and the comparison (2): the whole sweep
     done = [int(c.split()[1].split("/")[0]) for c in counts]
