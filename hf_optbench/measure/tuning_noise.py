@@ -52,7 +52,9 @@ class PointShift:
 
     @property
     def share(self) -> float:
-        """|shift| as a share of the half-width (inf where the half-width is 0)."""
+        """|shift| as a share of the half-width (0 for no shift; inf for a shift against a zero half-width)."""
+        if self.shift == 0:
+            return 0.0
         return abs(self.shift) / self.half_width if self.half_width > 0 else math.inf
 
 

@@ -50,22 +50,29 @@ def split_wide(header: Sequence[str], rows: Sequence[Sequence[str]], keep: int =
     return out
 
 
-def wrap_cell(text: str, limit: int = MAX_CELL) -> list[str]:
-    """``text`` as pieces of at most ``limit`` characters, cut at the coarsest boundary that fits."""
+SEPARATORS = ("; ", " -> ", ", ", " ")  # coarsest first: a clause, an arrow between two figures, a list item, a word
+
+
+def wrap_cell(text: str, limit: int = MAX_CELL, seps: Sequence[str] = SEPARATORS) -> list[str]:
+    """``text`` as pieces of at most ``limit`` characters, cut at the coarsest boundary that fits (each piece keeps
+    the separator it was cut at, so the pieces read back as the text)."""
     if len(text) <= limit:
         return [text]
-    for sep in ("; ", ", ", " "):
-        parts = text.split(sep)
-        if len(parts) > 1 and all(len(part) + len(sep) <= limit for part in parts):
-            out = [parts[0]]
-            for part in parts[1:]:
-                if len(out[-1]) + len(sep) + len(part) <= limit:
-                    out[-1] += sep + part
-                else:
-                    out[-1] += sep.rstrip()
-                    out.append(part)
-            return out
-    return [text[i:i + limit] for i in range(0, len(text), limit)]
+    if not seps:
+        return [text[i:i + limit] for i in range(0, len(text), limit)]
+    sep, rest = seps[0], seps[1:]
+    parts = text.split(sep)
+    if len(parts) == 1:
+        return wrap_cell(text, limit, rest)
+    units = [u for i, part in enumerate(parts)
+             for u in wrap_cell(part + (sep.rstrip() if i < len(parts) - 1 else ""), limit, rest)]
+    out = [units[0]]
+    for unit in units[1:]:
+        if len(out[-1]) + 1 + len(unit) <= limit and sep.endswith(" "):
+            out[-1] += " " + unit
+        else:
+            out.append(unit)
+    return out
 
 
 class Doc:

@@ -29,6 +29,7 @@ from hf_optbench.study.records import cell_label, cell_of
 
 # The metrics the draw's shift is measured on (the convergence answer: the speedup and the final loss behind it).
 SHIFT_KEYS = ("speedup", "final_eval_loss")
+LABELS = {"speedup": "speedup", "final_eval_loss": "final eval loss"}
 
 
 @dataclass(frozen=True)
@@ -257,11 +258,11 @@ def noise_section(doc: Any, an: Any) -> None:
     changes = change_lines(noise.changes)
     doc.p("Picks the draw changed: " + ("; ".join(changes) if changes else "none (every shift below is exactly 0)")
           + ".")
-    rows = [[s.optimizer, s.cell, s.key, _estimate_text(s.main, s.key), _estimate_text(s.draw, s.key),
+    rows = [[s.optimizer, s.cell, LABELS[s.key], _estimate_text(s.main, s.key), _estimate_text(s.draw, s.key),
              shift_text(s.key, s.shift)] for s in noise.shifts.values()]
     if rows:
-        doc.table(["optimizer", "cell", "metric", "main draw", "second draw", "shift"], rows)
-    applied = [[a.optimizer, a.key, a.along, a.cell, a.source if a.source != a.cell else "this cell",
+        doc.table(["optimizer", "cell", "metric", "main tuning", "second draw", "shift"], rows)
+    applied = [[a.optimizer, LABELS[a.key], a.along, a.cell, a.source if a.source != a.cell else "this cell",
                 shift_text(a.key, a.point.shift), f"{a.point.half_width:.3g}", f"{a.point.share:.2f}",
                 "widened" + ("" if a.word_before == a.word_after else f": {a.word_before} → {a.word_after}")
                 if a.point.widened else "stands"] for a in noise.applied]

@@ -179,7 +179,7 @@ def _summary(costs: Sequence[Cost], across: str) -> str | None:
     diverged = sum(1 for c in measured if math.isinf(c.nats))
     if diverged:
         return f"diverges at {diverged} of {len(measured)} cell(s) across {across}"
-    worst = max(measured, key=lambda c: c.nats)
+    worst = max(measured, key=lambda c: (c.nats, -(c.factor or 1.0)))  # the costliest, then the largest loss of speedup
     if worst.nats <= LOSS_MARGIN_NATS:
         return f"transfers across {across} within {max(worst.nats, 0.0):.2g} nats"
     factor = "" if worst.factor is None else f" (speedup x{worst.bound}{worst.factor:.2g} at {worst.source}'s rate)"
@@ -203,33 +203,37 @@ def transfer_line(rows: Sequence[Row]) -> str:
 
 def plot_transfer(rows: Sequence[Row], path: Path) -> Path | None:
     """rate_transfer.png: the cost in nats per cell, one panel per borrowed rate (smaller size, smaller ratio), one
-    marker per optimizer; a rate that diverged is drawn at the top of its panel, one not measured is left out."""
+    marker per optimizer (set apart sideways, so equal costs stay visible); a rate that diverged is drawn at the top
+    of its panel, one not measured is left out."""
     from hf_optbench.report.plots import MARKERS, colors, plt_, save
 
     axes_used = [a for a in (SIZE, RATIO) if any(a in r.costs and r.costs[a].nats is not None for r in rows)]
     if not axes_used:
         return None
     plt = plt_()
-    fig, axes = plt.subplots(1, len(axes_used), figsize=(6 * len(axes_used), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(axes_used), figsize=(6 * len(axes_used), 4.2), squeeze=False)
     col = colors(list(dict.fromkeys(r.optimizer for r in rows)))
+    finite = [c.nats for r in rows for c in r.costs.values() if c.nats is not None and math.isfinite(c.nats)]
+    top = max([*finite, LOSS_MARGIN_NATS]) * 1.2
+    diverged = any(c.nats is not None and math.isinf(c.nats) for r in rows for c in r.costs.values())
     for ax, axis in zip(axes[0], axes_used, strict=True):
         cells = list(dict.fromkeys(r.cell for r in rows if axis in r.costs))
-        finite = [r.costs[axis].nats for r in rows if axis in r.costs and r.costs[axis].nats is not None
-                  and math.isfinite(r.costs[axis].nats)]
-        top = max([*finite, LOSS_MARGIN_NATS]) * 1.15
         for k, opt in enumerate(col):
-            pts = [(cells.index(r.cell), r.costs[axis].nats) for r in rows
+            dodge = 0.1 * (k - (len(col) - 1) / 2)
+            pts = [(cells.index(r.cell) + dodge, r.costs[axis].nats) for r in rows
                    if r.optimizer == opt and axis in r.costs and r.costs[axis].nats is not None]
             ax.scatter([x for x, _ in pts], [top if math.isinf(y) else y for _, y in pts], color=col[opt],
                        marker=MARKERS[k % len(MARKERS)], label=opt)
-        ax.axhline(LOSS_MARGIN_NATS, color="grey", lw=0.8, ls="--", label=f"loss margin {LOSS_MARGIN_NATS:g}")
+        ax.axhline(LOSS_MARGIN_NATS, color="grey", lw=0.8, ls="--", label=f"loss margin ({LOSS_MARGIN_NATS:g} nats)")
         ax.axhline(0.0, color="black", lw=0.6)
+        ax.set_ylim(min([0.0, *finite]) - 0.05 * top, top * 1.08)
         ax.set_xticks(range(len(cells)), cells, rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel("tuning-loss cost (nats); top edge: diverged")
-        ax.set_title(f"the next smaller {'size' if axis == SIZE else 'data ratio'}'s tuned rate")
-        ax.legend(fontsize=8)
+        ax.set_ylabel("tuning-loss cost (nats)" + ("; at the top: diverged" if diverged else ""))
+        ax.set_title(f"the next smaller {'size' if axis == SIZE else 'data ratio'}'s tuned rate", fontsize=10)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8, bbox_to_anchor=(0.5, 0.92))
     fig.suptitle("Cost of a borrowed learning rate, read on each cell's tuning curve")
-    return save(fig, path, rect=(0, 0, 1, 0.94))
+    return save(fig, path, rect=(0, 0, 1, 0.86))
 
 
 def transfer_section(doc: Any, rows: Sequence[Row], files: Mapping[str, Path]) -> None:

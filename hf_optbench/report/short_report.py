@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hf_optbench.report.draw_shift import beside, shift_text
+from hf_optbench.report.draw_shift import LABELS, beside, shift_text
 from hf_optbench.rundir import BASELINE
 from hf_optbench.study.records import cell_of
 
@@ -164,7 +164,7 @@ def tuning_noise_line(an: Any) -> str:
     text += (f"{len(widened)} of {len(noise.applied)} intervals with a shift were widened by it (shift over a third "
              "of the half-width; cells not drawn borrow their size's drawn shift)")
     if words:
-        text += "; verdicts taken again: " + "; ".join(f"{o} {k} along {a}: {b} → {w}"
+        text += "; verdicts taken again: " + "; ".join(f"{o} {LABELS[k]} along {a}: {b} → {w}"
                                                        for (o, k, a), (b, w) in words.items())
     return text + "."
 

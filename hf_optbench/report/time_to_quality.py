@@ -203,18 +203,20 @@ def time_line(an: Any) -> str:
         return f"Speedup in time: not measured ({why})."
     parts = []
     for opt in (o for o in an.optimizers if o != BASELINE):
-        found = []
+        found: list[tuple[float, str]] = []
+        steps: dict[str, float] = {}
         for cell in an.sizes:
             p = an.point(opt, "speedup", cell)[1]
             size = an.cell_size.get(cell, cell)
             r = step_ratio(cal, opt, size, _tokens_per_step(an, size))[0]
             if p is not None and r is not None:
-                found.append((time_speedup(p, r)[0], r.value, cell))
+                found.append((time_speedup(p, r)[0], cell))
+                steps[size] = r.value
         if found:
             lo, hi = min(found), max(found)
             ns = next((s.ns_precision for (o, _), s in cal.steps.items() if o == opt and s.ns_precision), None)
-            steps = sorted({f"{x:.2g}" for _, x, _ in found})
-            parts.append(f"{opt} {lo[0]:.3g}x ({lo[2]}) to {hi[0]:.3g}x ({hi[2]}), its step {'/'.join(steps)}x "
+            per_size = ", ".join(f"x{x:.3g} at {size}" for size, x in steps.items())
+            parts.append(f"{opt} {lo[0]:.3g}x ({lo[1]}) to {hi[0]:.3g}x ({hi[1]}), its step time {per_size} of "
                          f"{BASELINE}'s" + (f", Newton-Schulz in {ns}" if ns else ""))
     if not parts:
         return "Speedup in time: no optimizer has both a token speedup and a calibrated step time."
