@@ -76,26 +76,27 @@ def test_a_sweep_over_ratios_names_each_drawn_cell_by_its_ratio() -> None:
 BEST = {0: {"adamw": 2.0, "muon": 8.0}, 6: {"adamw": 4.0, "muon": 8.0}}  # the tuning seed moves AdamW's optimum
 
 
-def _finish(phase: SweepSpec, run: RunSpec) -> None:
-    """A tuning run's summary: a bowl in log-rate around BEST[seed] (halving per doubling of the budget)."""
+def _finish(phase: SweepSpec, run: RunSpec, best_at: dict[int, dict[str, float]]) -> None:
+    """A tuning run's summary: a bowl in log-rate around ``best_at[seed]`` (halving per doubling of the budget)."""
     d = phase.run_dir(run)
     d.mkdir(parents=True)
     p = parse_run_id(run.run_id)
     steps = int(run.args[len(run.args) - 1 - run.args[::-1].index("--max_steps") + 1])
-    best = BEST[run.seed][run.optimizer] / (steps / STEPS) ** 0.5
+    best = best_at[run.seed][run.optimizer] / (steps / STEPS) ** 0.5
     loss = 4.0 + 0.05 * math.log2(float(p["lr_multiplier"]) / best) ** 2
     (d / "summary.json").write_text(json.dumps({
         "status": "completed", "optimizer": run.optimizer, "model_size": run.model_size, "seed": run.seed,
         "learning_rate": run.learning_rate, "max_steps": steps, "final_tuning_loss": loss}))
 
 
-def _tuned(spec: SweepSpec) -> None:
+def _tuned(spec: SweepSpec, best_at: dict[int, dict[str, float]] = BEST) -> None:
     assert spec.tuning is not None
-    settle_tuning(spec, lambda run: _finish(spec.tuning, run))
+    settle_tuning(spec, lambda run: _finish(spec.tuning, run, best_at))
     tune_phase(spec)
     attach_tuned_file(spec)
 
 
+@pytest.mark.slow  # a sweep's tuning settled in-process (~3 s idle)
 def test_the_draw_tunes_its_cell_again_and_reruns_only_the_runs_whose_values_changed(tmp_path: Path) -> None:
     spec = _spec(tmp_path, {"seed": 6, "cells": [{"model_size": "tiny"}]})
     _tuned(spec)
@@ -130,21 +131,20 @@ def test_the_draw_tunes_its_cell_again_and_reruns_only_the_runs_whose_values_cha
     assert run_values(spec.tuned_file_for(None), muon) == run_values(draw.tuned_file_for(None), muon)
 
 
+@pytest.mark.slow  # a sweep's tuning settled in-process (~3 s idle)
 def test_a_draw_that_changes_nothing_reruns_nothing_and_says_every_shift_is_zero(tmp_path: Path) -> None:
     spec = _spec(tmp_path, {"seed": 6, "cells": [{"model_size": "tiny"}]})
-    BEST[6] = dict(BEST[0])
-    try:
-        _tuned(spec)
-        draw = draw_spec(spec)
-        _tuned(draw)
-        said: list[str] = []
-        assert draw_comparison(spec, draw, said.append) == []
-    finally:
-        BEST[6] = {"adamw": 4.0, "muon": 8.0}
+    same = {0: BEST[0], 6: BEST[0]}
+    _tuned(spec, same)
+    draw = draw_spec(spec)
+    _tuned(draw, same)
+    said: list[str] = []
+    assert draw_comparison(spec, draw, said.append) == []
     assert said == ["no tuned value changed at any drawn cell: every shift is exactly 0 (no comparison run again)"]
     assert json.loads((draw.output_dir / CHANGES_FILE).read_text())["changed"] == []
 
 
+@pytest.mark.slow  # a sweep's tuning settled in-process (~3 s idle)
 def test_a_dry_run_lists_the_draws_initial_grid(tmp_path: Path) -> None:
     spec = _spec(tmp_path, {"seed": 6, "cells": [{"model_size": "tiny"}]})
     log = io.StringIO()
@@ -153,3 +153,74 @@ def test_a_dry_run_lists_the_draws_initial_grid(tmp_path: Path) -> None:
     assert "adamw__tiny__s6__lrx4" in lines and "muon__tiny__s6__lrx16" in lines and "adamw__tiny__s0__lrx4" in lines
     assert counts["pending"] == len(lines)
     assert not (spec.output_dir / "second_draw").exists()  # a dry run writes nothing
+
+
+# ------------------------------------------------------------------------------------------ a whole sweep
+FAKE_RUN = r'''
+import argparse, json, math, os, pathlib
+from hf_optbench.optim.tuned import lookup_tuned
+p = argparse.ArgumentParser()
+p.add_argument("recipe")
+for k in ("--output_dir", "--optimizer", "--model_size", "--run_name", "--tuned_hparams_file"):
+    p.add_argument(k)
+p.add_argument("--seed", type=int)
+p.add_argument("--learning_rate", type=float)
+p.add_argument("--max_steps", type=int)
+a, _ = p.parse_known_args()
+out = pathlib.Path(a.output_dir)
+out.mkdir(parents=True, exist_ok=True)
+tuning = a.learning_rate is not None
+lr = a.learning_rate if tuning else lookup_tuned(a.tuned_hparams_file, a.optimizer, a.model_size,
+                                                 max_steps=a.max_steps)["learning_rate"]
+best = json.loads(os.environ["FAKE_BEST"])[str(a.seed) if tuning else "compare"][a.optimizer]
+cited = json.loads(os.environ["FAKE_CITED"])[a.optimizer]
+best_lr = cited * best * (a.max_steps / 8) ** -0.5
+loss = 3.0 + (a.max_steps / 8) ** -0.5 + 0.05 * math.log2(lr / best_lr) ** 2 + 0.001 * a.seed
+(out / "summary.json").write_text(json.dumps({
+    "status": "completed", "optimizer": a.optimizer, "model_size": a.model_size, "seed": a.seed, "learning_rate": lr,
+    "max_steps": a.max_steps, "tokens_per_step": 256, "final_eval_loss": loss, "final_tuning_loss": loss}))
+'''
+
+
+@pytest.mark.slow  # ~40 stand-in runs, each its own interpreter
+def test_a_sweep_with_a_second_draw_runs_it_after_the_comparison_and_restarts_without_rerunning(
+        tmp_path: Path) -> None:
+    from hf_optbench.optim.registry import optimizer_defaults
+    from hf_optbench.rundir import read_state
+
+    fake = tmp_path / "fake_run.py"
+    fake.write_text(FAKE_RUN)
+    cited = {o: optimizer_defaults(o, "tiny")["learning_rate"] for o in ("adamw", "muon")}
+    # the tuning seed 0 puts AdamW's optimum at x2, the draw's seed 6 at x4; Muon's is x4 at both
+    best = {"0": {"adamw": 2.0, "muon": 4.0}, "6": {"adamw": 4.0, "muon": 4.0}, "compare": {"adamw": 2.0, "muon": 4.0}}
+    repo = Path(__file__).resolve().parents[2]
+    sweep = {"name": "draw", "base": str(repo / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
+             "overrides": {"max_steps": 8, "tuning_blocks": 4},
+             "matrix": {"optimizer": ["adamw", "muon"], "model_size": ["tiny"], "seed": [1, 2]},
+             "tune": {"lr_multipliers": [1, 2, 4, 8], "seed": [0], "confirm_seeds": [], "nonmatrix_multipliers": [],
+                      "second_draw": {"seed": 6, "cells": [{"model_size": "tiny"}]}},
+             "ladder": {"multiples": [0.5, 1, 2], "optimizer": "adamw", "max_multiple": 2},
+             "launcher": {"type": "command", "command": ["{python}", str(fake)], "validate": False,
+                          "env": {"FAKE_BEST": json.dumps(best), "FAKE_CITED": json.dumps(cited)}}}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    log = io.StringIO()
+    counts = run_sweep(path, stream=log)
+    assert set(counts) == {"completed"}, log.getvalue()
+    out = tmp_path / "out"
+    draw = out / "second_draw"
+    assert {p.name for p in (draw / "tuning" / "runs").iterdir()} >= {"adamw__tiny__s6__lrx4", "muon__tiny__s6__lrx4",
+                                                                      "adamw__tiny__s6__lrx4__dx2"}
+    assert yaml.safe_load((draw / "tuned_hparams.yaml").read_text())["adamw"]["tiny"]["multiplier"] == 4.0
+    # AdamW's pick moved: its compared runs and rungs ran again (reading the draw's file); Muon's did not
+    assert {p.name for p in (draw / "runs").iterdir()} == {
+        f"adamw__tiny__s{s}{dx}" for s in (1, 2) for dx in ("", "__dx0.5", "__dx2")}
+    assert "[sweep] second draw: adamw/tiny: learning_rate " in log.getvalue()
+    record = json.loads((draw / CHANGES_FILE).read_text())
+    assert {(c["optimizer"], c["budget_multiple"]) for c in record["changed"]} == {
+        ("adamw", None), ("adamw", 0.5), ("adamw", 2.0)}
+    starts = {d: len([r for r in read_state(d / "sweep_state.jsonl") if r["event"] == "start"])
+              for d in (out, draw, draw / "tuning")}
+    assert run_sweep(path, stream=io.StringIO()) == counts  # restarted: decides the same, runs nothing again
+    assert starts == {d: len([r for r in read_state(d / "sweep_state.jsonl") if r["event"] == "start"])
+                      for d in starts}
