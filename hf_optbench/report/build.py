@@ -165,9 +165,10 @@ def _overview(doc: Doc, an: Analysis, title: str, question: bool = False) -> Non
     doc.h(1, title)
     if question:
         data = " and as each parameter sees more data" if an.multi else ""
+        ladder = f"; each speedup is read off {BASELINE}'s own budget ladder" if an.ladder else ""
         doc.p(f"**The question:** which optimizer trains a GPT-2-style model to a given loss on less data than tuned "
               f"{BASELINE}, and does its advantage hold as the model grows{data}? Every optimizer was tuned before "
-              f"the comparison; each speedup is read off {BASELINE}'s own budget ladder (docs/METHOD.md).")
+              f"the comparison{ladder} (docs/METHOD.md).")
     grid = (f"sizes: {', '.join(an.model_sizes)}; tokens per parameter: {', '.join(f'{r:g}' for r in an.ratios)} "
             f"({len(an.sizes)} size x ratio cells)" if an.multi else f"sizes: {', '.join(an.sizes)}")
     doc.p(f"{len(an.all_records)} runs ({', '.join(f'{v} {k}' for k, v in sorted(statuses.items()))}); "

@@ -18,8 +18,9 @@ from hf_optbench.rundir import BASELINE
 from hf_optbench.study.records import cell_of
 
 HEADLINE_KEYS = ("speedup", "final_eval_loss")  # the first with a verdict heads the report
-CELLS = (" (mean over the paired seeds [its interval at the level Holm's procedure gave the verdict cell], where it "
-         "stands against the margin; `draw`: the shift the second tuning draw made in that estimate)")
+CELLS = " (mean over the paired seeds [its interval at the level Holm's procedure gave the verdict cell], where it " \
+    "stands against the margin{draw})"
+DRAW = "; `draw`: the shift the second tuning draw made in that estimate"
 WORDS = " (the verdict, the figure at the smallest → largest size, where it stands at the largest)"
 
 
@@ -178,6 +179,7 @@ def answer_tables(doc: Any, an: Any) -> None:
     label = "speedup over tuned " + BASELINE if key == "speedup" else "final eval loss gap to " + BASELINE
     doc.h(2, f"The answer: {label}")
     for caption, header, rows in headline_tables(an, key):
+        caption = caption.format(draw=DRAW if an.tuning_noise is not None else "")
         doc.p(f"**{label[0].upper() + label[1:]}, {caption}**")
         doc.table(header, rows)
 
