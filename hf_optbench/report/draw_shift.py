@@ -152,7 +152,8 @@ def measure_draw(an: Any, baseline: str) -> TuningNoise | None:
             noise.missing.append(cell)
             continue
         first = _estimates(_compared(main, baseline), baseline)
-        second = _estimates(_compared([again.get(r["run_id"], r) for r in main], baseline), baseline)
+        second = _estimates(_compared([again[r["run_id"]] if r["run_id"] in expected else r for r in main], baseline),
+                            baseline)
         for (opt, key), p in first.items():
             if (opt, key) in second:
                 noise.shifts[(opt, key, cell)] = CellShift(opt, key, cell, p, second[(opt, key)])
