@@ -21,6 +21,7 @@ from hf_optbench.study.sweep import run_sweep
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, attach_tuned_file
 from hf_optbench.study.tuning_phase import tune_phase
 
+from fixtures.fake_run import FAKE_RUN
 from fixtures.sweep_fixture import settle_tuning, tuning_spec
 
 STEPS = 8
@@ -156,30 +157,6 @@ def test_a_dry_run_lists_the_draws_initial_grid(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ a whole sweep
-FAKE_RUN = r'''
-import argparse, json, math, os, pathlib
-from hf_optbench.optim.tuned import lookup_tuned
-p = argparse.ArgumentParser()
-p.add_argument("recipe")
-for k in ("--output_dir", "--optimizer", "--model_size", "--run_name", "--tuned_hparams_file"):
-    p.add_argument(k)
-p.add_argument("--seed", type=int)
-p.add_argument("--learning_rate", type=float)
-p.add_argument("--max_steps", type=int)
-a, _ = p.parse_known_args()
-out = pathlib.Path(a.output_dir)
-out.mkdir(parents=True, exist_ok=True)
-tuning = a.learning_rate is not None
-lr = a.learning_rate if tuning else lookup_tuned(a.tuned_hparams_file, a.optimizer, a.model_size,
-                                                 max_steps=a.max_steps)["learning_rate"]
-best = json.loads(os.environ["FAKE_BEST"])[str(a.seed) if tuning else "compare"][a.optimizer]
-cited = json.loads(os.environ["FAKE_CITED"])[a.optimizer]
-best_lr = cited * best * (a.max_steps / 8) ** -0.5
-loss = 3.0 + (a.max_steps / 8) ** -0.5 + 0.05 * math.log2(lr / best_lr) ** 2 + 0.001 * a.seed
-(out / "summary.json").write_text(json.dumps({
-    "status": "completed", "optimizer": a.optimizer, "model_size": a.model_size, "seed": a.seed, "learning_rate": lr,
-    "max_steps": a.max_steps, "tokens_per_step": 256, "final_eval_loss": loss, "final_tuning_loss": loss}))
-'''
 
 
 @pytest.mark.slow  # ~40 stand-in runs, each its own interpreter
@@ -191,8 +168,9 @@ def test_a_sweep_with_a_second_draw_runs_it_after_the_comparison_and_restarts_wi
     fake = tmp_path / "fake_run.py"
     fake.write_text(FAKE_RUN)
     cited = {o: optimizer_defaults(o, "tiny")["learning_rate"] for o in ("adamw", "muon")}
-    # the tuning seed 0 puts AdamW's optimum at x2, the draw's seed 6 at x4; Muon's is x4 at both
-    best = {"0": {"adamw": 2.0, "muon": 4.0}, "6": {"adamw": 4.0, "muon": 4.0}, "compare": {"adamw": 2.0, "muon": 4.0}}
+    # AdamW's optimum at x2, but at x4 for the draw's tuning seed 6; Muon's at x4 for every seed
+    best = {"adamw": {"lr": 2.0, "nm": 1.0}, "muon": {"lr": 4.0, "nm": 1.0},
+            "seed 6": {"adamw": {"lr": 4.0, "nm": 1.0}, "muon": {"lr": 4.0, "nm": 1.0}}}
     repo = Path(__file__).resolve().parents[2]
     sweep = {"name": "draw", "base": str(repo / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
              "overrides": {"max_steps": 8, "tuning_blocks": 4},
@@ -201,7 +179,8 @@ def test_a_sweep_with_a_second_draw_runs_it_after_the_comparison_and_restarts_wi
                       "second_draw": {"seed": 6, "cells": [{"model_size": "tiny"}]}},
              "ladder": {"multiples": [0.5, 1, 2], "optimizer": "adamw", "max_multiple": 2},
              "launcher": {"type": "command", "command": ["{python}", str(fake)], "validate": False,
-                          "env": {"FAKE_BEST": json.dumps(best), "FAKE_CITED": json.dumps(cited)}}}
+                          "env": {"FAKE_BEST": json.dumps(best), "FAKE_CITED": json.dumps(cited),
+                                  "FAKE_SPEEDUP": json.dumps({"adamw": 1.0, "muon": 1.5})}}}
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(sweep))
     log = io.StringIO()
