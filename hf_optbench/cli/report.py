@@ -114,6 +114,6 @@ def main(argv: list[str] | None = None) -> int:
         if tuning_dir is not None:  # its runs picked the learning rates the report states: checked like the sweep's
             check_sweep_dir(str(tuning_dir))
         files = report.build_report(args.sweep_dir, args.output, targets, tuning_dir=tuning_dir)
-    print(f"wrote {files['report.md']}, {files['report.html']}, {files['summary.csv']}, "
+    print(f"wrote {files['report.md']}, {files['evidence.md']}, {files['report.html']}, {files['summary.csv']}, "
           f"{files['runs.parquet']} and {sum(1 for k in files if k.endswith('.png'))} plots")
     return 0

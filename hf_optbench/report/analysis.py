@@ -92,6 +92,7 @@ class Analysis:
     predicted: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     sweep_dir: Path | None = None
+    tuning_noise: Any = None  # report.draw_shift.TuningNoise: the second tuning draw's shifts, where the sweep ran one
 
     def ok(self) -> list[dict[str, Any]]:
         return [r for r in self.records if r["status"] in FINISHED_STATUSES]
@@ -176,6 +177,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     curves (the sweep's own runs at lr multipliers other than 1 always do)."""
     from hf_optbench.measure.verdict import grid_families, verdict, verdict_table
     from hf_optbench.report.comparability import check_comparable
+    from hf_optbench.report.draw_shift import apply_tuning_noise
     from hf_optbench.report.noise import unmeasurable
     from hf_optbench.report.planned import planner_state, predicted_ratios
     from hf_optbench.report.speedups import derive_speedups
@@ -221,6 +223,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
         an.verdicts = verdict(ok, baseline=baseline, unmeasurable=unmeasurable(ok, an.optimizers, an.sizes, baseline))
     else:
         an.notes.append(f"no completed '{baseline}' runs: ratios and verdicts need the baseline")
+    an.tuning_noise = apply_tuning_noise(an, baseline)  # intervals widened by the second tuning draw's shift
     an.predicted = predicted_ratios(an, baseline)
     return an
 

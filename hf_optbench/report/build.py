@@ -1,4 +1,6 @@
 """The report of a sweep: tables, plots and the scaling verdict, as Markdown, HTML (plots embedded), CSV and PNG.
+report.md opens with the answer (:mod:`~hf_optbench.report.short_report`, about a page); evidence.md holds every
+table behind it; report.html holds both, the evidence's sections collapsed.
 
     hf-optbench report runs/cpu_demo [--output runs/cpu_demo/report] [--target-loss 5.0 | tiny=6.1,mini=5.4]
 
@@ -29,6 +31,50 @@ from hf_optbench.report.speedups import speedup_tables
 from hf_optbench.rundir import BASELINE, write_text_atomic
 from hf_optbench.study.records import cell_of, write_summary_csv
 
+# Issue 40: a table a reader takes in at once. A wider one is split into tables of at most MAX_COLUMNS, each
+# repeating its key columns; a Markdown cell longer than MAX_CELL characters continues on rows below it (split at
+# "; ", then ", ", then a space), the other columns left empty there. The HTML keeps every cell whole.
+MAX_COLUMNS = 9
+MAX_CELL = 120
+
+
+def split_wide(header: Sequence[str], rows: Sequence[Sequence[str]], keep: int = 1
+               ) -> list[tuple[list[str], list[list[str]]]]:
+    """A table as tables of at most :data:`MAX_COLUMNS` columns, each led by the first ``keep`` columns."""
+    if len(header) <= MAX_COLUMNS:
+        return [(list(header), [list(r) for r in rows])]
+    step = MAX_COLUMNS - keep
+    out = []
+    for start in range(keep, len(header), step):
+        cols = list(range(keep)) + list(range(start, min(start + step, len(header))))
+        out.append(([header[i] for i in cols], [[r[i] for i in cols] for r in rows]))
+    return out
+
+
+SEPARATORS = ("; ", " -> ", ", ", " ")  # coarsest first: a clause, an arrow between two figures, a list item, a word
+
+
+def wrap_cell(text: str, limit: int = MAX_CELL, seps: Sequence[str] = SEPARATORS) -> list[str]:
+    """``text`` as pieces of at most ``limit`` characters, cut at the coarsest boundary that fits (each piece keeps
+    the separator it was cut at, so the pieces read back as the text)."""
+    if len(text) <= limit:
+        return [text]
+    if not seps:
+        return [text[i:i + limit] for i in range(0, len(text), limit)]
+    sep, rest = seps[0], seps[1:]
+    parts = text.split(sep)
+    if len(parts) == 1:
+        return wrap_cell(text, limit, rest)
+    units = [u for i, part in enumerate(parts)
+             for u in wrap_cell(part + (sep.rstrip() if i < len(parts) - 1 else ""), limit, rest)]
+    out = [units[0]]
+    for unit in units[1:]:
+        if len(out[-1]) + 1 + len(unit) <= limit and sep.endswith(" "):
+            out[-1] += " " + unit
+        else:
+            out.append(unit)
+    return out
+
 
 class Doc:
     """Blocks rendered to both Markdown and HTML, so the two reports never disagree."""
@@ -42,8 +88,10 @@ class Doc:
     def p(self, text: str) -> None:
         self.blocks.append(("p", text))
 
-    def table(self, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        self.blocks.append(("table", (list(header), [[str(c) for c in r] for r in rows])))
+    def table(self, header: Sequence[str], rows: Sequence[Sequence[Any]], keep: int = 1) -> None:
+        """A table (split by :func:`split_wide` where it is wider than :data:`MAX_COLUMNS`)."""
+        for part in split_wide([str(h) for h in header], [[str(c) for c in r] for r in rows], keep):
+            self.blocks.append(("table", part))
 
     def img(self, path: Path, alt: str) -> None:
         self.blocks.append(("img", (path, alt)))
@@ -59,21 +107,25 @@ class Doc:
                 header, rows = val
                 out.append("| " + " | ".join(header) + " |")
                 out.append("|" + "|".join("---" for _ in header) + "|")
-                out += ["| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in r) + " |"
-                        for r in rows]
+                for r in rows:
+                    pieces = [wrap_cell(c.replace("|", "\\|").replace("\n", " ")) for c in r]
+                    out += ["| " + " | ".join(p[i] if i < len(p) else "" for p in pieces) + " |"
+                            for i in range(max(map(len, pieces), default=1))]
             elif kind == "img":
                 out.append(f"![{val[1]}]({os.path.relpath(val[0], base)})")
             out.append("")
         return "\n".join(out)
 
-    def html(self, title: str) -> str:
-        out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-               "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-               "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}"
-               "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f3f3f3}"
-               "img{max-width:100%}code{background:#f6f6f6}</style></head><body>"]
+    def html_body(self, collapse: bool = False) -> list[str]:
+        """The blocks as HTML; with ``collapse`` each level-2 section is a closed ``<details>`` (the evidence)."""
+        out: list[str] = []
+        is_open = False
         for kind, val in self.blocks:
-            if kind == "h":
+            if kind == "h" and collapse and val[0] == 2:
+                out += (["</details>"] if is_open else []) + [f"<details><summary><b>{html.escape(val[1])}</b>"
+                                                               "</summary>"]
+                is_open = True
+            elif kind == "h":
                 out.append(f"<h{val[0]}>{html.escape(val[1])}</h{val[0]}>")
             elif kind == "p":
                 out.append("<p>" + re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(val)) + "</p>")
@@ -85,19 +137,39 @@ class Doc:
             elif kind == "img":
                 data = base64.b64encode(Path(val[0]).read_bytes()).decode("ascii")
                 out.append(f"<p><img alt='{html.escape(val[1])}' src='data:image/png;base64,{data}'></p>")
+        return out + (["</details>"] if is_open else [])
+
+    def html(self, title: str, evidence: Doc | None = None) -> str:
+        """One page: these blocks, then ``evidence``'s with each of its sections collapsed."""
+        out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+               "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+               "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}"
+               "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f3f3f3}"
+               "img{max-width:100%}code{background:#f6f6f6}summary{margin:0.6em 0;cursor:pointer}</style>"
+               "</head><body>"]
+        out += self.html_body()
+        if evidence is not None:
+            out += evidence.html_body(collapse=True)
         out.append("</body></html>")
         return "\n".join(out)
 
 
 # ------------------------------------------------------------------------------------------------ sections
-def _overview(doc: Doc, an: Analysis, name: str) -> None:
+def _overview(doc: Doc, an: Analysis, title: str, question: bool = False) -> None:
+    """The title, the question (``question``: the short report's opening), the sweep and the machine, the notes."""
     ok = an.ok()
     env = next((r["_summary"].get("env") for r in ok if r["_summary"].get("env")), {}) or {}
     git = next((r["_summary"].get("git") for r in ok if r["_summary"].get("git")), {}) or {}
     statuses: dict[str, int] = {}
     for r in an.all_records:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-    doc.h(1, f"Optimizer benchmark report: {name}")
+    doc.h(1, title)
+    if question:
+        data = " and as each parameter sees more data" if an.multi else ""
+        ladder = f"; each speedup is read off {BASELINE}'s own budget ladder" if an.ladder else ""
+        doc.p(f"**The question:** which optimizer trains a GPT-2-style model to a given loss on less data than tuned "
+              f"{BASELINE}, and does its advantage hold as the model grows{data}? Every optimizer was tuned before "
+              f"the comparison{ladder} (docs/METHOD.md).")
     grid = (f"sizes: {', '.join(an.model_sizes)}; tokens per parameter: {', '.join(f'{r:g}' for r in an.ratios)} "
             f"({len(an.sizes)} size x ratio cells)" if an.multi else f"sizes: {', '.join(an.sizes)}")
     doc.p(f"{len(an.all_records)} runs ({', '.join(f'{v} {k}' for k, v in sorted(statuses.items()))}); "
@@ -208,7 +280,7 @@ def _ratios(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
     if not an.verdicts:
         return
     doc.h(2, f"Ratios to {BASELINE} per model size" + (" and data ratio" if an.multi else ""))
-    doc.table(*T.render(T.ratio_columns(), T.ratio_rows(an)))
+    doc.table(*T.render(T.ratio_columns(), T.ratio_rows(an)), keep=2)
     doc.p(L.ratio_legend(an))
     for name in (n for n in files if n.startswith("scaling")):
         doc.img(files[name], name.removesuffix(".png"))
@@ -344,9 +416,20 @@ def _runs(doc: Doc, an: Analysis) -> None:
 def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None,
                  target_loss: float | dict[str, float] | None = None,
                  tuning_dir: str | os.PathLike[str] | None = None) -> dict[str, Path]:
-    """Write report.md, report.html, summary.csv, runs.parquet and the PNG plots; returns their paths by name.
+    """Write report.md (the answer, ``report.short_report``), evidence.md (everything behind it), report.html (both,
+    the evidence collapsed), summary.csv, runs.parquet and the PNG plots; returns their paths by name.
     ``tuning_dir``: a tuning sweep whose runs give the tuning curves."""
+    from hf_optbench.report.draw_shift import noise_section
     from hf_optbench.report.export import write_runs_parquet
+    from hf_optbench.report.rate_transfer import plot_transfer, transfer_line, transfer_rows, transfer_section
+    from hf_optbench.report.short_report import (
+        answer_tables,
+        attribution_line,
+        plot_and_link,
+        regime_line,
+        tuning_noise_line,
+    )
+    from hf_optbench.report.time_to_quality import time_line, time_section
 
     sweep = Path(sweep_dir)
     out = Path(output) if output else sweep / "report"
@@ -355,18 +438,36 @@ def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[st
     files: dict[str, Path] = {"summary.csv": write_summary_csv(an.all_records, out / "summary.csv", DERIVED_COLUMNS)}
     files["runs.parquet"] = write_runs_parquet(an.all_records, an.metrics, out / "runs.parquet")
     files.update(write_plots(an, out))
+    transfers = transfer_rows(an)
+    if (plot := plot_transfer(transfers, out / "rate_transfer.png")) is not None:
+        files["rate_transfer.png"] = plot
     name = sweep.resolve().name
-    doc = Doc()
-    _overview(doc, an, name)
-    _verdict(doc, an, files)
-    reference_section(doc, an)
-    _ratios(doc, an, files)
-    _speedup(doc, an)
-    _memory(doc, an, files)
-    _convergence(doc, an, files)
-    _hyperparameters(doc, an, files)
-    _throughput_and_stability(doc, an, files)
-    _runs(doc, an)
-    files["report.md"] = write_text_atomic(out / "report.md", doc.markdown(out))
-    files["report.html"] = write_text_atomic(out / "report.html", doc.html(f"hf_optbench report: {name}"))
+    evidence = Doc()
+    _overview(evidence, an, f"Evidence: {name}")
+    evidence.p("The answer, in short: [report.md](report.md). Below, everything it rests on.")
+    _verdict(evidence, an, files)
+    noise_section(evidence, an)
+    regime, reg = regime_line(an)
+    reference_section(evidence, an, reg)
+    _ratios(evidence, an, files)
+    _speedup(evidence, an)
+    time_section(evidence, an)
+    transfer_section(evidence, transfers, files)
+    _memory(evidence, an, files)
+    _convergence(evidence, an, files)
+    _hyperparameters(evidence, an, files)
+    _throughput_and_stability(evidence, an, files)
+    _runs(evidence, an)
+    short = Doc()
+    _overview(short, an, f"Optimizer benchmark report: {name}", question=True)
+    answer_tables(short, an)
+    _bracketing(short, an)
+    for line in (regime, attribution_line(an), tuning_noise_line(an), time_line(an),
+                 transfer_line(transfers)):
+        if line:
+            short.p(line)
+    plot_and_link(short, files)
+    files["report.md"] = write_text_atomic(out / "report.md", short.markdown(out))
+    files["evidence.md"] = write_text_atomic(out / "evidence.md", evidence.markdown(out))
+    files["report.html"] = write_text_atomic(out / "report.html", short.html(f"hf_optbench report: {name}", evidence))
     return files

@@ -140,8 +140,10 @@ def regime_line(reg: Regime) -> str:
     (at or above it): nano @ 0.15 tok/param, ... (the regime table)"."""
     transient_cells = [c for c, word in reg.cells.items() if word == TRANSIENT]
     past = len(reg.cells) - len(transient_cells)
-    text = (f"Regime: {BASELINE} ends below the bigram reference (fitted on {reg.train_tokens:,} training tokens) in "
-            f"{past} of {len(reg.cells)} cell{'s' if len(reg.cells) != 1 else ''}")
+    bigram = reg.trained.get(2)
+    level = f"{bigram:.4f} nats, " if bigram is not None else ""
+    text = (f"Regime: {BASELINE} ends below the bigram reference ({level}fitted on {reg.train_tokens:,} training tokens) "
+            f"in {past} of {len(reg.cells)} cell{'s' if len(reg.cells) != 1 else ''}")
     if transient_cells:
         text += f"; {TRANSIENT} (at or above it): {', '.join(transient_cells)}"
     return text + "."

@@ -22,6 +22,8 @@ Sweep file (YAML)::
       seed: [0]                            # seeds of the tuning runs
       confirm_seeds: [1000, 1001]          # more seeds where a choice's margin is within the seed noise (default)
       confirm_rungs: true                  # the same for the ladder rungs' rates (study/tuning.py has the rule)
+      second_draw: {seed: 6, cells: [{model_size: tiny}]}  # after the comparison, tune these cells again at
+                                           #   another seed: the report states the shift (study/second_draw.py)
     budget: {tokens_per_param: 0.5}      # optional: max_steps per size = 0.5 x non-embedding params / tokens per
                                            # step, the same data per parameter at every size (study/budget.py);
                                            # a list ([0.5, 2]) runs the whole protocol at each ratio (ids __tpp0.5,
@@ -205,12 +207,20 @@ def _phases(spec: SweepSpec) -> list[SweepSpec]:
     return ([spec.tuning] if spec.tuning is not None else []) + [spec]
 
 
+def _draw_phases(spec: SweepSpec) -> list[SweepSpec]:
+    """The second tuning draw's initial grid, where the file asks for one (its later runs follow from results)."""
+    from hf_optbench.study.second_draw_phase import draw_spec
+
+    draw = draw_spec(spec) if spec.second_draw is not None else None
+    return [draw.tuning] if draw is not None and draw.tuning is not None else []
+
+
 def _dry_run(spec: SweepSpec, out_stream: Any) -> dict[str, int]:
     """Print each run's status and command (the tuning phase first); launch nothing, write nothing."""
     if spec.tune is not None:
         attach_tuned_file(spec)
     counts: dict[str, int] = {}
-    for phase in _phases(spec):
+    for phase in _phases(spec) + _draw_phases(spec):
         rows = read_state(phase.output_dir / STATE_FILE)
         changed = changed_runs(phase, phase.runs)  # a run would refuse (or, with --rerun-changed, rerun) these
         for run in phase.runs:
@@ -355,7 +365,29 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
         before = len(spec.tuning.runs) if spec.tuning is not None else 0
         compared, tuned = _compare_until_uncensored(spec, max_runs, retry_failed, out_stream, rerun_changed, progress,
                                                     pool, before)
-        return _add(tuned if tuned is not None else counts, compared)
+        counts = _add(tuned if tuned is not None else counts, compared)
+        if spec.second_draw is not None and set(counts) <= {"completed", "diverged", "failed", "oom"}:
+            counts = _add(counts, _second_draw(spec, max_runs, retry_failed, out_stream, rerun_changed, progress,
+                                               pool))
+        return counts
+
+
+def _second_draw(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any, rerun_changed: bool,
+                 progress: Progress, pool: WorkerPool) -> dict[str, int]:
+    """The second tuning draw (study.second_draw_phase), once the comparison has finished: the drawn cells' tuning
+    at the draw's seed, its tuned file, then the comparison runs whose tuned values it changed."""
+    from hf_optbench.study.second_draw_phase import draw_comparison, draw_spec
+
+    draw = draw_spec(spec)
+    counts, max_runs, finished = _tune_until_bracketed(draw, max_runs, retry_failed, out_stream, rerun_changed,
+                                                       progress, pool)
+    if not finished:
+        return counts
+    _tune_then_attach(draw, out_stream)
+    draw_comparison(spec, draw, lambda text: print(f"[sweep] second draw: {text}", file=out_stream, flush=True))
+    compared, _ = _run_phase(draw, max_runs, retry_failed, out_stream, sweep_copy=False, rerun_changed=rerun_changed,
+                             progress=progress, pool=pool)
+    return _add(counts, compared)
 
 
 def _compare_until_uncensored(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any,

@@ -19,6 +19,7 @@ from hf_optbench.optim.dotted import is_dotted_path
 from hf_optbench.rundir import RUNS_DIR, TUNED_FILE, TUNING_DIR, run_id_for
 from hf_optbench.study import budget as budgets
 from hf_optbench.study.budget import Budget, Ladder
+from hf_optbench.study.second_draw import SECOND_DRAW_KEY, SecondDraw, parse_second_draw
 from hf_optbench.study.sweep_values import (
     as_list,
     check_unique_ids,
@@ -84,6 +85,8 @@ class SweepSpec:
     ladder: Ladder | None = None  # the baseline's budget ladder (comparison phase only)
     steps: budgets.Steps = field(default_factory=dict)  # (size, optimizer, ratio key) -> max_steps at x1
     current: set[str] = field(default_factory=set)  # run ids known to match the file (study.kept_runs), or run now
+    second_draw: SecondDraw | None = None  # tune.second_draw (study.second_draw): cells tuned again at another seed
+    ladder_dir: Path | None = None  # whose comparison runs decide the ladder's rungs (None: this sweep's own)
 
     @property
     def runs_dir(self) -> Path:
@@ -309,6 +312,9 @@ def load_sweep(path: str | os.PathLike[str], output_dir: str | None = None) -> S
     spec = SweepSpec(output_dir=out, name=name, tune=tune, ladder=budgets.parse_ladder(raw, optimizers), **common)
     _budget_steps(spec, optimizers, sizes)
     if tune is not None:
+        spec.second_draw = parse_second_draw(
+            raw["tune"].get(SECOND_DRAW_KEY), tune_seeds=tune.seeds, confirm_seeds=tune.confirm_seeds,
+            compared_seeds=seeds, sizes=sizes, budget=spec.budget)
         # Same base, overrides, per-point keys and budget as the comparison: the grid runs at the real horizon.
         spec.tuning = SweepSpec(output_dir=out / TUNING_DIR, name=f"{name}-tuning", steps=spec.steps, **common)
         _expand(spec.tuning, optimizers, sizes, tune.seeds, tune.multipliers, phase="tune")

@@ -59,7 +59,7 @@ from hf_optbench.rundir import FINAL_STATUSES, parse_run_id
 from hf_optbench.study.sweep_values import seed_list
 
 TUNE_KEYS = {"lr_multipliers", "lr_grid", "wd_multipliers", "nonmatrix_multipliers", "max_extensions", "seed",
-             "confirm_seeds", "confirm_rungs"}
+             "confirm_seeds", "confirm_rungs", "second_draw"}  # second_draw: study.second_draw
 # An extension adds one factor-2 step of the learning rate beyond the edge (the spacing of Marin's phase-I
 # learning-rate grids, marin-community/marin experiments/optimizer_sweep, e.g. 8e-3, 1.6e-2, 3.2e-2).
 LR_STEP = 2.0

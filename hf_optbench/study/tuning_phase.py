@@ -46,7 +46,14 @@ from typing import Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.adamw import NONMATRIX_KEY
-from hf_optbench.rundir import LOST_STATUSES, MANIFEST_FILE, TUNED_FILE, run_id_for, write_text_atomic
+from hf_optbench.rundir import (
+    LOST_STATUSES,
+    MANIFEST_FILE,
+    RUNS_DIR,
+    TUNED_FILE,
+    run_id_for,
+    write_text_atomic,
+)
 from hf_optbench.study import budget as budgets
 from hf_optbench.study.sweep_spec import (
     RunSpec,
@@ -132,8 +139,9 @@ def compared_records(spec: SweepSpec) -> list[dict[str, Any]]:
     as the ladder's extension reads them."""
     from hf_optbench.study.records import load_runs
 
-    out = load_runs(spec.output_dir) if spec.runs_dir.is_dir() else []
-    attribution = spec.output_dir / ATTRIBUTION_DIR
+    root = spec.ladder_dir or spec.output_dir  # a second tuning draw tunes the main sweep's rungs
+    out = load_runs(root) if (root / RUNS_DIR).is_dir() else []
+    attribution = root / ATTRIBUTION_DIR
     if (attribution / "runs").is_dir():  # named apart: the same ids as the compared runs
         out += [{**r, "run_id": f"{ATTRIBUTION_DIR}/{r['run_id']}"} for r in load_runs(attribution)]
     return out

@@ -5,8 +5,6 @@ per size x ratio; a single-ratio sweep's report keeps its sections, with one lin
 
 from __future__ import annotations
 
-import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -17,59 +15,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hf_optbench.report.analysis import analyse  # noqa: E402
 from hf_optbench.report.build import build_report  # noqa: E402
-from hf_optbench.rundir import parse_run_id, run_id_for  # noqa: E402
 
+from fixtures.study_fixture import SEEDS, SIZES, STEPS, grid_sweep  # noqa: E402
 from fixtures.sweep_fixture import build_fixture_sweep  # noqa: E402
 
-STEPS, TOKENS_PER_STEP = 40, 8 * 32
-D1 = STEPS * TOKENS_PER_STEP
-SIZES = ("tiny", "mini")
-SEEDS = (0, 1, 2)
-NOISE = {0: 0.0, 1: 0.002, 2: -0.002}  # per-seed shift shared by the seed's runs (same init and data order)
-LADDER = (0.5, 2.0, 4.0)
 SHRINKING = {1.0: 2.0, 2.0: 1.6, 4.0: 1.3}  # Lion's true speedup at each ratio (x the fixture's budget)
-
-
-def law(tokens: float, size: str) -> float:
-    return 1.2 * (tokens / D1) ** -0.3 + {"tiny": 3.0, "mini": 2.8}[size]
-
-
-def _grid_sweep(tmp_path: Path, speedups: dict[float, float], sizes: tuple[str, ...] = SIZES) -> Path:
-    """One sweep directory over ``speedups``' ratios: each ratio's runs (its budget ``STEPS`` x ratio) and AdamW's
-    ladder, named as a sweep over ratios names them (``__tpp``)."""
-    root = tmp_path / "sweep"
-    (root / "runs").mkdir(parents=True)
-    manifest, state = [], []
-    for tpp, speedup in speedups.items():
-        steps, tokens = round(STEPS * tpp), STEPS * tpp * TOKENS_PER_STEP
-        eval_loss = {f"{opt}__{size}__s{seed}": law(s * tokens, size) + NOISE[seed] + (0.001 * seed if s != 1 else 0)
-                     for opt, s in {"adamw": 1.0, "lion": speedup}.items() for size in sizes for seed in SEEDS}
-        part = build_fixture_sweep(tmp_path / f"part{tpp:g}", optimizers=("adamw", "lion"), sizes=sizes, seeds=SEEDS,
-                                   steps=steps, eval_loss=eval_loss, stretch=True)
-        for size in sizes:
-            for seed in SEEDS:
-                for m in LADDER:
-                    src, rid = part / "runs" / f"adamw__{size}__s{seed}", f"adamw__{size}__s{seed}__dx{m:g}"
-                    shutil.copytree(src, part / "runs" / rid)
-                    summary = json.loads((src / "summary.json").read_text())
-                    summary.update(max_steps=round(m * steps), final_eval_loss=law(m * tokens, size) + NOISE[seed])
-                    (part / "runs" / rid / "summary.json").write_text(json.dumps(summary))
-        for run in sorted((part / "runs").iterdir()):
-            p = parse_run_id(run.name)
-            rid = run_id_for(p["optimizer"], p["model_size"], p["seed"], budget_multiple=p.get("budget_multiple"),
-                             budget_tpp=tpp)
-            shutil.move(str(run), str(root / "runs" / rid))
-            manifest.append({"run_id": rid, **p, "lr_multiplier": None, "budget_tpp": tpp})
-            state += [{"event": "start", "run_id": rid, "attempt": 1, "time": 1.0, "pid": 1},
-                      {"event": "end", "run_id": rid, "attempt": 1, "status": "completed", "time": 2.0}]
-    (root / "sweep_manifest.json").write_text(json.dumps({"name": "grid", "runs": manifest}))
-    (root / "sweep_state.jsonl").write_text("".join(json.dumps(r) + "\n" for r in state))
-    return root
 
 
 @pytest.mark.slow  # a whole report (90 runs, 20 figures): ~6 s
 def test_a_speedup_that_falls_with_data_gets_its_verdict_table_and_plot(tmp_path: Path) -> None:
-    an = analyse(_grid_sweep(tmp_path, SHRINKING))
+    an = analyse(grid_sweep(tmp_path, SHRINKING))
     assert an.multi and an.ratios == [1.0, 2.0, 4.0] and an.model_sizes == list(SIZES)
     assert an.sizes[:3] == ["tiny @ 1 tok/param", "tiny @ 2 tok/param", "tiny @ 4 tok/param"]
     lion = {(r["model_size"], r["budget_tpp"]): r["speedup"] for r in an.records if r["optimizer"] == "lion"}
@@ -84,7 +39,7 @@ def test_a_speedup_that_falls_with_data_gets_its_verdict_table_and_plot(tmp_path
     assert len({v.family for v in an.verdicts if v.p_value is not None}) == 1
 
     files = build_report(tmp_path / "sweep")
-    text = files["report.md"].read_text()
+    text = files["evidence.md"].read_text()
     assert "## Data per parameter (advantage over adamw as each parameter sees more data)" in text
     assert "### At 1 tok/param" in text and "### At tiny" in text
     assert "| lion | tiny | 1.99 [" in text and "ahead | shrinks with data |" in text  # speedup per ratio, then the word
@@ -103,8 +58,8 @@ def test_a_speedup_that_falls_with_data_gets_its_verdict_table_and_plot(tmp_path
 def test_one_size_at_several_ratios_shows_the_data_axis_alone(tmp_path: Path) -> None:
     """The main job's shape: one size, two ratios. The size axis is one line (no empty tables, no one-point plots, no
     size rows in the evidence); the data axis carries the verdict."""
-    files = build_report(_grid_sweep(tmp_path, {1.0: 2.0, 2.0: 1.6}, sizes=("tiny",)))
-    text = files["report.md"].read_text()
+    files = build_report(grid_sweep(tmp_path, {1.0: 2.0, 2.0: 1.6}, sizes=("tiny",)))
+    text = files["evidence.md"].read_text()
     scaling = text.split("## Scaling verdict")[1].split("\n## ")[0]
     assert "This sweep ran one size (tiny): the size axis needs two" in scaling and "| optimizer |" not in scaling
     assert not [name for name in files if name.startswith("scaling")] and "data_axis.png" in files
@@ -118,7 +73,7 @@ def test_the_data_axis_plot_reads_as_ratios(tmp_path: Path, monkeypatch: pytest.
 
     figures: list = []
     monkeypatch.setattr(plots, "save", lambda fig, path, rect=None: figures.append(fig) or path)
-    an = analyse(_grid_sweep(tmp_path, SHRINKING))
+    an = analyse(grid_sweep(tmp_path, SHRINKING))
     assert plots.plot_data_axis(an, tmp_path / "data_axis.png") is not None
     (fig,) = figures
     fig.canvas.draw()
@@ -135,7 +90,7 @@ def test_the_regime_table_has_a_row_per_size_and_ratio(tmp_path: Path, monkeypat
 
     blocks = np.array([[0, 1, 2, 3, 1, 2, 3, 0]] * 8)
     monkeypatch.setattr(reference, "splits", lambda rec: (blocks, blocks, 4))
-    an = analyse(_grid_sweep(tmp_path, SHRINKING))
+    an = analyse(grid_sweep(tmp_path, SHRINKING))
     reg = reference.regime_of(an)
     assert [r[0] for r in reg.rows] == an.sizes and len(reg.rows) == 6 and set(reg.cells) == set(an.sizes)
     assert reg.header[0] == "size" and "tiny @ 4 tok/param" in [r[0] for r in reg.rows]
@@ -144,7 +99,7 @@ def test_the_regime_table_has_a_row_per_size_and_ratio(tmp_path: Path, monkeypat
 def test_a_single_ratio_report_keeps_its_sections_and_says_the_data_question_in_one_line(tmp_path: Path) -> None:
     root = build_fixture_sweep(tmp_path / "one", optimizers=("adamw", "lion"), sizes=SIZES, seeds=SEEDS, steps=STEPS)
     files = build_report(root)
-    text = files["report.md"].read_text()
+    text = files["evidence.md"].read_text()
     section = text.split("## Data per parameter")[1].split("\n## ")[0].strip().splitlines()
     assert len([line for line in section if line.strip()]) == 2  # the heading's tail and one line
     assert "ran one data budget" in section[-1] and "give budget.tokens_per_param a list" in section[-1]

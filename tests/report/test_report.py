@@ -61,7 +61,7 @@ def test_summary_csv_has_every_run_once(report: tuple[Path, dict[str, Path]]) ->
 
 def test_markdown_holds_verdict_tables_and_plots(report: tuple[Path, dict[str, Path]]) -> None:
     root, _ = report
-    md = (root / "report" / "report.md").read_text(encoding="utf-8")
+    md = (root / "report" / "evidence.md").read_text(encoding="utf-8")
     assert "## Scaling verdict" in md
     # constructed answers: Lion's state is exactly half of AdamW's at every size; Adafactor's factored state
     # grows sub-linearly, so its saving grows; Lion converges faster (tau 16 vs 20) by a constant factor

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -73,7 +74,7 @@ def test_a_true_speedup_is_measured_per_seed_and_gets_a_verdict(tmp_path: Path) 
 def test_the_report_has_the_speedup_question_column_budget_and_mde(tmp_path: Path) -> None:
     root = _sweep(tmp_path, {"lion": 1.5, "adafactor": 1.0})
     files = build_report(root)
-    text = files["report.md"].read_text()
+    text = files["evidence.md"].read_text()
     assert "convergence: speedup (AdamW-equivalent data)" in text
     assert "## Data budget per size" in text and "## Speedup over adamw (its budget ladder)" in text
     assert "power law 3/3" in text
@@ -206,7 +207,8 @@ def test_the_report_attributes_muon_s_speedup_and_shows_every_rung_s_rate(tmp_pa
             (attribution / src.name / "summary.json").write_text(json.dumps(summary))
     an = analyse(root)
     assert len(an.attribution) == 9 and all(r["speedup"] == pytest.approx(1.2, rel=0.03) for r in an.attribution)
-    text = build_report(root)["report.md"].read_text()
+    files = build_report(root)
+    text = files["evidence.md"].read_text()
     section = text.split("### Attribution")[1].split("\n## ")[0]
     row = next(line for line in section.splitlines() if line.startswith("| muon | midi"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
@@ -216,3 +218,6 @@ def test_the_report_attributes_muon_s_speedup_and_shows_every_rung_s_rate(tmp_pa
     assert "| midi | 0.008 (x8) | 0.004 (x4), margin 0.002 ≤ noise 0.003 | – | 0.002 (x2) |" in text
     assert "### Tuned values, every parameter group alike" in text
     assert "| muon | tiny | 0.032 (x32) | cited | 0.008 (x0.25) |" in text
+    # the short report says it in one line, per cell (issue 40)
+    line = next(x for x in files["report.md"].read_text().splitlines() if x.startswith("Attribution ("))
+    assert re.search(r"muon 1\.2\d* \(fully tuned 1\.5\d*\) at tiny, 1\.2\d* \(fully tuned 1\.5\d*\) at mini", line), line

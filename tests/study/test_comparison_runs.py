@@ -19,6 +19,8 @@ from hf_optbench.rundir import read_state
 from hf_optbench.study.budget import Ladder, ladder_multiples
 from hf_optbench.study.sweep import run_sweep
 
+from fixtures.fake_run import FAKE_RUN
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -53,37 +55,6 @@ def test_the_ladder_doubles_while_a_run_beats_its_top_and_stops_at_the_cap() -> 
     assert ladder_multiples(ladder, "tiny", unfinished) == (0.5, 1.0, 2.0, 4.0)  # decided on finished runs only
 
 
-FAKE_RUN = r'''
-import argparse, json, math, os, pathlib, sys
-from hf_optbench.optim.tuned import lookup_tuned
-p = argparse.ArgumentParser()
-p.add_argument("recipe")
-for k in ("--output_dir", "--optimizer", "--model_size", "--run_name", "--tuned_hparams_file", "--optimizer_kwargs"):
-    p.add_argument(k)
-p.add_argument("--seed", type=int)
-p.add_argument("--learning_rate", type=float)
-p.add_argument("--weight_decay", type=float)
-p.add_argument("--max_steps", type=int)
-a, _ = p.parse_known_args()
-out = pathlib.Path(a.output_dir)
-out.mkdir(parents=True, exist_ok=True)
-lr, ratio = a.learning_rate, json.loads(a.optimizer_kwargs or "{}").get("nonmatrix_lr_ratio")
-if lr is None:  # a compared run: the tuned file, as run.plan.resolve_optimization reads it
-    entry = lookup_tuned(a.tuned_hparams_file, a.optimizer, a.model_size, max_steps=a.max_steps)
-    lr, ratio = entry["learning_rate"], entry.get("nonmatrix_lr_ratio", ratio)
-cited = json.loads(os.environ["FAKE_CITED"])[a.optimizer]
-best = json.loads(os.environ["FAKE_BEST"])[a.optimizer]
-speedup = json.loads(os.environ.get("FAKE_SPEEDUP", '{"adamw": 1.0, "muon": 6.0}'))[a.optimizer]
-steps = a.max_steps
-best_lr = cited * best["lr"] * (steps / 8) ** -0.5
-best_nm = best["nm"] if isinstance(best["nm"], (int, float)) else best["nm"][str(steps)]  # by budget, if given so
-loss = (3.0 + (speedup * steps / 8) ** -0.5 + 0.05 * math.log2(lr / best_lr) ** 2
-        + 0.05 * math.log2((ratio or 1.0) / best_nm) ** 2 + 0.0005 * (a.seed % 7))
-summary = {"status": "completed", "optimizer": a.optimizer, "model_size": a.model_size, "seed": a.seed,
-           "learning_rate": lr, "max_steps": steps, "tokens_per_step": 256, "final_eval_loss": loss,
-           "final_tuning_loss": loss, "nonmatrix_lr_ratio": ratio}
-(out / "summary.json").write_text(json.dumps(summary))
-'''
 
 
 def _run_fake(tmp_path: Path, sweep: dict) -> tuple[Path, dict[str, int], io.StringIO]:

@@ -1,0 +1,185 @@
+"""report.md, the report that opens with the answer (issue 40): the question, the speedup table with its verdicts
+(the tuning draw's shift beside each interval), the regime, the attribution, the tuning noise, the time and the rate
+transfer each in one line, and one plot. Everything else is evidence.md (``report.build``), and report.html holds
+both.
+
+Why: the study's report had grown to 1,300 lines with its headline table at line 87, after two verdict tables of
+nine columns; a reader who wants the answer reads this page, one who wants to check it opens the evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hf_optbench.report.draw_shift import LABELS, beside, shift_text
+from hf_optbench.rundir import BASELINE
+
+HEADLINE_KEYS = ("speedup", "final_eval_loss")  # the first with a verdict heads the report
+CELLS = " (mean over the paired seeds [its interval at the level Holm's procedure gave the verdict cell], where it " \
+    "stands against the margin{draw})"
+DRAW = "; `draw`: the shift the second tuning draw made in that estimate"
+WORDS = " (the verdict, the figure at the smallest → largest size, where it stands at the largest)"
+
+
+def headline_key(an: Any) -> str | None:
+    """The metric the headline table shows: the speedup where the sweep has a ladder, else the final loss."""
+    return next((k for k in HEADLINE_KEYS if any(v.metric.key == k and v.points for v in an.verdicts)), None)
+
+
+def point_text(p: Any, mode: str) -> str:
+    """"2.22 [1.24, 3.99] ahead" (a ratio metric's figure) or "-0.17 [-0.2, -0.1] ahead" (nats), with the MDE where
+    the stance is "no difference"."""
+    if p is None:
+        return "–"
+    if mode == "ratio":
+        low, high = p.interval()
+        text = f"{p.bound_sign()}{p.ratio():.3g} [{low:.3g}, {high:.3g}] {p.stance}"
+    else:
+        text = f"{p.bound_sign()}{p.gap:+.2g} [{p.ci_low:+.2g}, {p.ci_high:+.2g}] {p.stance}"
+    return text + (f" ({p.mde_text(mode, 'nats' if mode != 'ratio' else '')})" if p.stance == "no difference" else "")
+
+
+def _cell(an: Any, opt: str, key: str, cell: str) -> str:
+    v, p = an.point(opt, key, cell)
+    if p is None:
+        return "–"
+    draw = beside(an.tuning_noise, an, opt, key, cell)
+    return point_text(p, v.metric.mode) + (f"; {draw}" if draw else "")
+
+
+def _word(an: Any, v: Any) -> str:
+    """The verdict word, with what it was before the tuning draw widened its intervals where that changed it."""
+    noise = an.tuning_noise
+    before = next((a.word_before for a in (noise.applied if noise else []) if a.optimizer == v.optimizer
+                   and a.key == v.metric.key and a.along == v.axis + (f", at {v.at}" if v.at else "")
+                   and a.word_before != v.word), None)
+    return v.word + (f" (before the tuning draw: {before})" if before else "")
+
+
+def headline_tables(an: Any, key: str) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(caption, header, rows) of the headline: per optimizer and size, the figure at each data ratio and the verdict
+    along data (a sweep over ratios), then the verdict along size at each ratio every size ran; per optimizer the
+    figure at each size and the verdict along size (one ratio)."""
+    from hf_optbench.measure.verdict import ratio_label
+    from hf_optbench.report.tables import verdict_cell
+
+    others = [o for o in an.optimizers if o != BASELINE]
+    out = []
+    if an.multi:
+        labels = [ratio_label(r) for r in an.ratios]
+        rows = []
+        for v in (v for v in an.verdicts_along("data") if v.metric.key == key and v.optimizer in others):
+            size = v.at
+            rows.append([v.optimizer, size, *[_cell(an, v.optimizer, key, f"{size} @ {lab}")
+                                              if f"{size} @ {lab}" in an.sizes else "–" for lab in labels], _word(an, v)])
+        out.append((f"along data per parameter{CELLS}", ["optimizer", "size", *labels, "verdict along data"], rows))
+        ats = list(dict.fromkeys(v.at for v in an.verdicts_along("size") if v.metric.key == key))
+        if ats and len(an.model_sizes) > 1:
+            rows = [[opt, *[next((verdict_cell(v) for v in an.verdicts_along("size", at)
+                                  if v.optimizer == opt and v.metric.key == key), "–") for at in ats]]
+                    for opt in others]
+            out.append((f"along model size{WORDS}", ["optimizer", *[f"along size at {at}" for at in ats]], rows))
+        return out
+    rows = []
+    for opt in others:
+        v = next((v for v in an.verdicts_along("size") if v.optimizer == opt and v.metric.key == key), None)
+        rows.append([opt, *[_cell(an, opt, key, cell) for cell in an.sizes], _word(an, v) if v else "–"])
+    out.append((f"along model size{CELLS}", ["optimizer", *an.sizes, "verdict along size"], rows))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- lines
+def regime_line(an: Any) -> tuple[str, Any]:
+    """The regime table's one line (``report.reference.regime_line``: the baseline against the bigram reference
+    fitted on the training split, the transient cells named) and the regime itself, computed once for both reports."""
+    from hf_optbench.errors import OptBenchError
+    from hf_optbench.report import reference
+
+    try:
+        reg = reference.regime_of(an)
+    except (OptBenchError, OSError, ValueError) as exc:
+        return f"Regime: not computed ({exc}).", None
+    if reg is None:
+        return "Regime: no completed run with a final eval loss.", None
+    if not reg.cells:
+        return f"Regime: no completed {BASELINE} run with a final eval loss.", reg
+    return reference.regime_line(reg) + " (evidence.md: the regime table).", reg
+
+
+def attribution_line(an: Any) -> str | None:
+    """Each optimizer's speedup with its non-matrix group at the baseline's tuned rate, beside the fully tuned one;
+    None without attribution runs."""
+    from hf_optbench.report.speedups import attribution_table
+
+    _, rows = attribution_table(an, BASELINE)
+    if not rows:
+        return None
+    by_opt: dict[str, list[str]] = {}
+    for opt, cell, _, full, _, attributed, _ in rows:
+        by_opt.setdefault(opt, []).append(f"{attributed.split(' [')[0]} (fully tuned {full.split(' [')[0]}) at {cell}")
+    return (f"Attribution (the same seeds with the non-matrix group at {BASELINE}'s tuned rate for it): "
+            + "; ".join(f"{opt} {', '.join(cells)}" for opt, cells in by_opt.items()) + ".")
+
+
+def _shift_summary(noise: Any, key: str) -> str:
+    found = [(abs(s.shift), s) for s in noise.shifts.values() if s.key == key and s.shift is not None]
+    if not found:
+        return "none measured"
+    nonzero = [s for m, s in found if m > 0]
+    if not nonzero:
+        return "exactly 0 in every drawn cell"
+    return ", ".join(f"{s.optimizer} {shift_text(key, s.shift)} at {s.cell}" for s in nonzero)
+
+
+def tuning_noise_line(an: Any) -> str:
+    """What the second tuning draw moved: the picks, the speedup and final-loss estimates, the intervals and words."""
+    from hf_optbench.study.second_draw_phase import change_lines
+
+    noise = an.tuning_noise
+    if noise is None:
+        return ("Tuning noise: not measured. These intervals cover the compared seeds, not the tuning draw that picked "
+                "each optimizer's values (`tune.second_draw` in the sweep file measures it; docs/METHOD.md).")
+    text = (f"Tuning noise: {', '.join(noise.cells)} tuned again at seed {noise.seed} (the main tuning: seed(s) "
+            f"{', '.join(map(str, noise.tuning_seeds))}). ")
+    if noise.missing:
+        return text + f"The draw has not finished at {', '.join(noise.missing)}: no shift stated."
+    changes = change_lines(noise.changes)
+    text += (f"Picks changed: {'; '.join(changes)}. " if changes else
+             "No pick changed: every shift is exactly 0 (the runs are the same runs). ")
+    text += (f"Shift of the speedup: {_shift_summary(noise, 'speedup')}; of the final-loss gap: "
+             f"{_shift_summary(noise, 'final_eval_loss')}. ")
+    widened = [a for a in noise.applied if a.point.widened]
+    words = {(a.optimizer, a.key, a.along): (a.word_before, a.word_after) for a in noise.applied
+             if a.word_before != a.word_after}
+    text += (f"{len(widened)} of {len(noise.applied)} intervals with a shift were widened by it (shift over a third "
+             "of the half-width; cells not drawn borrow their size's drawn shift)")
+    if words:
+        text += "; verdicts taken again: " + "; ".join(f"{o} {LABELS[k]} along {a}: {b} → {w}"
+                                                       for (o, k, a), (b, w) in words.items())
+    return text + "."
+
+
+def answer_tables(doc: Any, an: Any) -> None:
+    """The headline: the speedup (or final-loss gap) tables with their verdicts (``doc``: report.build.Doc)."""
+    key = headline_key(an)
+    if key is None:
+        doc.p(f"No verdict: it needs completed {BASELINE} runs and at least one other optimizer.")
+        return
+    label = "speedup over tuned " + BASELINE if key == "speedup" else "final eval loss gap to " + BASELINE
+    doc.h(2, f"The answer: {label}")
+    for caption, header, rows in headline_tables(an, key):
+        caption = caption.format(draw=DRAW if an.tuning_noise is not None else "")
+        doc.p(f"**{label[0].upper() + label[1:]}, {caption}**")
+        doc.table(header, rows)
+
+
+def plot_and_link(doc: Any, files: Mapping[str, Path]) -> None:
+    """The one plot (speedup against data, else along size) and the way to everything else."""
+    plot = next((files[n] for n in ("data_axis.png", "scaling.png") if n in files),
+                next((files[n] for n in sorted(files) if n.startswith("scaling")), None))
+    if plot is not None:
+        doc.img(plot, plot.stem.replace("_", " "))
+    doc.p("Everything else (every verdict and its evidence, the regime table, the ladder, the tuning and its noise, "
+          "time, rate transfer, memory, stability, every run): [evidence.md](evidence.md); report.html holds both.")
