@@ -57,7 +57,7 @@ def check_job_script_values(spec: SweepSpec) -> None:
     submitit writes for SLURM: a line break (or a carriage return or NUL) in the sweep's output_dir or in any
     launcher.slurm parameter but setup/teardown. Why: submitit writes each parameter, and the log paths under
     output_dir, as a ``#SBATCH --key='value'`` comment line, quoted with ``shlex.quote`` (so spaces, ``$(...)``,
-    backticks, ``;`` and quotes stay inside the quotes: tests/study/test_slurm_script.py runs such a script), but a
+    backticks, ``;`` and quotes stay inside the quotes: tests/study/test_slurm.py runs such a script), but a
     line break ends the comment and the rest of the value runs as a command on the node. The command itself is
     pickled, never written into the script."""
     if spec.launcher.get("executor") != "slurm":
