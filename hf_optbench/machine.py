@@ -1,4 +1,5 @@
-"""What this machine has, known without importing torch, and the one start-up notice that is noise where it has none.
+"""What this machine has, known without importing torch (a GPU visible, the memory a process can still allocate), and
+the one start-up notice that is noise where it has none.
 
 Why a logging filter for DeepSpeed: with DeepSpeed installed, every Trainer imports it (accelerate's
 ``extract_model_from_parallel`` does ``from deepspeed import DeepSpeedEngine`` in ``Trainer.__init__`` whenever
@@ -15,6 +16,9 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import resource
+from dataclasses import dataclass
+from pathlib import Path
 
 DEEPSPEED_LOGGER = "DeepSpeed"  # deepspeed/utils/logging.py: LoggerFactory.create_logger(name="DeepSpeed")
 # deepspeed/accelerator/real_accelerator.py, get_accelerator(): logged when its auto-detection found no accelerator
@@ -44,3 +48,61 @@ def quiet_deepspeed_cpu_notice(env: dict[str, str] | None = None) -> bool:
     if not any(isinstance(f, _DropCpuFallbackNotice) for f in logger.filters):
         logger.addFilter(_DropCpuFallbackNotice())
     return True
+
+
+# ------------------------------------------------------------------------------------------------- memory room
+# cgroup v2 and v1 files at the mount a container sees as its own (limit, usage, the usage the kernel reclaims
+# first: page cache not recently used, as psutil's "available" counts it).
+CGROUPS = ((Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory.current"),
+            Path("/sys/fs/cgroup/memory.stat"), "inactive_file"),
+           (Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"), Path("/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+            Path("/sys/fs/cgroup/memory/memory.stat"), "total_inactive_file"))
+UNLIMITED = 2**60  # a cgroup v1 "no limit" reads 9223372036854771712
+
+
+@dataclass(frozen=True)
+class Room:
+    """Bytes the run can still allocate on its device, and where the figure comes from: a phrase for the error line
+    with ``{}`` where the GiB go."""
+
+    bytes: int
+    source: str
+
+
+def _cgroup_room() -> int | None:
+    """What the container's memory limit leaves (limit - usage + reclaimable cache), or None without a limit."""
+    for limit_file, usage_file, stat_file, inactive_key in CGROUPS:
+        try:
+            text = limit_file.read_text().strip()
+            if text == "max" or int(text) >= UNLIMITED:
+                return None
+            usage = int(usage_file.read_text().strip())
+            stat = dict(line.split() for line in stat_file.read_text().splitlines() if len(line.split()) == 2)
+        except (OSError, ValueError):
+            continue
+        return max(int(text) - usage + int(stat.get(inactive_key, 0)), 0)
+    return None
+
+
+def _address_space_room() -> int | None:
+    """What ``ulimit -v`` (RLIMIT_AS) leaves of this process's address space, or None without a limit."""
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY:
+        return None
+    import psutil
+
+    return max(limit - psutil.Process().memory_info().vms, 0)
+
+
+def cpu_memory_room() -> Room:
+    """What this process can still allocate in the machine's RAM: the least of psutil's available RAM, a cgroup
+    limit's room and an address-space limit's room (both kill or fail a process that psutil's figure would let
+    through). Read by the model's memory check (run.memory_fit) and the bounds on sizes (config.bounds)."""
+    import psutil
+
+    rooms = [Room(int(psutil.virtual_memory().available), "this machine has {} GiB available")]
+    for limited, source in ((_cgroup_room(), "the container's memory limit (cgroup) leaves {} GiB"),
+                            (_address_space_room(), "the address-space limit (ulimit -v) leaves {} GiB")):
+        if limited is not None:
+            rooms.append(Room(limited, source))
+    return min(rooms, key=lambda r: r.bytes)

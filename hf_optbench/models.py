@@ -169,6 +169,8 @@ def build_model(
     if vocab_size <= 0:
         raise OptBenchError(f"vocab_size must be positive, got {vocab_size}.")
     if init_from:
+        import pickle
+
         try:
             model = AutoModelForCausalLM.from_pretrained(init_from, attn_implementation=attn_implementation)
         except OSError as exc:
@@ -176,6 +178,13 @@ def build_model(
                 f"cannot load init_from='{init_from}': {exc}. Pass a local directory holding config.json and "
                 "model.safetensors, or leave init_from empty to train from scratch."
             ) from exc
+        except pickle.UnpicklingError as exc:  # a local directory's is refused before any work (config.checks)
+            first = next((line.strip() for line in str(exc).splitlines() if "GLOBAL" in line), "weights_only")
+            raise OptBenchError(
+                f"cannot load init_from='{init_from}': its weights are a pickle that torch's safe loader refuses "
+                f"({first.rstrip('.')}): loading it could run code, so it is never loaded. Start from a checkpoint "
+                "saved as model.safetensors."
+            ) from None
         model.config.use_cache = False
     else:
         # Build at the tokenizer's exact length, then resize: the same code path as aligning a pretrained English

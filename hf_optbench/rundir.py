@@ -15,6 +15,7 @@ import re
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -294,3 +295,111 @@ def read_segments(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
         return []
     segments = data.get("segments") if isinstance(data, dict) else None
     return [s for s in segments if isinstance(s, dict)] if isinstance(segments, list) else []
+
+
+# ------------------------------------------------------------------------------------- what an output_dir holds
+# The final model a run saves into its directory once summary.json is written (run.output.save_final_model:
+# trainer.save_model, sharded past 5 GB): a directory that holds one held a run that trained to its end.
+FINAL_MODEL_FILES = ("model.safetensors", "model.safetensors.index.json")
+# How much of metrics.jsonl's end is read for its last training step: a train row is ~250 bytes, so 64 KiB holds
+# the last ~250 rows, eval and memory rows among them; never the whole file (a long run's is hundreds of MB).
+METRICS_TAIL_BYTES = 1 << 16
+
+
+@dataclass(frozen=True)
+class PreviousRun:
+    """What an ``output_dir`` holds of an earlier run, decided from every record a run leaves, not summary.json
+    alone (issue 41: a finished run whose summary.json was cut short or deleted was taken for an empty directory
+    and overwritten):
+
+    - ``finished``: summary.json says so (status completed or diverged);
+    - ``damaged``: summary.json is there but unreadable or holds no status, or it is missing while the run's other
+      records say it trained to its end (its final model, or, with no checkpoint to finish it from, metrics.jsonl
+      reaching the max_steps its run_identity.json records); ``why`` names what is damaged and what says so;
+    - ``unfinished``: other records of a run (run_identity.json, metrics.jsonl, train_segments.json, a
+      summary.json of a failed run, checkpoints) and nothing that says it finished;
+    - ``none``: no record of a run (a new or empty directory, or a user's folder: run.own_files answers that).
+    """
+
+    state: str
+    why: str = ""
+    status: str | None = None
+    last_step: int | None = None
+    checkpoints: bool = False
+
+
+def last_train_step(run_dir: str | os.PathLike[str]) -> int | None:
+    """The step of the last training row of ``run_dir``'s metrics.jsonl, read from its end only
+    (:data:`METRICS_TAIL_BYTES`); None without one."""
+    path = Path(run_dir) / METRICS_FILE
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(fh.seek(0, os.SEEK_END) - METRICS_TAIL_BYTES, 0))
+            tail = fh.read()
+    except OSError:
+        return None
+    for raw in reversed(tail.split(b"\n")):
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except ValueError:  # a torn line, the first (partial) line of the tail, bytes that are not UTF-8
+            continue
+        if isinstance(row, dict) and row.get("kind") == "train" and _step(row) is not None:
+            return _step(row)
+    return None
+
+
+def _summary_problem(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(summary.json's object, None), or (None, what is wrong with it) for a file that is there but unreadable."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        size = path.stat().st_size
+        return None, f"{SUMMARY_FILE} is not readable JSON ({size} bytes, {_short(exc)}: cut short by a crash or a " \
+                     "full disk, or edited)"
+    except OSError as exc:
+        return None, f"{SUMMARY_FILE} cannot be read ({exc.strerror or exc})"
+    if not isinstance(data, dict):
+        return None, f"{SUMMARY_FILE} does not hold a JSON object"
+    return data, None
+
+
+def previous_run(run_dir: str | os.PathLike[str]) -> PreviousRun:
+    """What ``run_dir`` holds of an earlier run (:class:`PreviousRun`); cheap: a few small files and the end of
+    metrics.jsonl."""
+    out = Path(run_dir)
+    if not out.is_dir():
+        return PreviousRun("none")
+    checkpoints = any(p.name.startswith("checkpoint-") for p in out.iterdir())
+    last = last_train_step(out)
+    model = next((n for n in FINAL_MODEL_FILES if (out / n).is_file()), None)
+    records = [n for n in (IDENTITY_FILE, METRICS_FILE, SEGMENTS_FILE) if (out / n).is_file()]
+    steps = f"metrics.jsonl up to step {last}" if last is not None else ""
+    summary_path = out / SUMMARY_FILE
+    if summary_path.is_file():
+        summary, problem = _summary_problem(summary_path)
+        status = (summary or {}).get("status")
+        if summary is not None and status in FINISHED_STATUSES:
+            return PreviousRun("finished", f"{SUMMARY_FILE} status '{status}'", status, last, checkpoints)
+        if summary is not None and status not in FINAL_STATUSES:
+            problem = f"{SUMMARY_FILE} holds no run status (status {status!r})"
+        if problem is not None:
+            kept = [f"the final model ({model})" if model else "", steps]
+            return PreviousRun("damaged", problem + _beside(kept), None, last, checkpoints)
+        return PreviousRun("unfinished", f"{SUMMARY_FILE} status '{status}'", status, last, checkpoints)
+    max_steps = (read_identity(out) or {}).get("max_steps")
+    if model is not None:
+        return PreviousRun("damaged", f"{SUMMARY_FILE} is missing, though the run saved its final model ({model}), "
+                           "which it does only after summary.json" + _beside([steps]), None, last, checkpoints)
+    if last is not None and isinstance(max_steps, int) and last >= max_steps and not checkpoints:
+        # with checkpoints, the run may have stopped before its last one was written: a resume finishes it
+        return PreviousRun("damaged", f"{SUMMARY_FILE} is missing, though metrics.jsonl reaches step {last}, the "
+                           f"run's max_steps ({IDENTITY_FILE}): it trained to its end", None, last, checkpoints)
+    if records or checkpoints:
+        what = f"{steps}, no {SUMMARY_FILE}" if steps else f"{', '.join(records) or 'checkpoints'}, no step recorded"
+        return PreviousRun("unfinished", what, None, last, checkpoints)
+    return PreviousRun("none")
+
+
+def _beside(parts: Sequence[str]) -> str:
+    kept = [p for p in parts if p]
+    return f"; still there: {', '.join(kept)}" if kept else ""

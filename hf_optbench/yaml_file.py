@@ -4,9 +4,12 @@ files.
 PyYAML's ``safe_load`` alone lets through what these files must not hold, silently or far too late: a key given
 twice (the last one wins and a recipe runs with a value its author did not mean), an alias bomb (a few lines of
 ``&a [*b, *b, ...]`` that expand to gigabytes: ``MemoryError`` half a minute later), an empty file (a run on
-every default), binary or non-UTF-8 bytes, and a top level that is not a mapping. :func:`load_yaml_mapping` turns
-each into one :class:`~hf_optbench.errors.OptBenchError` line naming the file, the place and the fix, before any
-work. Anchors and aliases are refused outright: no shipped file uses them, and a flat recipe never needs them.
+every default), binary or non-UTF-8 bytes, and a top level that is not a mapping. Nor do they stop a file that is
+not a file or too large to be a settings file (issue 41: a recipe linked to ``/dev/zero`` was read until a
+``MemoryError``, a FIFO nobody writes hung the run) or nesting deep enough to exhaust Python's recursion (100,000
+nested lists: a ``RecursionError`` traceback). :func:`load_yaml_mapping` turns each into one
+:class:`~hf_optbench.errors.OptBenchError` line naming the file, the place and the fix, before any work. Anchors
+and aliases are refused outright: no shipped file uses them, and a flat recipe never needs them.
 """
 
 from __future__ import annotations
@@ -14,12 +17,23 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
 
 _JSON_SUFFIXES = (".json",)
+# The largest settings file read. A recipe is ~1 KB, a sweep file ~5 KB, and the largest file the project writes
+# for a user to read back, a CPU study's tuned file (docs/results/cpu_study/tuned/), ~33 KB; PyYAML's pure-Python
+# loader (the strict loader below subclasses it) read a 1.1 MB flat mapping in ~11 s on the shared 2-core machine,
+# holding ~86 MB of Python objects at its peak. 1 MiB is 30x the largest real file and answers in seconds.
+MAX_SETTINGS_BYTES = 1 << 20
+# The deepest nesting of mappings and lists accepted in a settings file or a JSON value such as optimizer_kwargs.
+# The deepest the project writes is ~6 (a tuned file: optimizer -> size -> ladder -> rung -> curve -> point); the
+# loaders recurse once per level (PyYAML's composer several Python frames a level: 100 levels loaded, 500 exhausted
+# the interpreter's 1,000-frame limit; json.loads stops before 1,000), so 32 leaves room and never reaches it.
+MAX_NESTING = 32
 
 
 class _Refused(Exception):
@@ -36,13 +50,21 @@ def _strict_loader() -> type:
     import yaml
 
     class StrictLoader(yaml.SafeLoader):
+        depth = 0
+
         def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.peek_event()
             if self.check_event(yaml.AliasEvent):
-                event = self.peek_event()
                 raise _Refused(f"an alias '*{event.anchor}': anchors and aliases (and '<<: *name' merges) are not "
                                "supported, as they can expand to gigabytes. Write the values out",
                                event.start_mark.line + 1, event.start_mark.column + 1)
-            return super().compose_node(parent, index)
+            if self.depth >= MAX_NESTING:  # refused before the composer recurses any deeper
+                raise _Refused(_nesting_problem(), event.start_mark.line + 1, event.start_mark.column + 1)
+            self.depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
 
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: dict[Any, int] = {}
@@ -64,16 +86,68 @@ def _strict_loader() -> type:
     return StrictLoader
 
 
-def _read_text(p: Path, what: str, fix: str) -> str:
-    """The file's text, or an OptBenchError for a missing, unreadable, binary or non-UTF-8 file."""
-    if not p.exists():
-        raise OptBenchError(f"{what} not found: '{p}'. {fix}")
-    if p.is_dir():
-        raise OptBenchError(f"{what} '{p}' is a directory, not a file. {fix}")
+def _nesting_problem() -> str:
+    return (f"values nested more than {MAX_NESTING} levels deep (mappings and lists inside each other); a settings "
+            "file needs a few. Flatten it")
+
+
+def nesting_depth(value: Any) -> int:
+    """How deep mappings and lists nest in ``value`` (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def loads_json_bounded(text: str, **kwargs: Any) -> Any:
+    """``json.loads(text)`` that raises ValueError (a JSONDecodeError's kind, with the reason) instead of a
+    RecursionError traceback for nesting past what the reader can hold, or for nesting past :data:`MAX_NESTING`."""
     try:
-        data = p.read_bytes()
+        value = json.loads(text, **kwargs)
+    except RecursionError:
+        raise ValueError(_nesting_problem()) from None
+    if nesting_depth(value) > MAX_NESTING:
+        raise ValueError(_nesting_problem())
+    return value
+
+
+def _file_kind(mode: int) -> str | None:
+    """What a path that is not a regular file is, in words; None for a regular file."""
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character "
+             "device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((words for test, words in kinds if test(mode)), None if stat.S_ISREG(mode) else "not a regular file")
+
+
+def _read_text(p: Path, what: str, fix: str) -> str:
+    """The file's text, or an OptBenchError for a missing, unreadable, binary or non-UTF-8 file, for a path that is
+    not a regular file (a device such as /dev/zero, a FIFO: checked with stat, which never blocks on a FIFO, through
+    symbolic links) and for a file over :data:`MAX_SETTINGS_BYTES` (read no further than that)."""
+    try:
+        info = p.stat()
+    except FileNotFoundError:
+        raise OptBenchError(f"{what} not found: '{p}'. {fix}") from None
+    except OSError as exc:
+        raise OptBenchError(f"{what} '{p}' cannot be read ({exc.strerror or exc}). Check the path.") from None
+    kind = _file_kind(info.st_mode)
+    if kind is not None:
+        target = f" (a link to '{os.path.realpath(p)}')" if p.is_symlink() else ""
+        raise OptBenchError(f"{what} '{p}'{target} is {kind}, not a file. {fix}".rstrip())
+    if info.st_size > MAX_SETTINGS_BYTES:
+        raise OptBenchError(f"{what} '{p}' holds {info.st_size:,} bytes, more than the {MAX_SETTINGS_BYTES:,} a settings "
+                            "file may (the largest the project writes is ~33 KB). Pass the recipe, sweep or tuned "
+                            "file itself.")
+    try:
+        with open(p, "rb") as fh:
+            data = fh.read(MAX_SETTINGS_BYTES + 1)  # a file that grew since stat() is read no further
     except OSError as exc:
         raise OptBenchError(f"{what} '{p}' cannot be read ({exc.strerror or exc}). Check its permissions.") from None
+    if len(data) > MAX_SETTINGS_BYTES:
+        raise OptBenchError(f"{what} '{p}' holds more than the {MAX_SETTINGS_BYTES:,} bytes a settings file may. "
+                            "Pass the recipe, sweep or tuned file itself.")
     nul = data.find(b"\x00")
     if nul >= 0:
         raise OptBenchError(f"{what} '{p}' is a binary file, not UTF-8 YAML text (a NUL byte at position {nul}). {fix}")
@@ -97,10 +171,14 @@ def _parse_json(text: str, p: Path, what: str) -> Any:
         return out
 
     try:
-        return json.loads(text, object_pairs_hook=pairs)
+        return loads_json_bounded(text, object_pairs_hook=pairs)
+    except OptBenchError:
+        raise
     except json.JSONDecodeError as exc:
         raise OptBenchError(f"{what} '{p}' is not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}. "
                             "Fix the file.") from None
+    except ValueError as exc:  # nesting (loads_json_bounded)
+        raise OptBenchError(f"{what} '{p}': {exc}.") from None
 
 
 def _parse_yaml(text: str, p: Path, what: str) -> Any:

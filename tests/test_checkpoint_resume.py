@@ -180,6 +180,9 @@ def test_resume_skips_a_checkpoint_torn_by_the_kill(runs: dict) -> None:
     resumed = {r["step"]: r["loss"] for r in _train_rows(partial)}
     assert [r["step"] for r in _train_rows(partial)] == list(range(1, STEPS + 1))
     assert max(abs(full[s] - resumed[s]) for s in full) <= RESUME_ATOL
+    torn, chosen = f"checkpoint-{runs['checkpoint'] + SAVE_EVERY}", f"checkpoint-{runs['checkpoint']}"
+    said = [line for line in proc.stderr.splitlines() if line.startswith(f"[hf_optbench] {torn} is incomplete")]
+    assert len(said) == 1 and f"resuming from {chosen}" in said[0], proc.stderr[-3000:]  # issue 41: said, both named
 
 
 def test_final_weights_equal_uninterrupted(runs: dict) -> None:
@@ -244,7 +247,8 @@ def test_torn_checkpoint_is_moved_out_of_the_checkpoint_namespace(runs: dict) ->
     assert not list(partial.glob("checkpoint-*.*"))
 
 
-STUB_PLAN = SimpleNamespace(resume=ResumeRequest("latest"), plan_hash="h", identity={"learning_rate": 1e-3})
+STUB_PLAN = SimpleNamespace(resume=ResumeRequest("latest"), plan_hash="h", identity={"learning_rate": 1e-3},
+                            args=SimpleNamespace(training=SimpleNamespace(fp16=False)))
 
 
 def _fake_checkpoint(out: Path, step: int, complete: bool) -> Path:
@@ -357,7 +361,7 @@ def test_a_run_stopped_after_its_last_checkpoint_is_not_trained_past_its_end(run
     write) and the newest checkpoint at max_steps: exit 2 in one line naming the checkpoint, nothing trained."""
     done = tmp_path / "done"
     shutil.copytree(runs["full"], done)
-    (done / "summary.json").unlink()
+    _stop_before_summary(done)
     rows = (done / "metrics.jsonl").read_bytes()
     proc = subprocess.run(_cmd(done, "--resume_from_checkpoint", "true"), cwd=ROOT, env=_env(), capture_output=True,
                           text=True, timeout=300)
@@ -366,6 +370,14 @@ def test_a_run_stopped_after_its_last_checkpoint_is_not_trained_past_its_end(run
     assert f"checkpoint-{STEPS}" in lines[0] and "nothing is left to train" in lines[0]
     assert not (done / f"checkpoint-{STEPS + 1}").exists() and not (done / "summary.json").exists()
     assert (done / "metrics.jsonl").read_bytes() == rows
+
+
+def _stop_before_summary(run: Path) -> None:
+    """Make a copy of the finished run one that stopped before writing its summary.json: without it, and without
+    the final model, which the run saves only after summary.json (a final model beside no summary is a damaged
+    finished run, refused: tests/cli/test_hostile_inputs.py)."""
+    for name in ("summary.json", "model.safetensors", "config.json", "generation_config.json"):
+        (run / name).unlink()
 
 
 def _zero_header(path: Path) -> None:
@@ -385,7 +397,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(runs: dict, 
     damaged one aside, never deleted) and ends with the uninterrupted run's losses."""
     run = tmp_path / "run"
     shutil.copytree(runs["full"], run)
-    (run / "summary.json").unlink()  # stopped before its summary: a resume is due
+    _stop_before_summary(run)  # stopped before its summary: a resume is due
     newest, previous = run / f"checkpoint-{STEPS}", run / f"checkpoint-{STEPS - SAVE_EVERY}"
     (_zero_header if "header" in damage else _truncate)(newest / damage.split()[0])
     proc = _run(run, "--resume_from_checkpoint", "true")
@@ -402,7 +414,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(runs: dict, 
 def test_no_readable_checkpoint_is_exit_2_naming_them(runs: dict, tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(runs["full"], run)
-    (run / "summary.json").unlink()
+    _stop_before_summary(run)
     for ckpt in run.glob("checkpoint-*"):
         _zero_header(ckpt / "model.safetensors")
     proc = subprocess.run(_cmd(run, "--resume_from_checkpoint", "true"), cwd=ROOT, env=_env(), capture_output=True,
@@ -412,3 +424,94 @@ def test_no_readable_checkpoint_is_exit_2_naming_them(runs: dict, tmp_path: Path
     assert "no checkpoint is readable" in lines[0] and f"checkpoint-{STEPS} (model.safetensors" in lines[0]
     assert {p.name for p in run.glob("checkpoint-*")} == {f"checkpoint-{STEPS - SAVE_EVERY}",
                                                            f"checkpoint-{STEPS}"}  # nothing moved
+
+
+# ------------------------------------------------------------------------------- issue 41: nothing lost
+def _installed(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(hf_optbench_command()), "run", RECIPE, "--output_dir", str(out), *ARGS, *extra],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _error_line(proc: subprocess.CompletedProcess) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("damage", ["summary.json cut short", "summary.json deleted"])
+def test_a_finished_run_whose_summary_is_damaged_is_never_written_into(runs: dict, tmp_path: Path,
+                                                                       damage: str) -> None:
+    """Issue 41 item 1: a run finished with no checkpoint kept, its summary.json cut short (a crash while writing
+    it, a full disk) or deleted; a seed-3 run into the same output_dir replaced its model and metrics.jsonl, exit
+    0. It is refused in one line naming what is damaged and the two ways on, and nothing changes."""
+    done = tmp_path / "done"
+    shutil.copytree(runs["full"], done, ignore=shutil.ignore_patterns("checkpoint-*"))
+    summary = done / "summary.json"
+    if damage.endswith("cut short"):
+        summary.write_bytes(summary.read_bytes()[:100])
+    else:
+        summary.unlink()
+    before = _files(done)
+    line = _error_line(_installed(done, "--seed", "3"))
+    what = "summary.json is not readable JSON" if damage.endswith("cut short") else "summary.json is missing"
+    assert f"output_dir '{done}' holds a damaged run: {what}" in line and "model.safetensors" in line, line
+    assert "Choose a new --output_dir, or pass --overwrite_output_dir true" in line
+    assert _files(done) == before
+    if damage.endswith("deleted"):  # resumed too: whether it finished cannot be told, so it is refused as well
+        _error_line(_installed(done, "--resume_from_checkpoint", "true"))
+        assert _files(done) == before
+
+
+def test_the_plan_stamp_records_the_step_each_checkpoint_was_written_at(runs: dict) -> None:
+    from hf_optbench.run.identity import read_stamp, read_trainer_state
+
+    for ckpt in runs["full"].glob("checkpoint-*"):
+        state = read_trainer_state(ckpt)
+        assert read_stamp(state)["step"] == state["global_step"] == int(ckpt.name.split("-")[1])
+
+
+def test_a_resume_from_an_edited_global_step_is_refused_naming_the_checkpoints_own_records(runs: dict,
+                                                                                          tmp_path: Path) -> None:
+    """Issue 41 item 2: the newest checkpoint's global_step set to 1 (its weights are from step 12) resumed
+    "identity verified" and trained steps 2-12 again on the step-12 weights. Its folder name, plan stamp,
+    scheduler and optimizer all say 12: the resume is refused, naming them, and nothing is moved or written."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["full"], run)
+    _stop_before_summary(run)
+    state_file = run / f"checkpoint-{STEPS}" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state["global_step"] = 1
+    state_file.write_text(json.dumps(state))
+    before = _files(run)
+    line = _error_line(_installed(run, "--resume_from_checkpoint", "true"))
+    assert f"checkpoint-{STEPS}'s records disagree on its step: trainer_state.json says global_step 1 but" in line
+    for record in (f"its folder name says step {STEPS}", f"its plan stamp was written at step {STEPS}",
+                   f"its scheduler.pt has stepped {STEPS} times", f"its optimizer.pt holds step {STEPS}"):
+        assert record in line, line
+    assert f"--resume_from_checkpoint {run}/checkpoint-{STEPS - SAVE_EVERY}" in line
+    assert _files(run) == before
+
+
+def test_a_newer_checkpoint_whose_trainer_state_does_not_parse_is_passed_over_saying_so(runs: dict,
+                                                                                        tmp_path: Path) -> None:
+    """Issue 41 item 2: with the newest checkpoint's trainer_state.json not valid JSON, the run fell back to the
+    previous checkpoint and moved the newest aside, saying so only in summary.json. The console now names both."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["full"], run)
+    _stop_before_summary(run)
+    (run / f"checkpoint-{STEPS}" / "trainer_state.json").write_text("{not json")
+    proc = _installed(run, "--resume_from_checkpoint", "true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if line.startswith(f"[hf_optbench] checkpoint-{STEPS} is "
+                                                                          "damaged (trainer_state.json: ")]
+    assert len(said) == 1 and f"resuming from checkpoint-{STEPS - SAVE_EVERY}" in said[0], proc.stderr[-3000:]
+    assert "torn_checkpoints/" in said[0]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["resumed_from"]["step"] == STEPS - SAVE_EVERY
+    assert summary["resumed_from"]["skipped_damaged"][0].startswith(f"checkpoint-{STEPS}: trainer_state.json")
+    full = {r["step"]: r["loss"] for r in _train_rows(runs["full"])}
+    assert {r["step"]: r["loss"] for r in _train_rows(run)} == full

@@ -1,4 +1,5 @@
-"""rundir: the one write-then-rename helper, the run-id format and the summary reader."""
+"""rundir: the one write-then-rename helper, the run-id format, the summary reader and what an output_dir holds of an
+earlier run."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import pytest
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import (
+    METRICS_TAIL_BYTES,
     atomic_path,
+    last_train_step,
     parse_run_id,
+    previous_run,
     read_summary,
     run_id_for,
     write_json_atomic,
@@ -90,3 +94,61 @@ def test_read_summary_refuses_bytes_that_are_not_utf8(tmp_path: Path) -> None:
     assert read_summary(tmp_path) is None
     with pytest.raises(OptBenchError, match="summary.json is not valid JSON"):
         read_summary(tmp_path, required=True)
+
+
+def _run_dir(tmp_path: Path, *, summary: str | None = None, model: bool = False, steps: int = 0,
+             max_steps: int = 4, checkpoint: bool = False) -> Path:
+    """A run directory as a run leaves it: run_identity.json (its max_steps), ``steps`` train rows (an eval row
+    last), summary.json's text, the final model, a checkpoint."""
+    import json
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run_identity.json").write_text(json.dumps({"schema": 2, "plan_hash": "h",
+                                                       "identity": {"max_steps": max_steps}}))
+    rows = [{"kind": "train", "step": s, "loss": 1.0} for s in range(1, steps + 1)]
+    rows += [{"kind": "eval", "step": steps, "eval_loss": 1.0}] if steps else []
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if summary is not None:
+        (out / "summary.json").write_text(summary)
+    if model:
+        (out / "model.safetensors").write_bytes(b"weights")
+    if checkpoint:
+        (out / "checkpoint-2").mkdir()
+    return out
+
+
+@pytest.mark.parametrize("kind, setup, why", [
+    ("finished", {"summary": '{"status": "completed"}', "model": True, "steps": 4}, "status 'completed'"),
+    ("finished", {"summary": '{"status": "diverged"}', "steps": 3}, "status 'diverged'"),
+    # issue 41 item 1: the finished run whose summary.json was cut short, or deleted, was overwritten
+    ("damaged", {"summary": '{"status": "compl', "model": True, "steps": 4}, "summary.json is not readable JSON"),
+    ("damaged", {"model": True, "steps": 4}, "summary.json is missing, though the run saved its final model"),
+    ("damaged", {"steps": 4}, "metrics.jsonl reaches step 4, the run's max_steps"),
+    ("damaged", {"summary": '{"steps": 4}', "steps": 4}, "holds no run status"),
+    ("damaged", {"summary": "[]"}, "does not hold a JSON object"),
+    # stopped before its end (or before a checkpoint at max_steps was complete: a resume finishes it)
+    ("unfinished", {"steps": 3}, "metrics.jsonl up to step 3, no summary.json"),
+    ("unfinished", {"steps": 4, "checkpoint": True}, "metrics.jsonl up to step 4"),
+    ("unfinished", {"summary": '{"status": "failed"}', "steps": 2}, "status 'failed'"),
+    ("unfinished", {}, "run_identity.json, metrics.jsonl, no step recorded"),
+])
+def test_previous_run_is_decided_from_every_record(tmp_path: Path, kind: str, setup: dict, why: str) -> None:
+    found = previous_run(_run_dir(tmp_path, **setup))
+    assert found.state == kind and why in found.why, found
+
+
+def test_a_directory_without_a_runs_records_holds_no_previous_run(tmp_path: Path) -> None:
+    assert previous_run(tmp_path / "missing").state == "none"
+    (tmp_path / "README.md").write_text("# mine\n")
+    assert previous_run(tmp_path).state == "none"  # a user's folder: run.own_files answers for it
+
+
+def test_the_last_train_step_is_read_from_the_end_of_metrics_only(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    head = b"x" * (2 * METRICS_TAIL_BYTES) + b"\n"  # never parsed: only the tail is read
+    (out / "metrics.jsonl").write_bytes(head + b'{"kind": "train", "step": 7}\n{"kind": "eval", "step": 7}\n'
+                                        b'{"kind": "train", "ste')  # a torn last line
+    assert last_train_step(out) == 7
+    assert last_train_step(tmp_path) is None

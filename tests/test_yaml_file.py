@@ -11,7 +11,7 @@ import pytest
 
 from hf_optbench import cli
 from hf_optbench.errors import OptBenchError
-from hf_optbench.yaml_file import load_yaml_mapping
+from hf_optbench.yaml_file import MAX_NESTING, MAX_SETTINGS_BYTES, load_yaml_mapping, nesting_depth
 
 ROOT = Path(__file__).resolve().parents[1]
 # Nine levels of nine aliases: 9**9 (387 million) strings once expanded.
@@ -34,6 +34,14 @@ BAD_FILES = [
     ("syntax.json", b'{"max_steps": 5,}', ["not valid JSON at line 1, column 17"]),
     ("latin1.yaml", "model_size: tiny\n# caf\xe9\n".encode("latin-1"), ["not UTF-8", "0xe9"]),
     ("binary.yaml", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", ["binary file", "NUL byte"]),
+    # issue 41: 100,000 nested lists were a RecursionError traceback; one level past the limit is refused too
+    ("nested.yaml", b"a: " + b"[" * 100_000 + b"]" * 100_000, ["nested more than 32 levels", "line 1, column 35"]),
+    ("nested33.yaml", b"a: " + b"[" * 32 + b"]" * 32, ["nested more than 32 levels"]),
+    ("nested_block.yaml", "".join(f"{'  ' * i}k{i}:\n" for i in range(40)).encode() + b"  " * 40 + b"v: 1\n",
+     ["nested more than 32 levels", "line 32"]),
+    ("nested.json", b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", ["nested more than 32 levels"]),
+    ("nested33.json", b'{"a": ' + b"[" * 32 + b"]" * 32 + b"}", ["nested more than 32 levels"]),
+    ("big.yaml", b"# padding\n" * (MAX_SETTINGS_BYTES // 10 + 1), ["more than the 1,048,576 a settings file may"]),
 ]
 
 
@@ -69,6 +77,40 @@ def test_missing_directory_and_unreadable(tmp_path: Path) -> None:
         locked.chmod(0o600)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero", "dev-null"])
+def test_a_path_that_is_not_a_regular_file_is_refused_without_reading_it(kind: str, tmp_path: Path) -> None:
+    """Issue 41: a recipe linked to /dev/zero was read until a MemoryError, a FIFO nobody writes hung the run."""
+    path = tmp_path / "recipe.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link-to-dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path = Path("/dev/null")
+    words = {"fifo": "is a FIFO (named pipe), not a file", "link-to-dev-zero": "(a link to '/dev/zero') is a "
+             "character device", "dev-null": "is a character device, not a file"}[kind]
+    with pytest.raises(OptBenchError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        load_yaml_mapping(path, "recipe file")
+
+
+def test_the_limits_leave_room_for_every_file_the_project_writes_or_ships() -> None:
+    """The largest settings files the project holds (a CPU study's tuned files, the shipped recipes and sweeps) are
+    well inside the size and nesting limits."""
+    files = [*ROOT.joinpath("recipes").rglob("*.yaml"), *ROOT.joinpath("docs", "results").rglob("*.yaml")]
+    assert files
+    for path in files:
+        assert path.stat().st_size * 10 < MAX_SETTINGS_BYTES, path
+        assert nesting_depth(load_yaml_mapping(path, "file")) * 2 < MAX_NESTING, path
+
+
+def test_nesting_is_counted_without_recursion() -> None:
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert nesting_depth(deep) == 100_001
+    assert nesting_depth({"a": [1, {"b": 2}]}) == 3 and nesting_depth(5) == 0
+
+
 def test_what_is_allowed_still_loads(tmp_path: Path) -> None:
     path = tmp_path / "ok.yaml"
     path.write_text("a: 1\nb: {a: 2}\nc: [a, a]\nd: &anchor_without_alias 3\n")
@@ -76,6 +118,11 @@ def test_what_is_allowed_still_loads(tmp_path: Path) -> None:
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     assert load_yaml_mapping(empty, "tuned file", empty_ok=True) == {}
+    deepest = tmp_path / "deepest.yaml"  # nesting up to the limit loads, in YAML and JSON alike
+    deepest.write_text("a: " + "[" * (MAX_NESTING - 1) + "]" * (MAX_NESTING - 1))
+    assert nesting_depth(load_yaml_mapping(deepest, "recipe file")) == MAX_NESTING
+    deepest.with_suffix(".json").write_text('{"a": ' + "[" * (MAX_NESTING - 1) + "]" * (MAX_NESTING - 1) + "}")
+    assert nesting_depth(load_yaml_mapping(deepest.with_suffix(".json"), "recipe file")) == MAX_NESTING
 
 
 def test_every_shipped_yaml_loads() -> None:

@@ -334,6 +334,60 @@ def check_init_from(init_from: str) -> None:
         raise OptBenchError(f"init_from '{init_from}' is not a directory. {hint}")
     if not (path / "config.json").is_file() or not any((path / w).is_file() for w in INIT_FROM_WEIGHTS):
         raise OptBenchError(f"init_from '{init_from}' holds no model (config.json and model.safetensors). {hint}")
+    check_init_from_config(path / "config.json", init_from)
+    if not any((path / w).is_file() for w in INIT_FROM_WEIGHTS if "safetensors" in w):  # else safetensors are read
+        for weights in sorted(path.glob("pytorch_model*.bin")):
+            refused = refused_pickle(weights)
+            if refused:
+                raise OptBenchError(
+                    f"init_from '{init_from}': {weights.name} is a pickle that torch's safe loader refuses "
+                    f"({refused}): loading it could run code, so it is never loaded. Start from a checkpoint saved "
+                    "as model.safetensors, or convert this one from a copy you trust.")
+
+
+def check_init_from_config(config: Path, init_from: str) -> None:
+    """An init_from config.json is a JSON object (of at most :data:`~hf_optbench.yaml_file.MAX_SETTINGS_BYTES`)
+    that asks for no custom code. Why: a config with ``auto_map`` names modelling code of its own; hf_optbench never
+    runs it (``trust_remote_code`` stays off) and transformers then builds the stock class of its ``model_type``
+    without a word (issue 41), so the user would train another model than the one the checkpoint was made with."""
+    from hf_optbench.yaml_file import MAX_SETTINGS_BYTES, loads_json_bounded
+
+    try:
+        if config.stat().st_size > MAX_SETTINGS_BYTES:
+            raise ValueError(f"{config.stat().st_size:,} bytes, more than a model config's {MAX_SETTINGS_BYTES:,}")
+        data = loads_json_bounded(config.read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise OptBenchError(f"init_from '{init_from}': {config.name} is not a readable model config "
+                            f"({type(exc).__name__}: {str(exc)[:120]}). Fix or replace it.") from None
+    if not isinstance(data, dict):
+        raise OptBenchError(f"init_from '{init_from}': {config.name} does not hold a JSON object. Fix or replace it.")
+    if data.get("auto_map"):
+        named = ", ".join(f"{k} -> {v}" for k, v in dict(data["auto_map"]).items()) if isinstance(
+            data["auto_map"], dict) else str(data["auto_map"])
+        raise OptBenchError(
+            f"init_from '{init_from}': {config.name} asks for custom modelling code (auto_map: {named[:200]}), which "
+            f"hf_optbench never runs, so it would load as the stock '{data.get('model_type')}' class instead. Remove "
+            "auto_map from config.json to load it as that class, or start from a checkpoint without custom code.")
+
+
+def refused_pickle(path: Path) -> str | None:
+    """Why torch's safe loader (``weights_only``) refuses the pickle at ``path`` (the global it would import), or None
+    when it loads it (memory-mapped onto the meta device: no tensor is read) or the file is not one it can judge
+    (damaged: transformers says so when it loads it)."""
+    import pickle
+    import zipfile
+
+    import torch
+
+    try:
+        torch.load(path, map_location="meta", weights_only=True, mmap=zipfile.is_zipfile(path))
+    except pickle.UnpicklingError as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        why = next((line for line in lines if "GLOBAL" in line or "Unsupported" in line), lines[0] if lines else "")
+        return why.rstrip(".") or "refused"
+    except Exception:  # noqa: BLE001 - a damaged or foreign file: not a refused pickle
+        return None
+    return None
 
 
 def check_tuned_file(path: str) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
+from hf_optbench.yaml_file import loads_json_bounded
 
 
 def parse_json_mapping(key: str, text: str | dict | None) -> dict[str, Any]:
@@ -27,15 +28,22 @@ def parse_json_mapping(key: str, text: str | dict | None) -> dict[str, Any]:
     if isinstance(text, dict):
         return dict(text)
     try:
-        value = json.loads(text)
+        value = loads_json_bounded(text)
     except json.JSONDecodeError as exc:
         raise OptBenchError(
-            f"{key} is not valid JSON: {text!r} ({exc.msg}). Write a mapping, e.g. {key}: {{\"betas\": [0.9, 0.95]}} "
-            "in the recipe or --" + key + " '{\"betas\": [0.9, 0.95]}' on the command line."
+            f"{key} is not valid JSON: {_abbrev(text)} ({exc.msg}). Write a mapping, e.g. {key}: "
+            f"{{\"betas\": [0.9, 0.95]}} in the recipe or --{key} '{{\"betas\": [0.9, 0.95]}}' on the command line."
         ) from exc
+    except ValueError as exc:  # nested too deep (loads_json_bounded)
+        raise OptBenchError(f"{key} holds {exc}.") from None
     if not isinstance(value, dict):
-        raise OptBenchError(f"{key} must be a JSON object (mapping), got {type(value).__name__}: {text!r}.")
+        raise OptBenchError(f"{key} must be a JSON object (mapping), got {type(value).__name__}: {_abbrev(text)}.")
     return value
+
+
+def _abbrev(text: str, keep: int = 40) -> str:
+    """``text`` quoted, cut to its first and last ``keep`` characters: an error line stays one readable line."""
+    return repr(text) if len(text) <= 2 * keep + 3 else f"{text[:keep]!r}...{text[-keep:]!r} ({len(text):,} characters)"
 
 
 @dataclass
@@ -101,8 +109,9 @@ class OptimizerArguments:
                 f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}. GPT-3 uses 0.1 (cosine to 10% of the peak)."
             )
         if self.tuned_hparams_file and not os.path.isfile(self.tuned_hparams_file):
+            there = "is not a regular file" if os.path.exists(self.tuned_hparams_file) else "does not exist"
             raise OptBenchError(
-                f"tuned_hparams_file '{self.tuned_hparams_file}' does not exist. Write it with `hf-optbench tune` or "
+                f"tuned_hparams_file '{self.tuned_hparams_file}' {there}. Write it with `hf-optbench tune` or "
                 "drop the key to use the registry's cited defaults."
             )
 

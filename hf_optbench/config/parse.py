@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.config.argv import attach_negative_values
 from hf_optbench.config.bench_args import BenchArguments
+from hf_optbench.config.bounds import SYNTHETIC_KEYS, check_run_bounds
 from hf_optbench.config.checks import (
     MAX_POSITIONS,
     MAX_VOCAB_PAD,
@@ -41,7 +43,7 @@ from hf_optbench.config.optim_args import OptimizerArguments
 from hf_optbench.config.recipe_defaults import allow_lists, parse_with_defaults, recipe_defaults
 from hf_optbench.errors import OptBenchError, suggest
 from hf_optbench.models import check_block_size, size_names
-from hf_optbench.rundir import FINISHED_STATUSES, read_summary
+from hf_optbench.rundir import previous_run
 from hf_optbench.yaml_file import load_yaml_mapping
 
 
@@ -340,6 +342,7 @@ def parse_args(argv: list[str] | None = None, *, recipe: dict[str, Any] | None =
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     recipe_path, cli_tokens = _split_argv(argv)
+    cli_tokens = attach_negative_values(cli_tokens)  # --weight_decay -inf reaches the finiteness check
     recipe = recipe if recipe is not None else load_recipe(recipe_path) if recipe_path else {}  # preflight's
     explicit = check_keys(recipe, cli_tokens, recipe_path)
 
@@ -399,6 +402,8 @@ def _validate(cfg: RunConfig) -> None:
             f"max_steps must be a positive number of optimizer steps, got {t.max_steps}: the benchmark compares "
             "optimizers at equal steps/tokens, so set it (e.g. --max_steps 200)."
         )
+    check_run_bounds({"max_steps": t.max_steps, "logging_steps": t.logging_steps, "block_size": cfg.data.block_size,
+                      **{k: getattr(cfg.data, k) for k in ("data_source", "synthetic_num_tokens", *SYNTHETIC_KEYS)}})
     # the model's position table is block_size rows when n_positions is unset: the same ceiling
     check_int_range("block_size", cfg.data.block_size, 2, MAX_POSITIONS, "Use e.g. 128 or the model's n_positions.")
     check_block_size(cfg.data.block_size, cfg.model.n_positions or cfg.data.block_size)
@@ -406,21 +411,30 @@ def _validate(cfg: RunConfig) -> None:
 
 
 def check_output_dir(cfg: RunConfig) -> None:
-    """A writable directory; refuse to overwrite a finished run unless asked, or to silently restart an
-    unfinished one."""
+    """A writable directory that holds no earlier run's results the run would write over (:func:`hf_optbench.rundir.
+    previous_run`: decided from every record a run leaves, not summary.json alone): a finished or a damaged run is
+    refused unless ``--overwrite_output_dir``, a damaged one also on a resume (whether it finished cannot be told);
+    an unfinished one is resumed only when asked and is never silently restarted."""
     out = Path(cfg.training.output_dir)
     check_writable_dir(out, "output_dir", RUN_DIR_LONGEST_INSIDE)
-    resuming = cfg.resume.requested
-    if not cfg.run.overwrite_output_dir:
-        status = (read_summary(out) or {}).get("status")  # None when missing or unreadable
-        if status in FINISHED_STATUSES and not resuming:
-            raise OptBenchError(
-                f"output_dir '{out}' already holds a finished run (status '{status}'). Choose another "
-                "--output_dir, or pass --overwrite_output_dir true to replace it."
-            )
-    has_checkpoints = out.is_dir() and any(p.name.startswith("checkpoint-") for p in out.iterdir())
-    if has_checkpoints and not resuming and not cfg.run.overwrite_output_dir:
+    if cfg.run.overwrite_output_dir and not cfg.resume.requested:
+        return
+    previous = previous_run(out)
+    ways = "Choose a new --output_dir, or pass --overwrite_output_dir true to replace it."
+    if previous.state == "damaged":
+        raise OptBenchError(f"output_dir '{out}' holds a damaged run: {previous.why}. Nothing was written. {ways}")
+    if cfg.resume.requested or cfg.run.overwrite_output_dir:
+        return  # a finished run resumed is a no-op (run.output.finished_run_summary); the checkpoint is checked later
+    if previous.state == "finished":
+        raise OptBenchError(f"output_dir '{out}' already holds a finished run (status '{previous.status}'). {ways}")
+    if previous.state == "unfinished" and previous.checkpoints:
         raise OptBenchError(
             f"output_dir '{out}' holds checkpoints of an unfinished run. Continue it with "
             "--resume_from_checkpoint true, or pass --overwrite_output_dir true to start over."
+        )
+    if previous.state == "unfinished":
+        raise OptBenchError(
+            f"output_dir '{out}' holds an earlier run that did not finish ({previous.why}) and kept no checkpoint to "
+            "resume from; a new run would replace its records. Choose a new --output_dir, or pass "
+            "--overwrite_output_dir true to start over."
         )

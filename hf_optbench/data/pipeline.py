@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hf_optbench.config.bounds import check_cache_room
 from hf_optbench.config.data_args import DataArguments
 from hf_optbench.data import tokenizers
 from hf_optbench.data.cache import (
@@ -237,6 +238,12 @@ def prepare_data(data_args: DataArguments, *, n_positions: int) -> DatasetBundle
     fp = fingerprint(payload)
     final = os.path.join(cache_root, fp)
     cached, damaged = lookup(final, data_args.overwrite_data_cache)
+    if cached is None:  # to be built: the splits whose sizes the settings give must fit on the cache's disk
+        bs = data_args.block_size
+        known = {"training": ((data_args.max_train_tokens or 0) // bs, "max_train_tokens"),
+                 "validation": (data_args.validation_blocks or 0, "validation_blocks"),
+                 "tuning": (data_args.tuning_blocks, "tuning_blocks")}
+        check_cache_room(cache_root, known, bs)
     if cached is not None:
         if cached[1].get("vocab_size") != vocab_size:
             raise OptBenchError(
@@ -392,6 +399,10 @@ def _prepare_synthetic(data_args: DataArguments, cache_root: str) -> DatasetBund
     cached, damaged = lookup(final, data_args.overwrite_data_cache)
     if cached is not None:
         return _bundle_from_cache(cached, None, vocab, True, final)
+    check_cache_room(cache_root, {"training": (n_train, "synthetic_num_tokens"),
+                                  "validation": (n_eval, "validation_blocks" if data_args.validation_blocks else
+                                                 "synthetic_num_tokens (validation_fraction of it)"),
+                                  "tuning": (data_args.tuning_blocks, "tuning_blocks")}, data_args.block_size)
     from hf_optbench.data.synthetic import build_synthetic_entry  # numpy only when the source is synthetic
 
     path = _rebuild(lambda: build_synthetic_entry(data_args, n_train, n_eval, cache_root, fp), final, damaged)

@@ -36,6 +36,14 @@ _SUFFIX_BUILDERS = (
     (".parquet", "parquet"),
 )
 _C4_COLUMNS = ("text", "timestamp", "url")
+# The longest document (a line of a .txt file read per line, a JSON record's text, a whole file read per document)
+# a source may hold. Why: the Rust tokenizer holds ~240-350 bytes of memory per character of one document while it
+# encodes it (builtin:thai-bpe-2k measured on one document of 2 and 20 million characters, Thai and ASCII: peaks of
+# 0.55-0.67 GB and 4.6-5.4 GB), so a 200 MB line needs ~50-70 GB and aborted the run (issue 41: rc 134, 3.4 GB
+# resident under a 6 GB limit). 4 Mi characters stays under ~1.5 GB and holds a long novel whole (1-3 million
+# characters); longer text is split into documents by the user, who knows where its boundaries are.
+MAX_DOCUMENT_CHARS = 4 * 2**20
+_TOKENIZER_BYTES_PER_CHAR = 240  # the lower end of the measured range, for the error line's figure
 
 
 # ------------------------------------------------------------------------------------------------ local files
@@ -131,6 +139,7 @@ def check_local_files(local: LocalFiles) -> None:
             with open(path, "rb") as fh:
                 if fh.read(4) != b"PAR1":
                     raise OptBenchError(f"data file {path!r} is not a Parquet file (no PAR1 magic). Fix the file or its suffix.")
+            check_parquet_footer(path)
             continue
         head = _head_bytes(path)
         if not head.strip():
@@ -143,6 +152,27 @@ def check_local_files(local: LocalFiles) -> None:
             raise OptBenchError(f"data file {path!r} is not UTF-8 text ({exc.reason} at byte {exc.start}). Convert it to UTF-8.") from exc
         if local.builder == "json" and head.lstrip()[:1] not in (b"{", b"["):
             raise OptBenchError(f"data file {path!r} is not JSON lines (first character is not '{{'). Use .txt for plain text.")
+
+
+def check_parquet_footer(path: str) -> None:
+    """A Parquet file's footer (its metadata, at the end) parses, and every column chunk it lists lies inside the
+    file. Why: a truncated file keeps its leading magic bytes, and pyarrow's error surfaced as a traceback once the
+    data was read (issue 41); this reads the footer only, not the data."""
+    import pyarrow.parquet as pq
+
+    size = os.path.getsize(path)
+    try:
+        meta = pq.read_metadata(path)
+        chunks = [meta.row_group(r).column(c) for r in range(meta.num_row_groups) for c in range(meta.num_columns)]
+        ends = [(ch.dictionary_page_offset if ch.has_dictionary_page else ch.data_page_offset)
+                + ch.total_compressed_size for ch in chunks]
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ... for a damaged footer
+        raise OptBenchError(f"data file {path!r} is a damaged Parquet file ({type(exc).__name__}: "
+                            f"{' '.join(str(exc).split())[:160]}): "
+                            "cut short or corrupted. Replace it, or leave it out of data_files.") from None
+    if ends and max(ends) > size:
+        raise OptBenchError(f"data file {path!r} is a damaged Parquet file: its footer lists data up to byte "
+                            f"{max(ends):,} of a {size:,}-byte file. Replace it, or leave it out of data_files.")
 
 
 def _json_features(local: LocalFiles, text_column: str) -> Any:
@@ -180,6 +210,7 @@ class TextStream:
     description: str
     identity: dict[str, Any]
     strip_newlines: bool = False  # the text builder leaves a file's final newline on the last paragraph
+    files: tuple[str, ...] = ()  # a local source's files, to name the one holding a document too long to encode
     _dataset: Any = None
 
     @property
@@ -220,7 +251,7 @@ def _open_local(local: LocalFiles, text_column: str, sample_by: str, what: str) 
 
     desc = f"{what}: {len(local.files)} {local.builder} file(s){' (c4 layout)' if local.c4_layout else ''}"
     identity = {"files": _file_identity(local.files), "builder": local.builder, "sample_by": sample_by}
-    return TextStream(opener, column, desc, identity, strip_newlines=local.builder == "text")
+    return TextStream(opener, column, desc, identity, strip_newlines=local.builder == "text", files=tuple(local.files))
 
 
 def _open_hub(data_args: DataArguments) -> TextStream:
@@ -291,6 +322,8 @@ def iter_texts(stream: TextStream, limit: int | None = None) -> Iterator[str]:
                 )
             if not text.strip():
                 continue
+            if len(text) > MAX_DOCUMENT_CHARS:
+                raise OptBenchError(_long_document(stream, n, len(text)))
             yield text.strip("\r\n") if stream.strip_newlines else text
             n += 1
             if limit is not None and n >= limit:
@@ -298,7 +331,43 @@ def iter_texts(stream: TextStream, limit: int | None = None) -> Iterator[str]:
     except OptBenchError:
         raise
     except Exception as exc:  # pyarrow/json errors surface only while streaming: name the source
-        raise OptBenchError(f"could not read {stream.description}: {type(exc).__name__}: {exc}. Check the files.") from exc
+        files = f" ({', '.join(stream.files)})" if 0 < len(stream.files) <= 3 else ""
+        raise OptBenchError(f"could not read {stream.description}{files}: {type(exc).__name__}: "
+                            f"{' '.join(str(exc).split())[:300].rstrip('.')}. Check the files.") from exc
+
+
+def _long_line(files: Sequence[str]) -> tuple[str, int] | None:
+    """(file, line number) of the first line of ``files`` longer than :data:`MAX_DOCUMENT_CHARS` characters, read
+    in 1 MiB chunks (never a whole line at once); None when no line is (a document of another shape)."""
+    for path in files:
+        opener = gzip.open if path.lower().endswith(".gz") else open
+        try:
+            with opener(path, "rb") as fh:
+                line, chars = 1, 0
+                while chunk := fh.read(1 << 20):
+                    pieces = chunk.split(b"\n")
+                    for i, piece in enumerate(pieces):
+                        chars += len(piece.decode("utf-8", "ignore"))  # a character cut at the chunk's end: off by one
+                        if chars > MAX_DOCUMENT_CHARS:
+                            return path, line
+                        if i < len(pieces) - 1:
+                            line, chars = line + 1, 0
+        except (OSError, EOFError):
+            continue
+    return None
+
+
+def _long_document(stream: TextStream, index: int, length: int) -> str:
+    """The error line for a document longer than :data:`MAX_DOCUMENT_CHARS`, naming its file and line where the
+    source is local files."""
+    found = _long_line(stream.files) if stream.files else None
+    where = (f"data file '{found[0]}' line {found[1]:,}" if found else
+             f"{stream.description} (document {index + 1:,}{', ' + stream.files[0] if len(stream.files) == 1 else ''})")
+    need = length * _TOKENIZER_BYTES_PER_CHAR / 2**30
+    return (f"{where} holds a document of {length:,} characters, longer than the {MAX_DOCUMENT_CHARS:,} a document "
+            f"may have: the tokenizer holds ~{_TOKENIZER_BYTES_PER_CHAR} bytes per character of one document while it "
+            f"encodes it (~{need:,.1f} GiB for this one). Split it into shorter documents (lines, or paragraphs with "
+            "txt_sample_by paragraph), or leave it out.")
 
 
 def iter_local_documents(

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hf_optbench.config.bounds import SYNTHETIC_CHUNK
 from hf_optbench.config.data_args import DataArguments
 from hf_optbench.data.cache import block_schema, store, work_dir, write_blocks
 
@@ -188,7 +189,8 @@ class HMMSource:
         return float(nll / (n * (rows.shape[1] - 1)))
 
     def iter_blocks(
-        self, n_blocks: int, block_size: int, *, split: str = "train", split_seed: int = 0, chunk: int = 4096
+        self, n_blocks: int, block_size: int, *, split: str = "train", split_seed: int = 0,
+        chunk: int = SYNTHETIC_CHUNK,
     ) -> Iterator[np.ndarray]:
         """Yield ``n_blocks`` sequences of ``block_size`` tokens in chunks (2-D arrays), deterministically.
 

@@ -44,13 +44,20 @@ class PlanStamp(TrainerCallback, ExportableState):
     ``schedule`` (it builds it from TrainingArguments, also after DeepSpeed's re-initialisation)."""
 
     def __init__(self, stamp: Mapping[str, Any] | None = None, schedule: Mapping[str, Any] | None = None) -> None:
-        self.stamp = dict(stamp or {})
+        self.stamp = {k: v for k, v in (stamp or {}).items() if k != "step"}
         self.schedule = dict(schedule or {})
+        self.step: int | None = None
 
     def state(self) -> dict[str, Any]:
-        return {"args": {"stamp": self.stamp}, "attributes": {}}
+        # the step the checkpoint is written at, beside the plan: a resume checks trainer_state.json's global_step
+        # against it (check_step_records)
+        return {"args": {"stamp": {**self.stamp, "step": self.step}}, "attributes": {}}
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.step = state.global_step  # transformers saves a checkpoint after on_step_end, at this step
 
     def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
+        self.step = state.global_step
         # A state resumed from a checkpoint written without a stamp (``force``) lacks our key, and transformers'
         # _save_checkpoint indexes it without a default (KeyError at the first save): give it one.
         state.stateful_callbacks.setdefault(STAMP_KEY, self.state())
@@ -77,11 +84,22 @@ def check_schedule(planned: Mapping[str, Any], scheduler: Any) -> None:
 # ---------------------------------------------------------------------------------------------------- reading
 def read_trainer_state(ckpt: Path) -> dict[str, Any] | None:
     """A checkpoint's trainer_state.json, or None when it is missing or unreadable (the checkpoint is incomplete)."""
+    return trainer_state_or_problem(ckpt)[0]
+
+
+def trainer_state_or_problem(ckpt: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(a checkpoint's trainer_state.json, None), or (None, why) for one that is there but unreadable (damaged:
+    said on the console when a resume passes it over), or (None, None) without one (a save cut short: torn)."""
+    path = ckpt / TRAINER_STATE_FILE
     try:
-        data = json.loads((ckpt / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:
+        return None, f"{TRAINER_STATE_FILE}: {type(exc).__name__}: {str(exc)[:120]}"
+    if not isinstance(data, dict):
+        return None, f"{TRAINER_STATE_FILE}: not a JSON object"
+    return data, None
 
 
 def read_stamp(trainer_state: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -188,37 +206,105 @@ def _verify(plan: RunPlan, ckpt: Path, state: Mapping[str, Any], where: str) -> 
     return False
 
 
+def _count(value: Any) -> int | None:
+    """A step count held as an int, a float or a 0-d tensor (torch optimizers keep ``step`` as a tensor)."""
+    try:
+        number = float(value.item() if hasattr(value, "item") else value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    return int(number) if number == number and abs(number) < 2**62 else None
+
+
+def _torch_file(path: Path) -> Any:
+    """A checkpoint's torch file (torch.save's zip) as torch's safe loader reads it, memory-mapped (the optimizer's
+    moments are not read); None when it is absent or does not load (DeepSpeed keeps these elsewhere)."""
+    if not path.is_file():
+        return None
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - any unloadable file: its step is not known, the other records still are
+        return None
+
+
+def _scheduler_steps(ckpt: Path) -> int | None:
+    """How many times the checkpoint's scheduler stepped (``last_epoch``: once per optimizer step)."""
+    state = _torch_file(ckpt / "scheduler.pt")
+    return _count(state.get("last_epoch")) if isinstance(state, dict) else None
+
+
+def _optimizer_steps(ckpt: Path) -> int | None:
+    """The largest step count the checkpoint's optimizer state holds (per tensor, as torch's AdamW keeps it, or per
+    group, as Sophia's), or None where its optimizer keeps none (Lion)."""
+    state = _torch_file(ckpt / "optimizer.pt")
+    if not isinstance(state, dict):
+        return None
+    entries = [*(state.get("state") or {}).values(), *(state.get("param_groups") or [])]
+    counts = [_count(e["step"]) for e in entries if isinstance(e, dict) and "step" in e]
+    return max((c for c in counts if c is not None), default=None)
+
+
+def step_record_problems(ckpt: Path, state: Mapping[str, Any], *, steps_may_be_skipped: bool = False) -> list[str]:
+    """Where a checkpoint's own records disagree with its trainer_state.json's ``global_step``, the step the Trainer
+    resumes at: its folder name (``checkpoint-N``, named by the Trainer at that step), the step the plan stamp was
+    written at, its scheduler's step count (one step per optimizer step; fewer only where fp16's loss scaler skips
+    steps: ``steps_may_be_skipped``) and its optimizer's (never more than the Trainer's). Why: an edited
+    ``global_step`` (4 -> 1) was resumed "identity verified", retraining steps 2-4 on the step-4 weights and state."""
+    step = state.get("global_step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        return [f"its global_step is {step!r}, not a step count"]
+    problems = []
+    named = re.fullmatch(r"checkpoint-(\d+)", ckpt.name)
+    if named and int(named.group(1)) != step:
+        problems.append(f"its folder name says step {named.group(1)}")
+    stamped = (read_stamp(state) or {}).get("step")
+    if isinstance(stamped, int) and stamped != step:
+        problems.append(f"its plan stamp was written at step {stamped}")
+    scheduler = _scheduler_steps(ckpt)
+    if scheduler is not None and (scheduler > step or (scheduler < step and not steps_may_be_skipped)):
+        problems.append(f"its scheduler.pt has stepped {scheduler} times")
+    optimizer = _optimizer_steps(ckpt)
+    if optimizer is not None and optimizer > step:
+        problems.append(f"its optimizer.pt holds step {optimizer}")
+    return [f"{TRAINER_STATE_FILE} says global_step {step} but " + ", ".join(problems)] if problems else []
+
+
+def _check_steps(plan: RunPlan, ckpt: Path, state: Mapping[str, Any], where: str, older: Path | None) -> None:
+    """OptBenchError when the checkpoint's step records disagree (:func:`step_record_problems`)."""
+    problems = step_record_problems(ckpt, state, steps_may_be_skipped=bool(plan.args.training.fp16))
+    if problems:
+        other = f" (--resume_from_checkpoint {older})" if older is not None else ""
+        raise OptBenchError(
+            f"cannot resume '{where}': {ckpt.name}'s records disagree on its step: {'; '.join(problems)}. Its "
+            f"{TRAINER_STATE_FILE} was edited or belongs to another checkpoint, and the run would continue from the "
+            f"wrong step. Restore that file, resume from another checkpoint{other}, or start over with "
+            "--overwrite_output_dir true (without --resume_from_checkpoint)."
+        )
+
+
 def choose_checkpoint(plan: RunPlan, out: Path, *, move: bool = True) -> Resumption | None:
-    """The checkpoint the run resumes from (None without ``resume_from_checkpoint``), its identity verified against
-    ``plan`` before anything is moved, built or written. ``latest``: the newest checkpoint of ``out`` that is
-    complete (trainer_state.json, written last) and readable (:func:`checkpoint_problem`); newer damaged ones are
-    passed over, one line each on stderr, and with ``move`` (the main process) moved to ``torn_checkpoints/`` with
-    the torn ones, never deleted. A named path must be complete and readable itself."""
+    """The checkpoint the run resumes from (None without ``resume_from_checkpoint``), its identity and its step
+    (:func:`step_record_problems`) verified against ``plan`` before anything is moved, built or written. ``latest``:
+    the newest checkpoint of ``out`` that is complete (trainer_state.json, written last) and readable
+    (:func:`checkpoint_problem`); newer torn or damaged ones are passed over, one line each on stderr naming both
+    checkpoints, and with ``move`` (the main process) moved to ``torn_checkpoints/``, never deleted. A named path
+    must be complete and readable itself."""
     req = plan.resume
     if not req.requested:
         return None
     if req.mode == "path":
-        ckpt = Path(req.path or "")
-        state = read_trainer_state(ckpt) if ckpt.is_dir() else None
-        if state is None:
-            raise OptBenchError(f"--resume_from_checkpoint '{ckpt}' is not a complete checkpoint (no readable "
-                                f"{TRAINER_STATE_FILE}). Pass a checkpoint-N folder, or true for the newest in "
-                                "output_dir.")
-        problem = checkpoint_problem(ckpt)
-        if problem:
-            raise OptBenchError(f"--resume_from_checkpoint '{ckpt}' is damaged ({problem}). Pass another "
-                                "checkpoint, or start over.")
-        forced = _verify(plan, ckpt, state, str(ckpt))
-        return Resumption(ckpt, int(state.get("global_step") or 0), forced)
+        return _named_checkpoint(plan, Path(req.path or ""))
     folders = _numbered(out)
-    states = {p: read_trainer_state(p) for p in folders}
+    read = {p: trainer_state_or_problem(p) for p in folders}
+    states = {p: state for p, (state, _) in read.items()}
     complete = [p for p in folders if states[p] is not None]
     if not complete:
         raise OptBenchError(
             f"--resume_from_checkpoint true but '{out}' holds no complete checkpoint-* folder: start without it "
             "(with --overwrite_output_dir true if the folder has other results), or pass a checkpoint path."
         )
-    skipped: list[tuple[Path, str]] = []
+    skipped: list[tuple[Path, str]] = [(p, why) for p, (_, why) in read.items() if why is not None]
     chosen = None
     for ckpt in complete:
         problem = checkpoint_problem(ckpt)
@@ -231,17 +317,46 @@ def choose_checkpoint(plan: RunPlan, out: Path, *, move: bool = True) -> Resumpt
         raise OptBenchError(f"cannot resume '{out}': no checkpoint is readable: {listed}. Start over with "
                             "--overwrite_output_dir true (without --resume_from_checkpoint).")
     forced = _verify(plan, chosen, states[chosen], str(out))
+    older = next((p for p in complete if _number(p) < _number(chosen)), None)
+    _check_steps(plan, chosen, states[chosen], str(out), older)
+    skipped.sort(key=lambda item: -_number(item[0]))
     if move:
-        _set_aside(out, [p for p in folders if states[p] is None], skipped, chosen)
+        torn = [p for p in folders if states[p] is None and read[p][1] is None]
+        _set_aside(out, torn, skipped, chosen)
     return Resumption(chosen, int(states[chosen].get("global_step") or 0), forced,
                       tuple(f"{p.name}: {why}" for p, why in skipped))
 
 
+def _named_checkpoint(plan: RunPlan, ckpt: Path) -> Resumption:
+    """``--resume_from_checkpoint PATH``: that checkpoint, complete, readable, its identity and step verified."""
+    state, why = trainer_state_or_problem(ckpt) if ckpt.is_dir() else (None, None)
+    if state is None:
+        raise OptBenchError(f"--resume_from_checkpoint '{ckpt}' is not a complete checkpoint (no readable "
+                            f"{TRAINER_STATE_FILE}{f': {why}' if why else ''}). Pass a checkpoint-N folder, or true "
+                            "for the newest in output_dir.")
+    problem = checkpoint_problem(ckpt)
+    if problem:
+        raise OptBenchError(f"--resume_from_checkpoint '{ckpt}' is damaged ({problem}). Pass another "
+                            "checkpoint, or start over.")
+    forced = _verify(plan, ckpt, state, str(ckpt))
+    _check_steps(plan, ckpt, state, str(ckpt), None)
+    return Resumption(ckpt, int(state.get("global_step") or 0), forced)
+
+
+def _number(ckpt: Path) -> int:
+    return int(ckpt.name.split("-")[1])
+
+
 def _set_aside(out: Path, torn: list[Path], damaged: list[tuple[Path, str]], chosen: Path) -> None:
-    """Move torn checkpoints (a kill mid-save) and damaged ones out of transformers' ``checkpoint-*`` rotation,
-    saying so for each damaged one; the legacy ``checkpoint-*.incomplete`` names of earlier versions too."""
+    """Move torn checkpoints (a kill mid-save) and damaged ones out of transformers' ``checkpoint-*`` rotation; a
+    fall-back past a newer one is said on stderr, naming both (issue 41: a newer checkpoint whose trainer_state.json
+    did not parse was moved aside without a word); the legacy ``checkpoint-*.incomplete`` names of earlier versions
+    too."""
     for ckpt in [*torn, *sorted(out.glob("checkpoint-*.incomplete"))]:
-        move_torn_checkpoint(ckpt)
+        moved = move_torn_checkpoint(ckpt)
+        if re.fullmatch(r"checkpoint-\d+", ckpt.name) and _number(ckpt) > _number(chosen):
+            print(f"[hf_optbench] {ckpt.name} is incomplete (no {TRAINER_STATE_FILE}: its save was cut short): "
+                  f"resuming from {chosen.name}; it is in {moved.relative_to(out)}", file=sys.stderr, flush=True)
     for ckpt, why in damaged:
         moved = move_torn_checkpoint(ckpt)
         print(f"[hf_optbench] {ckpt.name} is damaged ({why}): resuming from {chosen.name}; the damaged one is in "

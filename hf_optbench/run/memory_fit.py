@@ -19,59 +19,14 @@ other than the CPU and CUDA.
 from __future__ import annotations
 
 import os
-import resource
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError
+from hf_optbench.machine import Room, cpu_memory_room
 
 if TYPE_CHECKING:
     from hf_optbench.measure.planner import MemoryPlan
     from hf_optbench.run.plan import RunPlan
-
-# cgroup v2 and v1 files at the mount a container sees as its own (limit, usage, the usage the kernel reclaims
-# first: page cache not recently used, as psutil's "available" counts it).
-CGROUPS = ((Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory.current"),
-            Path("/sys/fs/cgroup/memory.stat"), "inactive_file"),
-           (Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"), Path("/sys/fs/cgroup/memory/memory.usage_in_bytes"),
-            Path("/sys/fs/cgroup/memory/memory.stat"), "total_inactive_file"))
-UNLIMITED = 2**60  # a cgroup v1 "no limit" reads 9223372036854771712
-
-
-@dataclass(frozen=True)
-class Room:
-    """Bytes the run can still allocate on its device, and where the figure comes from: a phrase for the error line
-    with ``{}`` where the GiB go."""
-
-    bytes: int
-    source: str
-
-
-def _cgroup_room() -> int | None:
-    """What the container's memory limit leaves (limit - usage + reclaimable cache), or None without a limit."""
-    for limit_file, usage_file, stat_file, inactive_key in CGROUPS:
-        try:
-            text = limit_file.read_text().strip()
-            if text == "max" or int(text) >= UNLIMITED:
-                return None
-            usage = int(usage_file.read_text().strip())
-            stat = dict(line.split() for line in stat_file.read_text().splitlines() if len(line.split()) == 2)
-        except (OSError, ValueError):
-            continue
-        return max(int(text) - usage + int(stat.get(inactive_key, 0)), 0)
-    return None
-
-
-def _address_space_room() -> int | None:
-    """What ``ulimit -v`` (RLIMIT_AS) leaves of this process's address space, or None without a limit."""
-    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-    if limit == resource.RLIM_INFINITY:
-        return None
-    import psutil
-
-    return max(limit - psutil.Process().memory_info().vms, 0)
-
 
 def available_memory(device: Any) -> Room | None:
     """What the training device has left for this run: CUDA's free memory on ``device``, or on the CPU the least of
@@ -84,14 +39,7 @@ def available_memory(device: Any) -> Room | None:
         return Room(int(free), f"the {torch.cuda.get_device_name(device)} has {{}} GiB free")
     if kind != "cpu":
         return None
-    import psutil
-
-    rooms = [Room(int(psutil.virtual_memory().available), "this machine has {} GiB available")]
-    for limited, source in ((_cgroup_room(), "the container's memory limit (cgroup) leaves {} GiB"),
-                            (_address_space_room(), "the address-space limit (ulimit -v) leaves {} GiB")):
-        if limited is not None:
-            rooms.append(Room(limited, source))
-    return min(rooms, key=lambda r: r.bytes)
+    return cpu_memory_room()
 
 
 def _precision(training: Any) -> str:

@@ -1,5 +1,6 @@
 """What a run checks before transformers is even imported: that its output_dir's names fit the filesystem, that no
-other run owns it, and that the machine has the hardware the recipe's precision needs.
+other run owns it, that its sizes and counts fit the machine (config.bounds), and that the machine has the hardware
+the recipe's precision needs.
 
 Both must answer before ``parse_args`` (which builds ``TrainingArguments``: 5-6 s of imports on a loaded 2-core
 machine). A second run into a busy directory is refused in well under 2 s; a bf16 recipe on a machine without a
@@ -12,12 +13,16 @@ these checks need; parse_args still validates everything afterwards.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.config.argv import attach_negative_values
+from hf_optbench.config.bounds import SYNTHETIC_KEYS, check_run_bounds
 from hf_optbench.config.checks import RUN_DIR_LONGEST_INSIDE, check_path_fits
-from hf_optbench.config.parse import RunConfig, load_recipe
+from hf_optbench.config.data_args import DataArguments
+from hf_optbench.config.parse import TRAINING_DEFAULTS, RunConfig, load_recipe
 from hf_optbench.errors import OptBenchError
 from hf_optbench.run.lock import RunLock, acquire_run_lock, check_not_busy, is_launch_main_process
 from hf_optbench.run.own_files import check_own_files
@@ -25,15 +30,17 @@ from hf_optbench.run.own_files import check_own_files
 # The keys read here; any other is left to parse_args.
 PREFLIGHT_KEYS = ("output_dir", "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "use_cpu", "torch_compile")
 _TRUE = ("yes", "true", "t", "y", "1")  # HfArgumentParser's string_to_bool
+# The keys the size bounds read (config.bounds.check_run_bounds), read here as the keys above are.
+BOUND_KEYS = ("max_steps", "logging_steps", "block_size", "data_source", "synthetic_num_tokens", *SYNTHETIC_KEYS)
 # Devices on which Accelerate allows fp16 mixed precision (accelerate 1.15, Accelerator.__init__).
 FP16_DEVICES = ("xpu", "cuda", "npu", "xla", "mlu", "musa", "hpu", "sdaa", "mps")
 
 
-def _light_parser() -> argparse.ArgumentParser:
-    """argparse for :data:`PREFLIGHT_KEYS` only, with HfArgumentParser's spellings (``--key value``, ``--key=value``,
+def _light_parser(keys: tuple[str, ...] = PREFLIGHT_KEYS) -> argparse.ArgumentParser:
+    """argparse for ``keys`` only, with HfArgumentParser's spellings (``--key value``, ``--key=value``,
     ``--key-with-hyphens``, a bare ``--flag`` for true); every other token is left for parse_args."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-    for key in PREFLIGHT_KEYS:
+    for key in keys:
         names = [f"--{key}"] + ([f"--{key.replace('_', '-')}"] if "_" in key else [])
         parser.add_argument(*names, dest=key, nargs="?", const="true", default=None)
     return parser
@@ -65,6 +72,28 @@ def light_settings(argv: list[str]) -> tuple[dict[str, Any], dict[str, str], dic
         if value is not None:
             values[key], where[key] = value, "the command line"
     return values, where, recipe
+
+
+def bound_settings(argv: list[str], recipe: dict[str, Any] | None) -> dict[str, Any]:
+    """The values of :data:`BOUND_KEYS` as parse_args will see them (defaults, the recipe, the command line on top),
+    as far as they can be read without it: a command-line value of the wrong type is left out (parse_args refuses
+    it), so only values the parser would accept are bounded here."""
+    values: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(DataArguments) if f.name in BOUND_KEYS}
+    values.update({k: TRAINING_DEFAULTS[k] for k in BOUND_KEYS if k in TRAINING_DEFAULTS})
+    values.update({k: v for k, v in (recipe or {}).items() if k in BOUND_KEYS})
+    tokens = argv[1:] if recipe is not None else list(argv)
+    try:
+        namespace, _ = _light_parser(BOUND_KEYS).parse_known_args(attach_negative_values(tokens))
+    except argparse.ArgumentError:
+        return values
+    for key, text in vars(namespace).items():
+        if text is not None:
+            kind = str if key == "data_source" else float if key == "logging_steps" else int
+            try:
+                values[key] = kind(text)
+            except ValueError:
+                values.pop(key, None)
+    return values
 
 
 def as_bool(value: Any) -> bool:
@@ -149,5 +178,6 @@ def preflight(argv: list[str]) -> dict[str, Any] | None:
         check_path_fits(out, "output_dir", RUN_DIR_LONGEST_INSIDE)  # a name too long: refused in well under 1 s
     if out is not None and is_launch_main_process():
         check_not_busy(out)
+    check_run_bounds(bound_settings(argv, recipe))  # absurd sizes and counts, before transformers is imported
     check_hardware(values, where)
     return recipe

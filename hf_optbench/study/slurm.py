@@ -29,6 +29,9 @@ from hf_optbench.study.processes import execute, tail
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec
 from hf_optbench.study.sweep_state import Progress, attempt_number, classify_outcome, end_row
 
+# launcher.slurm keys whose values are shell lines by design (submitit's setup/teardown: commands run before and
+# after the job, as the user wrote them).
+SHELL_LINE_KEYS = ("setup", "teardown", "slurm_setup", "slurm_teardown")
 # submitit's cluster-independent parameter names; any other key of launcher.slurm gets the "slurm_" prefix
 SUBMITIT_GENERIC = {"name", "timeout_min", "mem_gb", "nodes", "cpus_per_task", "gpus_per_node", "tasks_per_node",
                     "stderr_to_stdout"}
@@ -36,8 +39,48 @@ SUBMITIT_GENERIC = {"name", "timeout_min", "mem_gb", "nodes", "cpus_per_task", "
 Job = tuple[RunSpec, Any, int, float]  # run, submitit job, attempt, monotonic start
 
 
+def _texts(value: Any, where: str) -> Iterator[tuple[str, str]]:
+    """(where, text) for every string a launcher.slurm value holds (lists and mappings walked)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _texts(key, f"{where} (a key)")
+            yield from _texts(item, f"{where}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _texts(item, f"{where}[{i}]")
+    elif value is not None:
+        yield where, str(value)
+
+
+def check_job_script_values(spec: SweepSpec) -> None:
+    """Refuse (exit 2, before anything is written or submitted) a value that would break out of the job script
+    submitit writes for SLURM: a line break (or a carriage return or NUL) in the sweep's output_dir or in any
+    launcher.slurm parameter but setup/teardown. Why: submitit writes each parameter, and the log paths under
+    output_dir, as a ``#SBATCH --key='value'`` comment line, quoted with ``shlex.quote`` (so spaces, ``$(...)``,
+    backticks, ``;`` and quotes stay inside the quotes: tests/study/test_slurm.py runs such a script), but a
+    line break ends the comment and the rest of the value runs as a command on the node. The command itself is
+    pickled, never written into the script."""
+    if spec.launcher.get("executor") != "slurm":
+        return
+    params = dict(spec.launcher.get("slurm") or {})
+    values = [("output_dir", str(spec.output_dir)), *((w, t) for key, v in params.items()
+                                                      if key not in SHELL_LINE_KEYS
+                                                      for w, t in _texts(v, f"launcher.slurm.{key}"))]
+    for where, text in values:
+        bad = next((c for c in ("\n", "\r", "\0") if c in text), None)
+        if bad is not None:
+            raise OptBenchError(f"{where} holds a {_BREAKS[bad]} ({text[:60]!r}), which would end a line of the SLURM "
+                                "job script submitit writes and run the rest as a shell command. Remove it (commands "
+                                "to run before the job go in launcher.slurm.setup).")
+
+
+_BREAKS = {"\n": "line break", "\r": "carriage return", "\0": "NUL character"}
+
+
 def slurm_executor(spec: SweepSpec) -> Any:
-    """A submitit AutoExecutor with launcher.slurm's parameters (OptBenchError for an unknown one)."""
+    """A submitit AutoExecutor with launcher.slurm's parameters (OptBenchError for an unknown one, or for a value
+    that would break out of the job script: :func:`check_job_script_values`)."""
+    check_job_script_values(spec)
     try:
         import submitit
     except ImportError as exc:

@@ -107,7 +107,7 @@ from hf_optbench.rundir import (
 )
 from hf_optbench.study.kept_runs import changed_runs, check_summaries, keep_current, kept_entries
 from hf_optbench.study.launch import WORKER_LOG, build_command, run_local
-from hf_optbench.study.slurm import run_slurm
+from hf_optbench.study.slurm import check_job_script_values, run_slurm
 from hf_optbench.study.sweep_spec import (
     RunSpec,
     SweepSpec,
@@ -343,6 +343,7 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
     moved aside and run again (study.kept_runs)."""
     out_stream = stream or sys.stdout
     spec = load_sweep(path, output_dir)
+    check_job_script_values(spec)  # a line break the SLURM job script would run as a command: refused now
     if spec.launcher.get("validate", True):
         validate_runs(spec)
     else:

@@ -399,11 +399,12 @@ def test_refused_from_the_settings_before_any_data(case: Case, workspace: Path, 
 def test_a_model_beyond_the_machines_memory_is_refused_before_any_data(workspace: Path, monkeypatch, capsys) -> None:
     """Issue 32: gpt2-xl on a CPU with 21 GiB free allocated for 13-90 s, then a traceback. The planner's figure is
     compared with what the device has left (here 4 GiB), before the data; --skip_memory_check true goes on."""
+    from hf_optbench import machine
     from hf_optbench.run import memory_fit
 
     _data_and_model_tripwires(monkeypatch)
     monkeypatch.setattr(memory_fit, "available_memory",
-                        lambda device: memory_fit.Room(4 * 2**30, "this machine has {} GiB available"))
+                        lambda device: machine.Room(4 * 2**30, "this machine has {} GiB available"))
     case = c("model-beyond-memory", [*RUN, "--model_size", "gpt2-xl"], "and this machine has 4.0 GiB available: it "
              "cannot fit")
     before = _snapshot(workspace)

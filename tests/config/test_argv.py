@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hf_optbench import cli
-from hf_optbench.config.argv import help_requested, recipe_first
+from hf_optbench.config.argv import attach_negative_values, help_requested, recipe_first
 from hf_optbench.errors import OptBenchError
 from hf_optbench.run import train as run_mod
 
@@ -66,3 +66,12 @@ def test_run_takes_config_anywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         cli.main(["run", "--max_steps", "3", "--config", QUICK, "--output_dir", str(tmp_path / "o")])
     cfg = got.value.args[0]
     assert cfg.recipe_path == QUICK and cfg.training.max_steps == 3 and cfg.model.model_size == "tiny"
+
+
+def test_a_negative_value_argparse_would_take_for_an_option_is_attached_to_its_key() -> None:
+    """Issue 41: ``--weight_decay -inf`` failed with "expected one argument" instead of reaching the check that says
+    the value must be finite; ``-1e-3`` likewise (argparse reads only ``-1`` and ``-.5`` as numbers)."""
+    assert attach_negative_values(["--weight_decay", "-inf", "--learning_rate", "-1e-3", "--seed", "-1"]) == [
+        "--weight_decay=-inf", "--learning_rate=-1e-3", "--seed=-1"]
+    kept = ["--report_to", "none", "--x=-1", "-h", "--run_name", "-name"]
+    assert attach_negative_values(kept) == kept

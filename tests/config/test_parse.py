@@ -125,6 +125,28 @@ def test_known_keys_cover_training_arguments_without_importing_it() -> None:
     assert check_keys({"model_size": "tiny"}, ["--max_steps", "3"], "x.yaml") == {"model_size", "max_steps"}
 
 
+@pytest.mark.parametrize("files, resume, needle", [
+    # issue 41: a run directory is judged by every record it holds, not summary.json alone
+    ({"summary.json": '{"status": "compl', "model.safetensors": "w"}, False, "holds a damaged run"),
+    ({"summary.json": '{"status": "compl', "model.safetensors": "w"}, True, "holds a damaged run"),
+    ({"model.safetensors": "w", "metrics.jsonl": '{"kind": "train", "step": 4}\n'}, False, "summary.json is missing"),
+    ({"metrics.jsonl": '{"kind": "train", "step": 3}\n', "run_identity.json": '{"identity": {"max_steps": 9}}'},
+     False, "did not finish (metrics.jsonl up to step 3, no summary.json) and kept no checkpoint"),
+    ({"summary.json": '{"status": "failed"}'}, False, "did not finish (summary.json status 'failed')"),
+])
+def test_a_run_directory_holding_an_earlier_runs_records_is_refused(tmp_path: Path, files: dict[str, str],
+                                                                    resume: bool, needle: str) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    for name, text in files.items():
+        (out / name).write_text(text)
+    argv = [_recipe(tmp_path)] + (["--resume_from_checkpoint", "true"] if resume else [])
+    with pytest.raises(OptBenchError, match="--overwrite_output_dir true") as err:
+        parse_args(argv)
+    assert needle in str(err.value)
+    assert parse_args([_recipe(tmp_path), "--overwrite_output_dir", "true"]).run.overwrite_output_dir
+
+
 def test_finished_run_dir_is_protected(tmp_path: Path) -> None:
     out = tmp_path / "run"
     out.mkdir()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hf_optbench import machine
 from hf_optbench.config.parse import parse_args
 from hf_optbench.errors import OptBenchError
 from hf_optbench.measure.planner import plan_memory
@@ -28,7 +29,7 @@ def _plan(tmp_path: Path, *extra: str):
 
 
 def _room(monkeypatch, n: int) -> None:
-    monkeypatch.setattr(memory_fit, "available_memory", lambda device: memory_fit.Room(n, "it has {} GiB"))
+    monkeypatch.setattr(memory_fit, "available_memory", lambda device: machine.Room(n, "it has {} GiB"))
 
 
 def test_refused_exactly_when_the_plan_exceeds_what_is_left(tmp_path: Path, monkeypatch) -> None:
@@ -70,13 +71,13 @@ def test_a_dotted_path_optimizer_counts_no_state(tmp_path: Path) -> None:
 
 def test_a_cgroup_limit_lowers_what_is_available(tmp_path: Path, monkeypatch) -> None:
     limit, usage, stat = (tmp_path / n for n in ("memory.max", "memory.current", "memory.stat"))
-    monkeypatch.setattr(memory_fit, "CGROUPS", ((limit, usage, stat, "inactive_file"),))
+    monkeypatch.setattr(machine, "CGROUPS", ((limit, usage, stat, "inactive_file"),))
     limit.write_text("max\n")
-    assert memory_fit._cgroup_room() is None
+    assert machine._cgroup_room() is None
     limit.write_text(f"{8 * 2**30}\n")
     usage.write_text(f"{6 * 2**30}\n")
     stat.write_text(f"anon 1\ninactive_file {2**30}\n")
-    assert memory_fit._cgroup_room() == 3 * 2**30  # limit - usage + the cache the kernel reclaims first
+    assert machine._cgroup_room() == 3 * 2**30  # limit - usage + the cache the kernel reclaims first
     room = memory_fit.available_memory(type("Device", (), {"type": "cpu"})())
     assert room.bytes <= 3 * 2**30
     assert memory_fit.available_memory(type("Device", (), {"type": "mps"})()) is None
