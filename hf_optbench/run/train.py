@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from hf_optbench.config.argv import help_requested, recipe_first
 from hf_optbench.config.parse import RunConfig, parse_args
 from hf_optbench.errors import OptBenchError
+from hf_optbench.measure.provenance import git_state
 from hf_optbench.publish.hub import check_push_possible, hub_callbacks, trainer_arguments
 from hf_optbench.run.console import ConsoleProgress
 from hf_optbench.run.lock import RunLock, is_launch_main_process
@@ -39,7 +40,7 @@ from hf_optbench.run.output import (
     save_final_model,
 )
 from hf_optbench.run.preflight import own_output_dir, preflight
-from hf_optbench.run.summary import build_summary, finish_summary, git_state, record_failure
+from hf_optbench.run.summary import build_summary, finish_summary, record_failure
 from hf_optbench.rundir import FINISHED_STATUSES, SUMMARY_FILE, write_json_atomic
 
 if TYPE_CHECKING:
