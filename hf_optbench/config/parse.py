@@ -39,6 +39,7 @@ from hf_optbench.config.checks import (
 from hf_optbench.config.data_args import DataArguments
 from hf_optbench.config.optim_args import OptimizerArguments
 from hf_optbench.config.recipe_defaults import allow_lists, parse_with_defaults, recipe_defaults
+from hf_optbench.config.trainer_keys import TrainerKeys, translate
 from hf_optbench.errors import OptBenchError, suggest
 from hf_optbench.models import check_block_size, size_names
 from hf_optbench.rundir import FINISHED_STATUSES, read_summary
@@ -193,6 +194,7 @@ class RunConfig:
     explicit: set[str] = field(default_factory=set)
     recipe_path: str | None = None
     resume: ResumeRequest = field(default_factory=ResumeRequest)
+    trainer_keys: TrainerKeys = field(default_factory=TrainerKeys)  # TrainingArguments' own keys, translated
 
     def to_dict(self) -> dict[str, Any]:
         """All resolved values, flat, as a recipe would hold them (secrets removed by the writer)."""
@@ -290,7 +292,17 @@ def to_tokens(mapping: dict[str, Any]) -> list[str]:
 
 
 def check_keys(recipe: dict[str, Any], cli_tokens: list[str], recipe_path: str | None) -> set[str]:
-    """Reject unknown or replaced keys (fast, no torch import). Returns the keys the user set."""
+    """Reject unknown or replaced keys (fast, no torch import). Returns the keys the user set, TrainingArguments'
+    own keys as the keys they become (:mod:`hf_optbench.config.trainer_keys`)."""
+    return read_keys(recipe, cli_tokens, recipe_path)[2]
+
+
+def read_keys(recipe: dict[str, Any], cli_tokens: list[str], recipe_path: str | None
+              ) -> tuple[dict[str, Any], list[str], set[str], TrainerKeys]:
+    """(the recipe, the command-line tokens, the keys the user set, what was translated): TrainingArguments' own
+    keys translated (:func:`hf_optbench.config.trainer_keys.translate`), then every key checked as in
+    :func:`check_keys`."""
+    recipe, cli_tokens, trainer = translate(recipe, cli_tokens, recipe_path)
     known = known_keys()
     explicit: set[str] = set()
     for source, keys in ((f"recipe '{recipe_path}'", list(recipe)), ("the command line", _cli_keys(cli_tokens))):
@@ -308,7 +320,7 @@ def check_keys(recipe: dict[str, Any], cli_tokens: list[str], recipe_path: str |
             if key not in known:
                 raise _unknown_key_error(key, source, known)
             explicit.add(key)
-    return explicit
+    return recipe, cli_tokens, explicit, trainer
 
 
 def _make_parser(**kwargs: Any) -> Any:
@@ -341,7 +353,7 @@ def parse_args(argv: list[str] | None = None, *, recipe: dict[str, Any] | None =
     argv = list(sys.argv[1:] if argv is None else argv)
     recipe_path, cli_tokens = _split_argv(argv)
     recipe = recipe if recipe is not None else load_recipe(recipe_path) if recipe_path else {}  # preflight's
-    explicit = check_keys(recipe, cli_tokens, recipe_path)
+    recipe, cli_tokens, explicit, trainer = read_keys(recipe, cli_tokens, recipe_path)
 
     parser = _make_parser()
     defaults = recipe_defaults(parser, TRAINING_DEFAULTS, "hf_optbench's defaults")
@@ -357,8 +369,11 @@ def parse_args(argv: list[str] | None = None, *, recipe: dict[str, Any] | None =
         training.warmup_steps = 0  # our default warmup (0.1) belongs to the warmup schedules only
     if "output_dir" not in explicit:  # a readable, collision-free default instead of transformers' one
         training.output_dir = str(Path("runs") / f"{optim.optimizer}_{model.model_size}_s{training.seed}")
+    if trainer.epochs is not None:  # steps once the training split is known: hf_optbench.run.epochs
+        training.num_train_epochs, training.max_steps = trainer.epochs, -1
     cfg = RunConfig(model=model, run=run, data=data, optim=optim, bench=bench, training=training,
-                    explicit=explicit, recipe_path=recipe_path, resume=parse_resume(training.resume_from_checkpoint))
+                    explicit=explicit, recipe_path=recipe_path, resume=parse_resume(training.resume_from_checkpoint),
+                    trainer_keys=trainer)
     _validate(cfg)
     return cfg
 
@@ -394,7 +409,7 @@ def _validate(cfg: RunConfig) -> None:
                 raise OptBenchError(f"learning_rate must be positive, got {value}. Set e.g. --learning_rate 6e-4.")
             if value < 0:
                 raise OptBenchError(f"{key} must be >= 0, got {value}.")
-    if t.max_steps is None or t.max_steps <= 0:
+    if cfg.trainer_keys.epochs is None and (t.max_steps is None or t.max_steps <= 0):
         raise OptBenchError(
             f"max_steps must be a positive number of optimizer steps, got {t.max_steps}: the benchmark compares "
             "optimizers at equal steps/tokens, so set it (e.g. --max_steps 200)."

@@ -44,18 +44,20 @@ def rerun_config(plan: RunPlan, record: dict[str, Any]) -> dict[str, Any]:
     """config.yaml's values: every value as a recipe holds it, the resolved ones from the plan (learning rate,
     weight decay, clipping: a tuned or cited value is written as the value it resolved to), so that ``hf-optbench
     run RUN_DIR/config.yaml`` reruns the run (CLI overrides included) to the same plan. Left out: the
-    TrainingArguments fields a recipe may not set (``config.checks.REPLACED_TRAINING_KEYS``: ``optim``,
-    ``lr_scheduler_type``, ``auto_find_batch_size``... hf_optbench's optimizer and schedule replace them) and the
-    resume flag (a rerun starts afresh). ``adam_beta1``/``adam_beta2``/``adam_epsilon`` hold what ran (``record``)
+    TrainingArguments fields a recipe may not set (``config.checks.REPLACED_TRAINING_KEYS``), those a recipe's
+    TrainingArguments keys were translated from (``config.trainer_keys.SPELLINGS``: ``optim``,
+    ``lr_scheduler_type``, ``num_train_epochs``...: config.yaml holds what they became, ``max_steps`` the steps the
+    epochs came to) and the resume flag (a rerun starts afresh). ``adam_beta1``/``adam_beta2``/``adam_epsilon`` hold what ran (``record``)
     for the AdamW family, which honours them (the same values then leave optimizer_kwargs); other optimizers refuse
     them, so they are left out there."""
     from hf_optbench.config.checks import ADAM_KEYS, REPLACED_TRAINING_KEYS, adam_family
+    from hf_optbench.config.trainer_keys import SPELLINGS
     from hf_optbench.optim.held import training_args_fields
     from hf_optbench.publish.redact import scrub_secrets
 
     cfg = plan.args
     resolved = scrub_secrets(cfg.to_dict())
-    for key in (*REPLACED_TRAINING_KEYS, "resume_from_checkpoint", *ADAM_KEYS):
+    for key in (*REPLACED_TRAINING_KEYS, *SPELLINGS, "resume_from_checkpoint", *ADAM_KEYS):
         resolved.pop(key, None)
     resolved.update({k: record["hyperparameters"][k]["value"] for k in ("learning_rate", "weight_decay",
                                                                          "max_grad_norm")})

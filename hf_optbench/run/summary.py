@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.measure.provenance import environment, last_log, launch_record, precision_name
@@ -92,16 +93,28 @@ def build_summary(plan: RunPlan, prepared: Any, record: dict[str, Any], *, resum
         "tokens_per_param": plan.max_steps * batch.tokens_per_step / max(non_embedding, 1),
         "plan_hash": plan.plan_hash,
         "resumed_from": resumption.record() if resumption is not None else None,
-        "data": {**prepared.bundle.info, "content_fingerprint": f"{plan.data.kind}:{plan.data.fingerprint}"},
+        "data": {**portable_data_info(prepared.bundle.info),
+                 "content_fingerprint": f"{plan.data.kind}:{plan.data.fingerprint}"},
         "env": environment(),
         "git": git,
         "recipe": cfg.recipe_path,
+        "trainer_keys": cfg.trainer_keys.record(),  # TrainingArguments' own keys and what they became
         "launch": launch_record(batch.world_size, precision_name(args)),  # the rerun line: run.output.rerun_line
         "status": "failed",
         "error": None,
         "final_tuning_loss": None,  # the tuning split's loss, for learning-rate selection only (never reported)
         **sharing(),
     }
+
+
+def portable_data_info(info: dict[str, Any]) -> dict[str, Any]:
+    """The data pipeline's record of the data without this machine's cache path (summary.json is uploaded and
+    committed): the cache entry relative to the data cache (``data/<fingerprint>``) instead."""
+    out = {k: v for k, v in info.items() if k != "cache_path"}
+    if info.get("cache_path"):
+        entry = Path(str(info["cache_path"]))
+        out["cache_entry"] = f"{entry.parent.name}/{entry.name}"
+    return out
 
 
 def record_failure(summary: dict[str, Any], exc: BaseException, started: float) -> None:

@@ -379,6 +379,7 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     process owns output_dir for the whole run: ``lock`` (what :func:`main` took), else one taken here before any
     data or model work. The plan is resolved once (:func:`hf_optbench.run.plan.resolve_plan`) and every step
     takes it; each step runs once and hands its result on."""
+    from hf_optbench.run.epochs import with_epoch_steps
     from hf_optbench.run.identity import choose_checkpoint
     from hf_optbench.run.plan import plan_record, resolve_plan
     from hf_optbench.run.segments import SegmentRecorder
@@ -393,6 +394,7 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     owner = lock if lock is not None else own_output_dir(cfg)
     try:
         git = _check_git(cfg)
+        cfg = with_epoch_steps(cfg)  # num_train_epochs: max_steps from the training split's size
         plan = resolve_plan(cfg)  # every value resolved and checked once; nothing writes back into it
         resumption = choose_checkpoint(plan, out, move=is_main)  # the checkpoint's own identity must match
         check_steps_left(resumption, plan.max_steps)
