@@ -108,6 +108,12 @@ class RunArguments:
         metadata={"help": "Build the model even when the memory planner says it cannot fit in the device's memory "
                           "(hf_optbench.run.memory_fit refuses such a run otherwise)."},
     )
+    num_processes: int | None = field(
+        default=None,
+        metadata={"help": "The number of processes the run must have (a run's config.yaml records its own): another "
+                          "number stops the run before any work, naming both, since tokens per step depend on it. "
+                          "Unset: any."},
+    )
 
 
 # hf_optbench's own defaults for TrainingArguments: per-step logging is what the stability callbacks read, and the
@@ -417,7 +423,39 @@ def _validate(cfg: RunConfig) -> None:
     # the model's position table is block_size rows when n_positions is unset: the same ceiling
     check_int_range("block_size", cfg.data.block_size, 2, MAX_POSITIONS, "Use e.g. 128 or the model's n_positions.")
     check_block_size(cfg.data.block_size, cfg.model.n_positions or cfg.data.block_size)
+    check_num_processes(cfg.run.num_processes, t.world_size, cfg.recipe_path)
     check_output_dir(cfg)
+
+
+def check_num_processes(wanted: int | None, have: int, recipe_path: str | None) -> None:
+    """A recipe recorded by a run on N processes (its config.yaml's ``num_processes``) is not run on another number
+    unawares: tokens per step, and so the run, differ (a 2-process run rerun as one trained on half the tokens per
+    step and ended at another loss). The line names both numbers and how to rerun it as it ran."""
+    if wanted is None or int(wanted) == int(have):
+        return
+    rerun = rerun_line_of(recipe_path)
+    how = f" Rerun it as it ran: {rerun}" if rerun else f" Launch it on {wanted} processes (accelerate launch)"
+    raise OptBenchError(
+        f"{f'recipe {recipe_path!r}' if recipe_path else 'the command line'} sets num_processes {wanted} (the run "
+        f"it records ran on {wanted} process{'es' if int(wanted) > 1 else ''}), and this run has {have}: tokens per "
+        f"step would differ, another run.{how}; or pass --num_processes {have} to run it on {have} as a new run.")
+
+
+def rerun_line_of(recipe_path: str | None) -> str | None:
+    """The rerun line a run's config.yaml holds in its header (``#   accelerate launch ... -m hf_optbench.run``),
+    or None."""
+    if not recipe_path:
+        return None
+    try:
+        lines = Path(recipe_path).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        if " -m hf_optbench.run " in line or "hf-optbench run " in line:
+            return line.lstrip("# ").strip()
+    return None
 
 
 def check_output_dir(cfg: RunConfig) -> None:

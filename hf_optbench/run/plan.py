@@ -55,6 +55,7 @@ TRAINING_KEYS = (
 OWN_KEYS_IGNORED = frozenset({
     "overwrite_output_dir", "require_clean_git", "write_model_card", "save_final_model",  # RunArguments
     "skip_memory_check",  # RunArguments: whether the memory check may stop the run, not what it trains
+    "num_processes",  # RunArguments: a check of the launch; the world size itself is in the identity
     "preprocessing_num_workers", "data_cache_dir", "overwrite_data_cache",  # DataArguments: how, not what
     "data_files",  # where the text is; its content is the data fingerprint
     "tuned_hparams_file",  # a path; the values it gave are resolved into learning_rate / weight_decay
