@@ -90,3 +90,12 @@ def test_read_summary_refuses_bytes_that_are_not_utf8(tmp_path: Path) -> None:
     assert read_summary(tmp_path) is None
     with pytest.raises(OptBenchError, match="summary.json is not valid JSON"):
         read_summary(tmp_path, required=True)
+
+
+def test_portable_path_never_keeps_this_machines_absolute_path(tmp_path) -> None:
+    """Issue 39: tuned files, summary.csv and the staged summary.json kept /tmp/... and /root/... paths."""
+    from hf_optbench.rundir import portable_path
+
+    assert portable_path(tmp_path / "sweep" / "tuning", tmp_path / "sweep") == "tuning"
+    assert portable_path(tmp_path / "sweep" / "tuned.yaml", tmp_path / "sweep" / "runs" / "r1") == "tuned.yaml"
+    assert portable_path("/elsewhere/x.yaml", tmp_path) == "x.yaml"

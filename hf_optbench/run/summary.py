@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.measure.provenance import environment, last_log, launch_record, precision_name
+from hf_optbench.rundir import portable_path
 
 if TYPE_CHECKING:
     from transformers import TrainerState
@@ -97,7 +98,7 @@ def build_summary(plan: RunPlan, prepared: Any, record: dict[str, Any], *, resum
                  "content_fingerprint": f"{plan.data.kind}:{plan.data.fingerprint}"},
         "env": environment(),
         "git": git,
-        "recipe": cfg.recipe_path,
+        "recipe": _recipe(cfg.recipe_path),
         "trainer_keys": cfg.trainer_keys.record(),  # TrainingArguments' own keys and what they became
         "launch": launch_record(batch.world_size, precision_name(args)),  # the rerun line: run.output.rerun_line
         "status": "failed",
@@ -105,6 +106,12 @@ def build_summary(plan: RunPlan, prepared: Any, record: dict[str, Any], *, resum
         "final_tuning_loss": None,  # the tuning split's loss, for learning-rate selection only (never reported)
         **sharing(),
     }
+
+
+def _recipe(path: str | None) -> str | None:
+    """The recipe as given on the command line, an absolute path relative to the working directory (summary.json
+    is uploaded: never this machine's absolute path)."""
+    return portable_path(path, Path.cwd()) if path and os.path.isabs(path) else path
 
 
 def portable_data_info(info: dict[str, Any]) -> dict[str, Any]:
