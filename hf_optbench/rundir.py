@@ -55,6 +55,14 @@ def lost_status(*texts: object) -> str:
     return "oom" if any(OOM_PATTERN.search(str(t)) for t in texts if t) else "failed"
 
 
+def portable_path(path: str | os.PathLike[str], base: str | os.PathLike[str]) -> str:
+    """``path`` as a record may keep it (files that are uploaded or committed: tuned files, summary.json): relative
+    to ``base`` (the record's own directory, the run's, the working directory) when it lies below it, else its
+    last part; never this machine's absolute path."""
+    full, root = Path(os.path.abspath(path)), Path(os.path.abspath(base))
+    return str(full.relative_to(root)) if full.is_relative_to(root) and full != root else full.name
+
+
 def runs_root(sweep_dir: str | os.PathLike[str]) -> Path:
     """Where a sweep directory keeps its run directories (``RUNS_DIR``); a directory without one is itself a
     directory of runs."""

@@ -194,3 +194,29 @@ def test_the_readme_two_process_command_runs_as_written(tmp_path: Path) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["world_size"] == 2
     assert summary["final_eval_loss"] is not None
+    _rerun_as_it_ran(tmp_path, run_dir, summary)
+
+
+def _rerun_as_it_ran(cwd: Path, run_dir: Path, summary: dict) -> None:
+    """Issue 39: config.yaml, the next: line and the card said `hf-optbench run RUN/config.yaml`, which ran the
+    2-process run on 1 process (512 tokens per step instead of 1,024, another loss) without a word. Now the rerun
+    line is the accelerate launch line that reproduces it, a 1-process rerun stops in one line naming both
+    numbers, and the rerun line trains the same plan on 2 processes."""
+    rel = run_dir.relative_to(cwd)
+    header = (run_dir / "config.yaml").read_text().splitlines()[1].lstrip("# ").strip()
+    assert header == (f"accelerate launch --config_file accelerate_configs/cpu_ddp2.yaml -m hf_optbench.run "
+                      f"{rel}/config.yaml --output_dir NEW_DIR"), header
+    assert summary["launch"]["processes"] == 2 and summary["launch"]["config_file"] == "accelerate_configs/cpu_ddp2.yaml"
+    one = subprocess.run([sys.executable, "-m", "hf_optbench.run", f"{rel}/config.yaml", "--output_dir", "runs/one"],
+                         cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120)
+    assert one.returncode == 2 and one.stderr.count("\n") == 1, one.stderr
+    assert "num_processes 2" in one.stderr and "this run has 1" in one.stderr and header.split(" NEW_DIR")[0] in one.stderr
+    cmd = header.replace("NEW_DIR", "runs/rerun").split()
+    cmd[0] = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
+    proc = subprocess.run(cmd, cwd=cwd, env=dict(_env(), HF_OPTBENCH_CACHE=str(cwd / "cache")), capture_output=True,
+                          text=True, timeout=500)
+    assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-5000:]}"
+    again = json.loads((cwd / "runs" / "rerun" / "summary.json").read_text())
+    assert (again["world_size"], again["tokens_per_step"], again["plan_hash"]) == (
+        2, summary["tokens_per_step"], summary["plan_hash"])
+    assert again["final_train_loss"] == pytest.approx(summary["final_train_loss"], abs=LOSS_ATOL)

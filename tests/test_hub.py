@@ -88,6 +88,35 @@ def test_model_card_says_what_ran_and_how_to_rerun_it(tmp_path: Path) -> None:
     assert "hf-optbench run runs/tiny_lion/config.yaml --output_dir runs/tiny_lion_rerun" in text
 
 
+def test_a_multi_process_runs_card_reruns_it_under_its_launcher(tmp_path: Path) -> None:
+    """Issue 39: the card of a 2-process run said `hf-optbench run .../config.yaml`, which runs 1 process."""
+    import yaml
+
+    launch = {"processes": 2, "launcher": "accelerate launch", "rerun_prefix":
+              "accelerate launch --config_file accelerate_configs/cpu_ddp2.yaml"}
+    run = fake_run(tmp_path, summary={**SUMMARY, "launch": launch})
+    (run / "config.yaml").write_text(yaml.safe_dump({"output_dir": "runs/ddp2", "optimizer": "lion"}))
+    text = card_mod.write_model_card(run).read_text()
+    assert ("accelerate launch --config_file accelerate_configs/cpu_ddp2.yaml -m hf_optbench.run "
+            "runs/ddp2/config.yaml --output_dir runs/ddp2_rerun") in text
+    assert "hf-optbench run runs/ddp2" not in text
+
+
+def test_a_python_api_runs_card_and_push_say_what_is_missing(tmp_path: Path, capsys) -> None:
+    """Issue 39: a Trainer script's run (no config.yaml, no recipe, no tokenizer) got "Reproduce: hf-optbench run
+    RECIPE.yaml" and a dry run that said only "checks passed"."""
+    api = {k: v for k, v in SUMMARY.items() if k != "recipe"}
+    run = fake_run(tmp_path, summary=api)
+    for ck in run.glob("checkpoint-*"):
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            (ck / name).unlink()
+    text = card_mod.write_model_card(run).read_text()
+    assert card_mod.NOT_REPRODUCIBLE in text and "RECIPE.yaml" not in text
+    assert push.main([str(run), "--repo-id", "me/api", "--dry-run"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 2 and "no config.yaml" in notes[0] and "no tokenizer files" in notes[1]
+
+
 def test_model_card_with_missing_figures_says_na(tmp_path: Path) -> None:
     run = fake_run(tmp_path, summary={"optimizer": "adamw", "model_size": "tiny", "status": "failed",
                                        "final_eval_loss": None, "mfu": None})

@@ -152,3 +152,12 @@ def test_the_last_train_step_is_read_from_the_end_of_metrics_only(tmp_path: Path
                                         b'{"kind": "train", "ste')  # a torn last line
     assert last_train_step(out) == 7
     assert last_train_step(tmp_path) is None
+
+
+def test_portable_path_never_keeps_this_machines_absolute_path(tmp_path) -> None:
+    """Issue 39: tuned files, summary.csv and the staged summary.json kept /tmp/... and /root/... paths."""
+    from hf_optbench.rundir import portable_path
+
+    assert portable_path(tmp_path / "sweep" / "tuning", tmp_path / "sweep") == "tuning"
+    assert portable_path(tmp_path / "sweep" / "tuned.yaml", tmp_path / "sweep" / "runs" / "r1") == "tuned.yaml"
+    assert portable_path("/elsewhere/x.yaml", tmp_path) == "x.yaml"

@@ -67,6 +67,19 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 
+HELP_WIDTH = 100  # every help page's lines fit a 100-column terminal (tests/cli/test_help_texts.py)
+
+
+def wrap_help(text: str, width: int = HELP_WIDTH) -> str:
+    """A help page written by hand, its prose paragraphs wrapped to ``width``: paragraphs are separated by blank
+    lines; those whose first line starts with a space or "usage:" (usage lines, YAML, option tables) are kept."""
+    import textwrap
+
+    blocks = text.split("\n\n")
+    return "\n\n".join(block if block.startswith((" ", "usage:")) else textwrap.fill(" ".join(block.split()), width)
+                       for block in blocks)
+
+
 def _usage() -> str:
     width = max(len(n) for n in SUBCOMMANDS)
     lines = ["usage: hf-optbench <command> [args ...]", "",

@@ -9,14 +9,16 @@ import json
 import sys
 from typing import Any
 
+from hf_optbench.cli import wrap_help
+from hf_optbench.cli.flags import canonical_flags
 from hf_optbench.errors import OptBenchError
 
 USAGE = "usage: hf-optbench data difficulty [--data_source ...] [--target_ratio 0.75] [--json]"
-HELP = f"""{USAGE}
+HELP = wrap_help(f"""{USAGE}
 
-Data tools. `difficulty`: the gzip compression ratio of a data source (the recipe's DataArguments flags), or with
---target_ratio a search for the synthetic source's alphas that give that ratio (0.75: hard but learnable).
-`hf-optbench data difficulty --help` lists every flag."""
+Data tools. `difficulty`: the gzip compression ratio of a data source (the recipe's DataArguments
+flags), or with --target_ratio a search for the synthetic source's alphas that give that ratio (0.75:
+hard but learnable). `hf-optbench data difficulty --help` lists every flag.""")
 
 
 def _parser() -> Any:
@@ -33,12 +35,17 @@ def _parser() -> Any:
 
     parser = _Parser(DataArguments, prog="hf-optbench data difficulty",
                      description="gzip compression ratio of a data source; alpha search for a target ratio.")
-    parser.add_argument("--target_ratio", "--target-ratio", type=float, default=None,
+    parser.add_argument("--target_ratio", type=float, default=None,
                         help="search synthetic alphas that give this token ratio (hard but learnable: 0.75)")
     parser.add_argument("--tune", choices=("both", "alpha_x", "alpha_z"), default="both",
                         help="which concentration the search varies (both: alpha_x = alpha_z)")
-    parser.add_argument("--sample_tokens", "--sample-tokens", type=int, default=1 << 18, help="tokens sampled per measurement")
+    parser.add_argument("--sample_tokens", type=int, default=1 << 18, help="tokens sampled per measurement")
     parser.add_argument("--json", action="store_true", help="print JSON only")
+    for action in parser._actions:  # one spelling shown per flag, as every subcommand (hf_optbench.cli.flags)
+        hidden = [o for o in action.option_strings if o.startswith("--") and "-" in o[2:]]
+        for option in hidden:
+            parser._option_string_actions.pop(option)
+        action.option_strings = [o for o in action.option_strings if o not in hidden]
     return parser
 
 
@@ -54,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = ["--data_source" if a == "--source" else a for a in argv[1:]]
     from hf_optbench.data.difficulty import calibrate_alphas, source_difficulty
 
-    data_args, extra = _parser().parse_args_into_dataclasses(args=argv)
+    parser = _parser()
+    data_args, extra = parser.parse_args_into_dataclasses(args=canonical_flags(argv, parser._option_string_actions))
     if extra.target_ratio is not None:
         if data_args.data_source != "synthetic":
             raise OptBenchError("--target_ratio searches synthetic alphas: add --data_source synthetic.")

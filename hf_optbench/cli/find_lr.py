@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.cli import wrap_help
 from hf_optbench.cli.flags import canonical_flags
 from hf_optbench.config.argv import help_requested, recipe_first
 from hf_optbench.errors import OptBenchError
@@ -22,14 +23,25 @@ _OUTPUT_FILES = ("lr_finder.json", "lr_finder.png")
 PROGRESS_EVERY_STEPS = 10
 PROGRESS_EVERY_SECONDS = 5.0
 
-_USAGE = """usage: hf-optbench find-lr RECIPE.yaml [--key value ...] [--min_lr 1e-7] [--max_lr 1] [--num_steps 100]
-                           [--output DIR] [--overwrite] [--smooth 0.98] [--diverge_factor 4]
+_USAGE = wrap_help("""usage: hf-optbench find-lr RECIPE.yaml [--key value ...] [--min_lr 1e-7] [--max_lr 1]
+                           [--num_steps 100] [--output DIR] [--overwrite] [--smooth 0.98]
+                           [--diverge_factor 4]
 
-LR range test on the recipe's model, data, optimizer, micro-batch, accumulation and clipping. Writes
-DIR/lr_finder.json and DIR/lr_finder.png (DIR defaults to <output_dir>/lr_finder; a finished run in <output_dir>
-is left as it is) and prints three suggestions: valley (fastai's default), steepest descent before the minimum,
-and minimum/10. --overwrite replaces an earlier lr_finder.json in DIR. Progress lines go to stderr. The recipe may
-also come as --config RECIPE.yaml, anywhere on the line."""
+LR range test on the recipe's model, data, optimizer, micro-batch, accumulation and clipping: the learning rate
+grows geometrically from min_lr to max_lr, one step each. Writes DIR/lr_finder.json and DIR/lr_finder.png (a
+finished run in the recipe's output_dir is left as it is) and prints three suggestions: valley (fastai's
+default), steepest descent before the minimum, and minimum/10. Progress lines go to stderr. The recipe may also
+come as --config RECIPE.yaml, anywhere on the line; --key value overrides it as in `hf-optbench run`.
+
+options:
+  --min_lr 1e-7        the first learning rate of the range
+  --max_lr 1           the last learning rate of the range
+  --num_steps 100      steps (learning rates) in the range
+  --output DIR         where the results go (default: <output_dir>/lr_finder)
+  --overwrite          replace an earlier lr_finder.json in DIR
+  --smooth 0.98        beta of the loss's bias-corrected moving average (fastai's Recorder)
+  --diverge_factor 4   stop once the smoothed loss exceeds this many times its best
+                       (fastai, Lightning)""")
 
 
 def _split_own(argv: list[str]) -> tuple[dict[str, Any], list[str]]:

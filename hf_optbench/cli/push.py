@@ -55,6 +55,7 @@ def _parser(secrets: list[str] | None = None) -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Stage and upload (or, with --dry-run, only stage and list) a run directory; 0 on success."""
+    from hf_optbench.publish.card import card_gaps
     from hf_optbench.publish.hub import push_run
     from hf_optbench.publish.stage import STAGE_MARKER, staged_upload
 
@@ -72,8 +73,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"staged {len(names)} files {where}: checks passed, nothing uploaded:")
         for name in names:
             print(f"  {name}")
+        _print_gaps(card_gaps(args.run_dir))
         return 0
     url = push_run(args.run_dir, args.repo_id, private=not args.public, stage_dir=args.stage_dir,
                    commit_message=args.commit_message)
     print(f"uploaded to https://huggingface.co/{args.repo_id} ({'public' if args.public else 'private'}): {url}")
+    _print_gaps(card_gaps(args.run_dir))
     return 0
+
+
+def _print_gaps(gaps: list[str]) -> None:
+    """What the upload lacks for a reproducible card, one ``note:`` line each: the card says so too, and a reader
+    of the dry run should not take "checks passed" for "complete"."""
+    for gap in gaps:
+        print(f"note: {gap}")

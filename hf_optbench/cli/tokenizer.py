@@ -43,7 +43,7 @@ def _build_parser() -> ArgumentParser:
     s = sub.add_parser("stats", help="tokens per (Thai) character of a tokenizer on local files")
     s.add_argument("--tokenizer", required=True, help="Hub id, local directory or builtin:<name>")
     s.add_argument("--input", nargs="+", required=True, help="files, globs or a directory")
-    s.add_argument("--text_column", default="text")
+    s.add_argument("--text_column", default="text", help="text column of json/jsonl/parquet input")
     sub.add_parser("list", help="list the built-in tokenizers")
     return p
 

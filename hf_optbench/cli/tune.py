@@ -11,13 +11,18 @@ from hf_optbench.cli import ArgumentParser
 from hf_optbench.cli.report import check_sweep_dir
 from hf_optbench.rundir import TUNED_FILE
 
+DESCRIPTION = ("Writes the best learning-rate multiplier per optimizer and size of a tuning sweep (by mean "
+               "final_tuning_loss, the held-out tuning split) where recipes read it (--tuned_hparams_file). A sweep "
+               "with a tune: section does this itself; this command is for a tuning grid run by hand, or to write "
+               "again what such a sweep's tuning/ directory holds.")
+
 
 def main(argv: list[str] | None = None) -> int:
     """Write (merge into) the tuned-values YAML, print it; warnings (a best value at the grid's edge, a size where
     every multiplier diverged) go to stderr."""
     from hf_optbench.study import tuning_phase
 
-    parser = ArgumentParser(prog="hf-optbench tune", description=(__doc__ or "").split("\n\n")[0])
+    parser = ArgumentParser(prog="hf-optbench tune", description=DESCRIPTION)
     parser.add_argument("sweep_dir", help="output directory of a sweep with matrix.lr_multipliers (or the tuning/ "
                                           "folder of a sweep with a tune: section)")
     parser.add_argument("--output", default=TUNED_FILE, help="YAML to write (merged into a tuned file hf-optbench "

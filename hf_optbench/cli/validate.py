@@ -5,23 +5,25 @@ from __future__ import annotations
 
 import sys
 
+from hf_optbench.cli import wrap_help
 from hf_optbench.config.argv import help_requested, recipe_first
 from hf_optbench.errors import OptBenchError
 
 USAGE = "usage: hf-optbench validate RECIPE.yaml [--key value ...] [--full]"
-HELP = f"""{USAGE}
+HELP = wrap_help(f"""{USAGE}
 
-Checks a recipe and the --key value overrides a run would get, without training. The recipe may also come as
---config RECIPE.yaml, anywhere on the line.
+Checks a recipe and the --key value overrides a run would get, without training. The recipe may also
+come as --config RECIPE.yaml, anywhere on the line.
 
-By default (torch not imported, so it takes little more than Python's start-up): the recipe file reads as one flat YAML mapping, and every key, in it
-and on the command line, is one `hf-optbench run --help` lists (a misspelt key gets a suggestion; a key hf_optbench
-replaces is refused with what to use instead).
+By default, without importing torch (little more than Python's start-up): the recipe file reads as one
+flat YAML mapping, and every key, in it and on the command line, is one `hf-optbench run --help` lists
+(a misspelt key gets a suggestion; a key hf_optbench replaces is refused with what to use instead;
+TrainingArguments' optim, lr_scheduler_type, num_train_epochs... are translated as a run translates them).
 
-  --full   also parse every value as the run would (HfArgumentParser and TrainingArguments: types, ranges, the
-           optimizer, schedule and model size, batch and block sizes, the output_dir), exactly the checks a run
-           makes before any data or model work. Takes as long as importing transformers and torch (seconds, more on a
-           loaded machine)."""
+  --full   also parse every value as the run would (HfArgumentParser and TrainingArguments: types,
+           ranges, the optimizer, schedule and model size, batch and block sizes, the output_dir),
+           exactly the checks a run makes before any data or model work. Takes as long as importing
+           transformers and torch (seconds, more on a loaded machine).""")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,18 +20,14 @@ from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import TORN_CHECKPOINTS_DIR
 
 # TrainingArguments fields the stock Trainer reads only in create_optimizer / create_scheduler /
-# get_optimizer_cls_and_kwargs (transformers 5 trainer.py, trainer_optimizer.py), which never run because the run
-# passes its own (optimizer, scheduler), plus fields that would change what the benchmark compares: each maps to
-# the hf_optbench key to use instead. A field listed here is refused, never accepted and then ignored.
+# get_optimizer_cls_and_kwargs (transformers 5 trainer.py, trainer_optimizer.py) that hf_optbench neither honours
+# nor translates (config.trainer_keys translates optim, lr_scheduler_type, lr_scheduler_kwargs and
+# num_train_epochs), plus fields that would change what the benchmark compares: each maps to what to use instead.
+# A field listed here is refused, never accepted and then ignored.
 REPLACED_TRAINING_KEYS: dict[str, str] = {
-    "optim": "use 'optimizer' instead (`hf-optbench optimizers` lists the choices)",
     "optim_args": "use 'optimizer_kwargs' instead, a JSON object of constructor arguments",
     "optim_target_modules": "hf_optbench builds the optimizer over all trainable parameters (GaLore/APOLLO-style "
                             "target modules are not supported); remove it",
-    "lr_scheduler_type": "use 'schedule' instead (gpt3_cosine, wsd, one_cycle, constant_with_warmup, constant, none)",
-    "lr_scheduler_kwargs": "use 'schedule_kwargs' instead",
-    "num_train_epochs": "the benchmark compares optimizers at equal steps: set 'max_steps' instead (it always wins "
-                        "over num_train_epochs)",
     "auto_find_batch_size": "the benchmark compares at a fixed batch: set 'per_device_train_batch_size' and "
                             "'gradient_accumulation_steps' (`hf-optbench memory` plans what fits)",
 }

@@ -22,6 +22,7 @@ from hf_optbench.config.checks import ADAM_KEYS, REPLACED_TRAINING_KEYS
 from hf_optbench.config.data_args import DataArguments
 from hf_optbench.config.optim_args import OptimizerArguments
 from hf_optbench.config.parse import TRAINING_DEFAULTS, ModelArguments, RunArguments
+from hf_optbench.config.trainer_keys import SPELLINGS
 
 # (title, dataclass, keys shown with their help); the group's other keys are listed by name below them.
 GROUPS: tuple[tuple[str, Any, tuple[str, ...]], ...] = (
@@ -158,6 +159,9 @@ def short_help(prog: str = "hf-optbench run", width: int | None = None) -> str:
         default = _OUR_DEFAULTS.get(name, TRAINING_DEFAULTS.get(name, default))
         lines += _lines(name, default, _OUR_HELP.get(name, help_), width)
     lines += _wrapped("AdamW family only (adamw*):", sorted(ADAM_KEYS), width)
+    lines += textwrap.wrap("as in TRL recipes: " + ", ".join(f"--{k} (= {v})" for k, v in SPELLINGS.items())
+                           + "; transformers' optimizer and schedule names; both spellings of one setting: an error",
+                           width=width, initial_indent="  ", subsequent_indent="        ")
     lines += _wrapped("refused (hf_optbench replaces them):", list(REPLACED_TRAINING_KEYS) + ["hub_token"], width)
     return "\n".join(lines)
 

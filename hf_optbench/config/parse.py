@@ -41,6 +41,7 @@ from hf_optbench.config.checks import (
 from hf_optbench.config.data_args import DataArguments
 from hf_optbench.config.optim_args import OptimizerArguments
 from hf_optbench.config.recipe_defaults import allow_lists, parse_with_defaults, recipe_defaults
+from hf_optbench.config.trainer_keys import TrainerKeys, translate
 from hf_optbench.errors import OptBenchError, suggest
 from hf_optbench.models import check_block_size, size_names
 from hf_optbench.rundir import previous_run
@@ -108,6 +109,12 @@ class RunArguments:
         default=False,
         metadata={"help": "Build the model even when the memory planner says it cannot fit in the device's memory "
                           "(hf_optbench.run.memory_fit refuses such a run otherwise)."},
+    )
+    num_processes: int | None = field(
+        default=None,
+        metadata={"help": "The number of processes the run must have (a run's config.yaml records its own): another "
+                          "number stops the run before any work, naming both, since tokens per step depend on it. "
+                          "Unset: any."},
     )
 
 
@@ -195,6 +202,7 @@ class RunConfig:
     explicit: set[str] = field(default_factory=set)
     recipe_path: str | None = None
     resume: ResumeRequest = field(default_factory=ResumeRequest)
+    trainer_keys: TrainerKeys = field(default_factory=TrainerKeys)  # TrainingArguments' own keys, translated
 
     def to_dict(self) -> dict[str, Any]:
         """All resolved values, flat, as a recipe would hold them (secrets removed by the writer)."""
@@ -292,7 +300,17 @@ def to_tokens(mapping: dict[str, Any]) -> list[str]:
 
 
 def check_keys(recipe: dict[str, Any], cli_tokens: list[str], recipe_path: str | None) -> set[str]:
-    """Reject unknown or replaced keys (fast, no torch import). Returns the keys the user set."""
+    """Reject unknown or replaced keys (fast, no torch import). Returns the keys the user set, TrainingArguments'
+    own keys as the keys they become (:mod:`hf_optbench.config.trainer_keys`)."""
+    return read_keys(recipe, cli_tokens, recipe_path)[2]
+
+
+def read_keys(recipe: dict[str, Any], cli_tokens: list[str], recipe_path: str | None
+              ) -> tuple[dict[str, Any], list[str], set[str], TrainerKeys]:
+    """(the recipe, the command-line tokens, the keys the user set, what was translated): TrainingArguments' own
+    keys translated (:func:`hf_optbench.config.trainer_keys.translate`), then every key checked as in
+    :func:`check_keys`."""
+    recipe, cli_tokens, trainer = translate(recipe, cli_tokens, recipe_path)
     known = known_keys()
     explicit: set[str] = set()
     for source, keys in ((f"recipe '{recipe_path}'", list(recipe)), ("the command line", _cli_keys(cli_tokens))):
@@ -310,7 +328,7 @@ def check_keys(recipe: dict[str, Any], cli_tokens: list[str], recipe_path: str |
             if key not in known:
                 raise _unknown_key_error(key, source, known)
             explicit.add(key)
-    return explicit
+    return recipe, cli_tokens, explicit, trainer
 
 
 def _make_parser(**kwargs: Any) -> Any:
@@ -344,7 +362,7 @@ def parse_args(argv: list[str] | None = None, *, recipe: dict[str, Any] | None =
     recipe_path, cli_tokens = _split_argv(argv)
     cli_tokens = attach_negative_values(cli_tokens)  # --weight_decay -inf reaches the finiteness check
     recipe = recipe if recipe is not None else load_recipe(recipe_path) if recipe_path else {}  # preflight's
-    explicit = check_keys(recipe, cli_tokens, recipe_path)
+    recipe, cli_tokens, explicit, trainer = read_keys(recipe, cli_tokens, recipe_path)
 
     parser = _make_parser()
     defaults = recipe_defaults(parser, TRAINING_DEFAULTS, "hf_optbench's defaults")
@@ -360,8 +378,11 @@ def parse_args(argv: list[str] | None = None, *, recipe: dict[str, Any] | None =
         training.warmup_steps = 0  # our default warmup (0.1) belongs to the warmup schedules only
     if "output_dir" not in explicit:  # a readable, collision-free default instead of transformers' one
         training.output_dir = str(Path("runs") / f"{optim.optimizer}_{model.model_size}_s{training.seed}")
+    if trainer.epochs is not None:  # steps once the training split is known: hf_optbench.run.epochs
+        training.num_train_epochs, training.max_steps = trainer.epochs, -1
     cfg = RunConfig(model=model, run=run, data=data, optim=optim, bench=bench, training=training,
-                    explicit=explicit, recipe_path=recipe_path, resume=parse_resume(training.resume_from_checkpoint))
+                    explicit=explicit, recipe_path=recipe_path, resume=parse_resume(training.resume_from_checkpoint),
+                    trainer_keys=trainer)
     _validate(cfg)
     return cfg
 
@@ -397,7 +418,7 @@ def _validate(cfg: RunConfig) -> None:
                 raise OptBenchError(f"learning_rate must be positive, got {value}. Set e.g. --learning_rate 6e-4.")
             if value < 0:
                 raise OptBenchError(f"{key} must be >= 0, got {value}.")
-    if t.max_steps is None or t.max_steps <= 0:
+    if cfg.trainer_keys.epochs is None and (t.max_steps is None or t.max_steps <= 0):
         raise OptBenchError(
             f"max_steps must be a positive number of optimizer steps, got {t.max_steps}: the benchmark compares "
             "optimizers at equal steps/tokens, so set it (e.g. --max_steps 200)."
@@ -407,7 +428,39 @@ def _validate(cfg: RunConfig) -> None:
     # the model's position table is block_size rows when n_positions is unset: the same ceiling
     check_int_range("block_size", cfg.data.block_size, 2, MAX_POSITIONS, "Use e.g. 128 or the model's n_positions.")
     check_block_size(cfg.data.block_size, cfg.model.n_positions or cfg.data.block_size)
+    check_num_processes(cfg.run.num_processes, t.world_size, cfg.recipe_path)
     check_output_dir(cfg)
+
+
+def check_num_processes(wanted: int | None, have: int, recipe_path: str | None) -> None:
+    """A recipe recorded by a run on N processes (its config.yaml's ``num_processes``) is not run on another number
+    unawares: tokens per step, and so the run, differ (a 2-process run rerun as one trained on half the tokens per
+    step and ended at another loss). The line names both numbers and how to rerun it as it ran."""
+    if wanted is None or int(wanted) == int(have):
+        return
+    rerun = rerun_line_of(recipe_path)
+    how = f" Rerun it as it ran: {rerun}" if rerun else f" Launch it on {wanted} processes (accelerate launch)"
+    raise OptBenchError(
+        f"{f'recipe {recipe_path!r}' if recipe_path else 'the command line'} sets num_processes {wanted} (the run "
+        f"it records ran on {wanted} process{'es' if int(wanted) > 1 else ''}), and this run has {have}: tokens per "
+        f"step would differ, another run.{how}; or pass --num_processes {have} to run it on {have} as a new run.")
+
+
+def rerun_line_of(recipe_path: str | None) -> str | None:
+    """The rerun line a run's config.yaml holds in its header (``#   accelerate launch ... -m hf_optbench.run``),
+    or None."""
+    if not recipe_path:
+        return None
+    try:
+        lines = Path(recipe_path).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        if " -m hf_optbench.run " in line or "hf-optbench run " in line:
+            return line.lstrip("# ").strip()
+    return None
 
 
 def check_output_dir(cfg: RunConfig) -> None:

@@ -19,18 +19,24 @@ figures::
     recorder = callbacks[0]
     recorder.status, recorder.diverged_step, recorder.summary()   # "completed"/"diverged", step, totals
 
-(``Trainer(callbacks=[...])`` also works, but the Trainer calls the reporting integrations first, so they miss
-the ``optbench/`` keys; the recorder warns once at train begin when ``report_to`` is set and it was not placed
-before them. transformers has no callback-priority API, hence the explicit call.)
+``Trainer(callbacks=[recorder])`` works too: transformers calls the ``report_to`` integrations before the callbacks
+given to the constructor, so at init end the recorder moves itself before them (transformers hands a callback
+neither the Trainer nor its callback handler: the recorder takes the handler from the event's caller, checked to
+hold it; where it cannot, it warns once at train begin, naming ``attach_callbacks``).
 
-What ran: at train begin the recorder reads the optimizer and the scheduler the Trainer holds (whoever built them:
-``trainer_optimizer``, ``Trainer(optimizers=(opt, sched))``, DeepSpeed's re-initialisation) with
-:func:`hf_optbench.optim.held.held_record`, sets the TrainingArguments fields hf_optbench replaces to what they hold
-(``optim``, ``learning_rate``, ``weight_decay``, the betas, ``lr_scheduler_type``) before the ``report_to``
-integrations record them, and attaches the ``hf_optbench`` tracker section after them
-(:mod:`hf_optbench.measure.tracking`); its summary.json then names the optimizer, its hyperparameters and groups,
-and the schedule. ``hf_optbench.run`` hands it the record rendered from its plan instead (``record=``), checked
-against the built optimizer.
+What ran: at init end and train begin the recorder reads the optimizer and the scheduler the Trainer holds (whoever
+built them: ``trainer_optimizer``, ``Trainer(optimizers=(opt, sched))``, DeepSpeed's re-initialisation) with
+:func:`hf_optbench.optim.held.held_record`, and sets the TrainingArguments fields hf_optbench replaces to what they
+hold (``optim`` and ``optim_args``, ``learning_rate``, ``weight_decay``, the betas, ``lr_scheduler_type``, its kwargs
+and ``warmup_steps`` read from the scheduler) before the ``report_to`` integrations record them. They stay so after
+training: every file the Trainer writes from its arguments (checkpoints' and ``save_model``'s ``training_args.bin``,
+the card of ``create_model_card`` and what ``push_to_hub`` sends) says what ran. ``attach_callbacks`` first gives
+the Trainer its own copy of the arguments, so the caller's object, from which nothing is written, stays as it was;
+a recorder passed as ``Trainer(callbacks=[...])`` writes into the Trainer's arguments, which are the caller's. The
+``hf_optbench`` tracker section is attached after the integrations (:mod:`hf_optbench.measure.tracking`); its
+summary.json names the optimizer, its hyperparameters and groups, the schedule, and every field a run of
+``hf_optbench.run`` writes (:func:`hf_optbench.measure.provenance.trainer_summary`). ``hf_optbench.run`` hands it
+the record rendered from its plan instead (``record=``), checked against the built optimizer.
 
 Contract with ``hf_optbench.run.train``: ``default_callbacks(bench_args, output_dir, *, tokens_per_step, flops_per_token=None,
 resume=False, write_summary=True, record=None)`` returns ``[OptBenchRecorder]``. The recorder owns
@@ -55,7 +61,9 @@ TensorBoard and trackio show them as ``train/optbench/...``; eval figures as ``e
 
 from __future__ import annotations
 
+import copy
 import os
+import sys
 import time
 import weakref
 from collections.abc import Iterable, Mapping
@@ -105,22 +113,48 @@ def _reporter_types() -> tuple[type, ...]:
     return tuple(INTEGRATION_TO_CALLBACK.values())
 
 
+def _placed(callbacks: list[Any], mine: list[Any]) -> list[Any]:
+    """``callbacks`` with ``mine`` (moved, not duplicated) just before the first reporting integration."""
+    others = [c for c in callbacks if all(c is not m for m in mine)]
+    reporters = _reporter_types()
+    first = next((i for i, c in enumerate(others) if isinstance(c, reporters)), len(others))
+    return others[:first] + mine + others[first:]
+
+
 def attach_callbacks(trainer: Trainer, callbacks: Iterable[Any]) -> None:
     """Add ``callbacks`` to an existing Trainer, in their order, just before its reporting integrations.
 
     The ``report_to`` callbacks (the values of transformers' ``INTEGRATION_TO_CALLBACK``) then see what ours add
     to ``logs`` in ``on_log``. Callbacks already in the Trainer are moved, not duplicated; classes are
-    instantiated as ``Trainer.add_callback`` does. Call it again after adding reporting callbacks later.
+    instantiated as ``Trainer.add_callback`` does. Call it again after adding reporting callbacks later. With a
+    recorder among them, the Trainer gets its own (shallow) copy of its TrainingArguments first: the recorder sets
+    their fields to what runs, and the caller's object stays as it was.
     """
     handler = trainer.callback_handler
     mine = [c() if isinstance(c, type) else c for c in callbacks]
-    others = [c for c in handler.callbacks if all(c is not m for m in mine)]
-    reporters = _reporter_types()
-    first = next((i for i, c in enumerate(others) if isinstance(c, reporters)), len(others))
-    handler.callbacks[:] = others[:first] + mine + others[first:]
+    handler.callbacks[:] = _placed(handler.callbacks, mine)
+    if any(isinstance(cb, OptBenchRecorder) for cb in mine):
+        trainer.args = copy.copy(trainer.args)
     for cb in mine:
         if isinstance(cb, OptBenchRecorder):
             cb._handler = weakref.ref(handler)
+
+
+def _calling_handler(callback: Any) -> Any:
+    """The transformers ``CallbackHandler`` whose event is running and holds ``callback``, or None. Why from the
+    call stack: transformers passes a callback neither its Trainer nor its handler, and the handler calling this
+    event (``CallbackHandler.call_event``) is a few frames up; it is checked to be one and to hold ``callback``."""
+    from transformers.trainer_callback import CallbackHandler
+
+    frame = sys._getframe(1)
+    for _ in range(6):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, CallbackHandler) and any(cb is callback for cb in owner.callbacks):
+            return owner
+        frame = frame.f_back
+    return None
 
 
 class OptBenchRecorder(TrainerCallback):
@@ -155,7 +189,8 @@ class OptBenchRecorder(TrainerCallback):
         self.write_summary = write_summary
         self.record = dict(record) if record is not None else None
         self._held: dict[str, Any] | None = None  # the record read from the objects (no plan record given)
-        self._args_before: dict[str, Any] | None = None  # the caller's TrainingArguments fields, put back at the end
+        self._data: dict[str, Any] | None = None  # what the Trainer's data loaders held (Python API path)
+        self._resumed_step: int | None = None
         self.bench = bench_args if bench_args is not None else BenchArguments()
         self.output_dir = Path(output_dir)
         self.resume = resume
@@ -206,19 +241,28 @@ class OptBenchRecorder(TrainerCallback):
     # ---------------------------------------------------------------------------------------------- train begin
 
     def on_init_end(self, args, state, control, optimizer=None, lr_scheduler=None, model=None, **kwargs):
-        """A Trainer given ``optimizers=(opt, sched)`` holds them already: say what they hold in its arguments now,
-        before the report_to integrations record them at train begin, even when the recorder was passed as
-        ``Trainer(callbacks=[...])`` and so runs after them."""
+        """Passed as ``Trainer(callbacks=[...])``: move before the report_to integrations, which transformers put
+        first (:func:`_calling_handler`). A Trainer given ``optimizers=(opt, sched)`` holds them already: say what
+        they hold in its arguments now, before the integrations record them at train begin."""
+        handler = _calling_handler(self) if self._handler is None else None
+        if handler is not None:
+            self._handler = weakref.ref(handler)
+            ahead = handler.callbacks[:next(i for i, cb in enumerate(handler.callbacks) if cb is self)]
+            if any(isinstance(cb, _reporter_types()) for cb in ahead):  # a new list: this event's loop is undisturbed
+                handler.callbacks = _placed(handler.callbacks, [self])
         if self.record is None and optimizer is not None:
             from hf_optbench.optim.held import held_record
 
-            self._held = held_record(optimizer, lr_scheduler, model=model)
-            self._apply_to_args(args, self._held)
+            horizon = args.max_steps if args.max_steps and args.max_steps > 0 else None
+            self._held = held_record(optimizer, lr_scheduler, model=model, num_training_steps=horizon)
+            self._apply_to_args(args, self._held, optimizer, model)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         ctx = self.ctx
         self._check_placement(args)
-        self._record_what_ran(args, kwargs.get("optimizer"), kwargs.get("lr_scheduler"), model)
+        self._record_what_ran(args, kwargs.get("optimizer"), kwargs.get("lr_scheduler"), model, state.max_steps)
+        self._data = _loader_sizes(kwargs.get("train_dataloader"), kwargs.get("eval_dataloader"))
+        self._resumed_step = state.global_step or None
         self.runlog.writer = bool(state.is_world_process_zero)
         if ctx.tokens_per_step is None and args.include_num_input_tokens_seen in (None, "no", False):
             ctx.warn_once(
@@ -263,7 +307,7 @@ class OptBenchRecorder(TrainerCallback):
                 "optbench/ figures. Call attach_callbacks(trainer, [recorder]) again after adding callbacks.",
             )
 
-    def _record_what_ran(self, args: Any, optimizer: Any, scheduler: Any, model: Any) -> None:
+    def _record_what_ran(self, args: Any, optimizer: Any, scheduler: Any, model: Any, max_steps: int) -> None:
         """The record of what runs (a run's plan record, else read from the objects: the optimizer and scheduler
         the Trainer holds now), into the TrainingArguments the report_to integrations record next (when read from
         the objects) and the ``hf_optbench`` tracker section attached after them. Once per recorder."""
@@ -275,8 +319,8 @@ class OptBenchRecorder(TrainerCallback):
                 return
             from hf_optbench.optim.held import held_record
 
-            record = self._held = held_record(optimizer, scheduler, model=model)
-            self._apply_to_args(args, record)
+            record = self._held = held_record(optimizer, scheduler, model=model, num_training_steps=max_steps)
+            self._apply_to_args(args, record, optimizer, model)
         handler = self._handler() if self._handler is not None else None
         if handler is not None and not any(isinstance(cb, TrackerConfigCallback) for cb in handler.callbacks):
             extra = {"tokens_per_step": self.ctx.tokens_per_step} if self.record is None else {}
@@ -284,28 +328,25 @@ class OptBenchRecorder(TrainerCallback):
             callback._handler = weakref.ref(handler)
             handler.callbacks.append(callback)  # after the integrations: their runs exist when it pushes
 
-    def _apply_to_args(self, args: Any, record: Mapping[str, Any]) -> None:
+    def _apply_to_args(self, args: Any, record: Mapping[str, Any], optimizer: Any, model: Any) -> None:
         """Set the TrainingArguments fields hf_optbench replaces to what ``record`` says runs, in the Trainer's
-        arguments, which the integrations record and checkpoints save: the optimizer's
-        (:func:`hf_optbench.optim.held.training_args_fields`) and ``lr_scheduler_type``/``lr_scheduler_kwargs`` of
-        the schedule that runs (``hf_optbench:<name>`` where transformers has none). The caller's values are put
-        back at train end: a TrainingArguments reused by another Trainer that builds its own optimizer from
-        ``optim`` must still name one transformers knows."""
-        from transformers.trainer_utils import SchedulerType
+        arguments, which the integrations record, checkpoints and ``save_model`` pickle and ``create_model_card``
+        prints: the optimizer's (:func:`hf_optbench.optim.held.training_args_fields`) and the schedule's
+        (:func:`hf_optbench.optim.held.schedule_training_fields`: its transformers type, kwargs and the warmup read
+        from the scheduler; ``hf_optbench:<name>`` where transformers has no type); the optimizer's are left as
+        they are where the Trainer built it from them. They are not put back: the Trainer's files written after
+        training must say what ran too (see the module docstring for the caller's object)."""
+        from hf_optbench.optim.held import (
+            built_from_arguments,
+            schedule_training_fields,
+            training_args_fields,
+        )
 
-        from hf_optbench.optim.held import training_args_fields
-        from hf_optbench.optim.schedules import training_args_for_schedule
-
-        fields = training_args_fields(record)
-        schedule = record.get("schedule") or {}
-        if schedule:
-            sched = training_args_for_schedule(schedule)
-            fields["lr_scheduler_type"] = f"hf_optbench:{schedule.get('name')}" if sched is None else \
-                SchedulerType(sched["lr_scheduler_type"])
-            if sched is not None:
-                fields["lr_scheduler_kwargs"] = sched["lr_scheduler_kwargs"]
-        if self._args_before is None:
-            self._args_before = {key: getattr(args, key) for key in fields}
+        # an optimizer the Trainer built from these very arguments: they say what runs already, and a Trainer that
+        # reuses them must build it again (hf_optbench:<name> is no optim transformers can build)
+        fields = {} if built_from_arguments(optimizer, args, model) else training_args_fields(record)
+        if record.get("schedule"):
+            fields.update(schedule_training_fields(record["schedule"]))
         for key, value in fields.items():
             setattr(args, key, value)
 
@@ -383,10 +424,6 @@ class OptBenchRecorder(TrainerCallback):
             from hf_optbench.optim.registry import describe_optimizer
 
             self._held["optimizer_impl"] = describe_optimizer(optimizer, model=model)
-        if self._args_before is not None:  # the integrations recorded what ran; the caller's object is theirs again
-            for key, value in self._args_before.items():
-                setattr(args, key, value)
-            self._args_before = None
         self.ctx.clock.stop()  # what follows (the train-end memory walk) is not training time
         for probe in self.probes:
             for row in probe.on_train_end(self.ctx, state, optimizer, model):
@@ -395,6 +432,11 @@ class OptBenchRecorder(TrainerCallback):
         if self.runlog.writer and self.write_summary:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             summary = read_summary(self.output_dir) or {}
+            if self._held is not None and model is not None:  # the Python API path: every field a run writes
+                from hf_optbench.measure.provenance import trainer_summary
+
+                summary.update(trainer_summary(args, state, model, self._held, tokens_per_step=self.tokens_per_step,
+                                               data=self._data, resumed_step=self._resumed_step))
             summary.update(self.summary())
             summary["status"] = self.status  # completed or diverged: a Trainer that raised never gets here
             write_json_atomic(self.output_dir / SUMMARY_FILE, summary)
@@ -419,6 +461,25 @@ class OptBenchRecorder(TrainerCallback):
         for probe in self.probes:
             out.update(probe.summary(self.ctx))
         return out
+
+
+def _loader_sizes(train: Any, evaluation: Any) -> dict[str, Any] | None:
+    """What the Trainer's data loaders held (the Python API path has no data record of its own): examples and
+    batches per process of the training loader, examples of the eval loader."""
+    def examples(loader: Any) -> int | None:
+        try:
+            return len(loader.dataset)
+        except (AttributeError, TypeError):
+            return None
+
+    if train is None:
+        return None
+    try:
+        batches = len(train)
+    except TypeError:
+        batches = None
+    return {"source": "the Trainer's train_dataset and eval_dataset (Python API)", "train_examples": examples(train),
+            "train_batches_per_epoch": batches, "eval_examples": examples(evaluation) if evaluation else None}
 
 
 def _log_key(key: str) -> str:

@@ -1,5 +1,6 @@
 """bitsandbytes' block-wise 8-bit AdamW and Lion (Dettmers et al. 2022, "8-bit Optimizers via Block-wise
-Quantization"), plain and paged (state in CUDA unified memory)."""
+Quantization"), plain and paged (state in CUDA unified memory), and its 32-bit Lion (what transformers builds for
+``optim: lion_32bit``)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,14 @@ def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor:
     return opt, f"{spec.implementation}({emb} requested)"
 
 
+def build_32bit(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor: dict[str, Any], *,
+                spec: OptimizerSpec, **_: Any) -> tuple[Any, str]:
+    """The bitsandbytes class named by ``spec.implementation``, all state in 32 bits (no embedding override)."""
+    import bitsandbytes as bnb
+
+    return getattr(bnb.optim, spec.implementation.rsplit(".", 1)[1])(groups, lr=lr, **ctor), spec.implementation
+
+
 def describe(opt: Any, built: str, flattened: bool, *, embedding_ids: frozenset[int] = frozenset()) -> str:
     """The implementation string from the dtypes the state really has (``state1``: uint8 when quantised, fp32
     otherwise): the embeddings' (``embedding_ids``, from the model it was built over) when the optimizer holds them,
@@ -131,4 +140,8 @@ SPECS = (
     OptimizerSpec("paged_lion_8bit", "bitsandbytes.optim.PagedLion8bit", build, eight_bit(lion.defaults),
                   _LION_KWARGS, f"8-bit Lion with {_PAGED}", LION_LAYOUT, package="bitsandbytes",
                   describe=describe, requires_cuda=True, tune_weight_decay=True),
+    # transformers 5's optim "lion_32bit" builds bitsandbytes.optim.Lion(optim_bits=32), the class Lion32bit is
+    OptimizerSpec("lion_32bit", "bitsandbytes.optim.Lion32bit", build_32bit, lion.defaults, ("betas",),
+                  "Lion with bitsandbytes' 32-bit state (transformers' optim lion_32bit)", lion.LAYOUT,
+                  package="bitsandbytes", tune_weight_decay=True),
 )

@@ -12,6 +12,7 @@ TrainingArguments fields both paths set come from :func:`training_args_fields`. 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -97,12 +98,14 @@ def _cited_sources(spec: Any, model: Any, values: Mapping[str, Any]) -> dict[str
     return out
 
 
-def held_record(optimizer: Any, scheduler: Any = None, *, model: Any = None) -> dict[str, Any]:
+def held_record(optimizer: Any, scheduler: Any = None, *, model: Any = None,
+                num_training_steps: int | None = None) -> dict[str, Any]:
     """The record of what an optimizer and scheduler built outside a run's plan hold: ``optimizer`` (registry name
     from its class, else module.Class), ``optimizer_impl``, ``hyperparameters`` ({key: {"value", "source"}}: the
     citation where the value is the registry's cited one for the model's size, else "set by the caller"),
     ``param_groups`` (each group's values) and ``schedule`` (:func:`~hf_optbench.optim.schedules.describe_scheduler`).
-    The same keys as a run's plan record, so trackers and summary.json read both alike."""
+    The same keys as a run's plan record, so trackers and summary.json read both alike. ``num_training_steps``:
+    the horizon over which a scheduler that holds none is measured (the Trainer's max_steps)."""
     inner = innermost_optimizer(optimizer)
     spec = spec_of(inner)
     groups = [group_record(g) for g in inner.param_groups]
@@ -113,7 +116,7 @@ def held_record(optimizer: Any, scheduler: Any = None, *, model: Any = None) -> 
         "optimizer_impl": describe_optimizer(optimizer, model=model),
         "hyperparameters": {k: {"value": v, "source": sources.get(k, CONSTRUCTOR_SOURCE)} for k, v in values.items()},
         "param_groups": groups,
-        "schedule": describe_scheduler(scheduler),
+        "schedule": describe_scheduler(scheduler, num_training_steps),
     }
 
 
@@ -121,14 +124,58 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def optim_args_text(record: Mapping[str, Any]) -> str:
+    """What TrainingArguments' ``optim_args`` says for a record: the implementation and every value it ran with
+    but the rate (a field of its own), the weight decay per param group where the groups differ. transformers'
+    model card prints it beside ``optim`` ("Use hf_optbench:lion and the args are: ...", and no weight decay of
+    its own); nothing parses it, since no Trainer builds an ``hf_optbench:`` optimizer from its arguments."""
+    values = [f"{k}={_arg(v['value'])}" for k, v in record["hyperparameters"].items()
+              if k not in ("learning_rate", "max_grad_norm")]
+    decays = [(g.get("weight_decay"), g.get("tensors")) for g in record.get("param_groups") or []]
+    if len({d for d, _ in decays}) > 1:
+        values.append("weight_decay_by_group=" + " / ".join(f"{d} on {n} tensors" for d, n in decays))
+    return ", ".join([f"implementation={_arg(record.get('optimizer_impl') or record['optimizer'])}", *values])
+
+
+def _arg(value: Any) -> str:
+    """One ``optim_args`` value in transformers' own syntax (``key=value`` pairs split at commas, each at its one
+    ``=``: ``trainer_optimizer._parse_optim_args``): a list as ``0.9/0.99``, any ``,`` or ``=`` inside replaced, so
+    that a Trainer reusing these arguments fails on ``optim`` by name, not on parsing them."""
+    if isinstance(value, (list, tuple)):
+        return "/".join(_arg(v) for v in value)
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text.replace(",", ";").replace("=", ":")
+
+
+def built_from_arguments(optimizer: Any, args: Any, model: Any) -> bool:
+    """Whether ``optimizer`` is the one a stock Trainer builds from ``args`` itself (``optim``, ``learning_rate``,
+    ``weight_decay``, the Adam fields: ``Trainer.get_optimizer_cls_and_kwargs``, the class and values compared):
+    those arguments then say what runs already."""
+    from transformers import Trainer
+
+    try:
+        cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
+    except Exception:  # noqa: BLE001 - an optim transformers cannot build (hf_optbench:...), a missing package
+        return False
+    inner = innermost_optimizer(optimizer)
+    groups = inner.param_groups
+    if type(inner) is not cls or not groups:
+        return False
+    same = all(plain(g.get("initial_lr", g.get("lr"))) == plain(kwargs.get("lr")) for g in groups)
+    same = same and max(plain(g.get("weight_decay", 0.0)) for g in groups) == args.weight_decay
+    return same and all(plain(groups[0][k]) == plain(v) for k, v in kwargs.items() if k in groups[0] and k != "lr")
+
+
 def training_args_fields(record: Mapping[str, Any]) -> dict[str, Any]:
     """The TrainingArguments fields hf_optbench replaces, set to what a record says runs: ``learning_rate``,
     ``weight_decay``, ``max_grad_norm`` where the record has it, ``adam_beta1``/``adam_beta2`` (a pair of betas,
     Lion's too) and ``adam_epsilon`` (a single eps), plus ``optim`` as ``hf_optbench:<name>`` (no transformers name
-    covers it). Trackers record TrainingArguments (``args.to_dict()``) and checkpoints save them: they then say
-    what ran rather than transformers' defaults."""
+    covers it) and ``optim_args`` (:func:`optim_args_text`). Trackers record TrainingArguments (``args.to_dict()``),
+    checkpoints and ``save_model`` pickle them, and ``Trainer.create_model_card`` prints them: they then say what
+    ran rather than transformers' defaults."""
     values = {k: v["value"] for k, v in record["hyperparameters"].items()}
-    fields: dict[str, Any] = {"optim": f"hf_optbench:{str(record['optimizer']).rsplit('.', 1)[-1]}"}
+    fields: dict[str, Any] = {"optim": f"hf_optbench:{str(record['optimizer']).rsplit('.', 1)[-1]}",
+                              "optim_args": optim_args_text(record)}
     for key in ("learning_rate", "weight_decay", "max_grad_norm"):
         if _number(values.get(key)):
             fields[key] = values[key]
@@ -138,3 +185,35 @@ def training_args_fields(record: Mapping[str, Any]) -> dict[str, Any]:
     if _number(values.get("eps")):
         fields["adam_epsilon"] = values["eps"]
     return fields
+
+
+class Label(str):
+    """A name where transformers keeps one of its enums, for what it has no member for: ``lr_scheduler_type`` of
+    one_cycle or of a scheduler of the user's class (``Trainer.create_model_card`` reads ``.value`` of it).
+    Pickled as a plain string, so that a ``training_args.bin`` loads without hf_optbench."""
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (str, (str(self),))
+
+
+def schedule_training_fields(schedule: Mapping[str, Any]) -> dict[str, Any]:
+    """``lr_scheduler_type``, ``lr_scheduler_kwargs`` and ``warmup_steps`` saying what a schedule record
+    (:func:`~hf_optbench.optim.schedules.describe_scheduler`'s) runs: transformers' type where it has one (the
+    warmup read from the scheduler), else the label ``hf_optbench:<name>`` with the record's parameters."""
+    from transformers.trainer_utils import SchedulerType
+
+    from hf_optbench.optim.schedules import training_args_for_schedule
+
+    fields = training_args_for_schedule(dict(schedule))
+    if fields is not None:
+        return {**fields, "lr_scheduler_type": SchedulerType(fields["lr_scheduler_type"])}
+    params = {k: v for k, v in schedule.items() if k not in ("name", "class", "shape", "lr_lambda")}
+    out: dict[str, Any] = {"lr_scheduler_type": Label(f"hf_optbench:{schedule.get('name')}"),
+                           "lr_scheduler_kwargs": params}
+    if isinstance(schedule.get("warmup_steps"), int):
+        out["warmup_steps"] = schedule["warmup_steps"]
+    return out

@@ -25,6 +25,10 @@ Schedules:
   peak over ``warmup_steps`` (else 30% of the run, torch's default), cosine down to peak/(25*1e4). Momentum
   cycling is off by default so that the only difference from the other schedules is the LR curve
   (``cycle_momentum: true`` turns it on). ``min_lr_ratio`` does not apply (its end is ``final_div_factor``).
+* ``cosine`` -- transformers' ``cosine`` (``get_cosine_schedule_with_warmup``): linear warmup, cosine to 0. What a
+  recipe's ``lr_scheduler_type: cosine`` means (TRL and alignment-handbook recipes); not GPT-3's floor.
+* ``linear`` -- transformers' ``linear`` (``get_linear_schedule_with_warmup``, TrainingArguments' default): linear
+  warmup, linear decay to 0.
 * ``constant_with_warmup`` -- transformers' ``get_constant_schedule_with_warmup``.
 * ``constant`` / ``none`` -- the optimizer's LR throughout (``get_constant_schedule``). A warmup with these is an
   error (use constant_with_warmup), except for schedule-free optimizers: their warmup is the optimizer's own
@@ -51,6 +55,8 @@ SCHEDULES: dict[str, tuple[str, tuple[str, ...]]] = {
     "one_cycle": ("torch OneCycleLR: peak/25 -> peak -> peak/(25*1e4) (Smith & Topin 2017)",
                   ("pct_start", "div_factor", "final_div_factor", "anneal_strategy", "cycle_momentum",
                    "base_momentum", "max_momentum", "three_phase")),
+    "cosine": ("transformers' cosine: linear warmup, cosine to 0", ("num_cycles",)),
+    "linear": ("transformers' linear: linear warmup, linear decay to 0", ()),
     "constant_with_warmup": ("linear warmup, then constant", ()),
     "constant": ("the optimizer's learning rate throughout (no warmup)", ()),
     "none": ("no schedule: the optimizer's learning rate throughout (schedule-free optimizers)", ()),
@@ -144,6 +150,8 @@ def resolve_schedule(name: str, *, num_training_steps: int, warmup_steps: float 
     record: dict[str, Any] = {"name": name, "num_training_steps": int(num_training_steps), "warmup_steps": warmup}
     if name == "gpt3_cosine":
         record.update(min_lr_ratio=min_lr_ratio, num_cycles=float(kwargs.get("num_cycles", 0.5)))
+    elif name == "cosine":
+        record.update(num_cycles=float(kwargs.get("num_cycles", 0.5)))
     elif name == "wsd":
         record.update(_wsd_record(warmup, num_training_steps, min_lr_ratio, kwargs))
     elif name == "one_cycle":
@@ -187,6 +195,11 @@ def scheduler_from_record(record: dict[str, Any], optimizer: Any) -> Any:
         return tf.get_cosine_with_min_lr_schedule_with_warmup(
             optimizer, num_warmup_steps=warmup, num_training_steps=steps, num_cycles=record["num_cycles"],
             min_lr_rate=record["min_lr_ratio"])
+    if name == "cosine":
+        return tf.get_cosine_schedule_with_warmup(optimizer, num_warmup_steps=warmup, num_training_steps=steps,
+                                                  num_cycles=record["num_cycles"])
+    if name == "linear":
+        return tf.get_linear_schedule_with_warmup(optimizer, num_warmup_steps=warmup, num_training_steps=steps)
     if name == "wsd":
         return tf.get_wsd_schedule(optimizer, num_warmup_steps=warmup, num_decay_steps=record["decay_steps"],
                                    num_training_steps=steps, warmup_type=record["warmup_type"],
@@ -219,38 +232,72 @@ def _hand_warmup_to_optimizer(optimizer: Any, warmup: int) -> None:
         g["warmup_steps"] = warmup
 
 
-# transformers' schedule functions (transformers/optimization.py, the lambdas a LambdaLR holds) -> the schedule
+# transformers' schedule functions (transformers/optimization.py, the lambdas a LambdaLR holds) -> the schedule.
+# The cosine lambda serves two builders: get_cosine_with_min_lr_schedule_with_warmup passes min_lr_rate (what
+# gpt3_cosine is built with, any floor), get_cosine_schedule_with_warmup does not (transformers' "cosine", to 0).
 _LAMBDAS = {
-    "_get_cosine_schedule_with_warmup_lr_lambda": "gpt3_cosine",  # cosine_with_min_lr and cosine (min 0)
+    "_get_cosine_schedule_with_warmup_lr_lambda": "cosine",
     "_get_wsd_scheduler_lambda": "wsd",
     "_get_constant_schedule_with_warmup_lr_lambda": "constant_with_warmup",
     "_get_constant_lambda": "constant",
     "_get_linear_schedule_with_warmup_lr_lambda": "linear",  # transformers' default lr_scheduler_type
 }
+# The longest schedule whose multiplier is evaluated step by step for its measured shape (a Python call per step).
+SHAPE_MAX_STEPS = 200_000
 
 
-def describe_scheduler(scheduler: Any) -> dict[str, Any]:
-    """The schedule a built scheduler computes, read from the object: ``name`` (gpt3_cosine, wsd,
-    constant_with_warmup, constant, one_cycle, or transformers' "linear"; module.Class for another scheduler) and
-    the parameters it holds (``num_training_steps``, ``warmup_steps``, ``min_lr_ratio``...). {} for None. Whoever
-    built it (hf_optbench, a stock Trainer from ``lr_scheduler_type``, DeepSpeed's re-initialisation), this says
-    what it runs."""
+def _qualified(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+
+
+def lambda_shape(fn: Any, num_training_steps: int | None) -> dict[str, Any] | None:
+    """The measured shape of a LambdaLR multiplier ``fn`` over ``num_training_steps`` steps, by evaluating it at
+    every step: the warmup (steps before the multiplier first reaches its peak), the peak and the multiplier at the
+    last step (0 for transformers' cosine and linear, min_lr_ratio for gpt3_cosine). None without a horizon or
+    past :data:`SHAPE_MAX_STEPS`. Why measured: a scheduler built elsewhere is described by what it computes, not
+    by the nearest name."""
+    if not num_training_steps or num_training_steps <= 0 or num_training_steps > SHAPE_MAX_STEPS:
+        return None
+    ratios = [float(fn(step)) for step in range(int(num_training_steps) + 1)]
+    peak = max(ratios)
+    return {"steps": int(num_training_steps), "warmup_steps": ratios.index(peak), "peak_lr_ratio": peak,
+            "lr_ratio_at_end": ratios[-1]}
+
+
+def describe_scheduler(scheduler: Any, num_training_steps: int | None = None) -> dict[str, Any]:
+    """The schedule a built scheduler computes, read from the object: ``name`` (the project's schedule where the
+    object is built exactly as the project builds it: gpt3_cosine, wsd, cosine, linear, constant_with_warmup,
+    constant, one_cycle; else ``module.Class`` of the scheduler), ``class``, the parameters it holds
+    (``num_training_steps``, ``warmup_steps`` read from the scheduler, ``min_lr_ratio``...) and, for a LambdaLR,
+    its ``shape`` measured over the run (:func:`lambda_shape`; ``num_training_steps`` gives the horizon where the
+    scheduler holds none). {} for None. Whoever built it (hf_optbench, a stock Trainer from ``lr_scheduler_type``,
+    a user's script, DeepSpeed's re-initialisation), this says what it runs."""
     if scheduler is None:
         return {}
     from torch.optim.lr_scheduler import LambdaLR, OneCycleLR
 
+    cls = _qualified(type(scheduler))
     if isinstance(scheduler, OneCycleLR):
         phases = scheduler._schedule_phases  # torch's own record of the warmup's end (torch/optim/lr_scheduler.py)
         warm = float(phases[0]["end_step"]) + 1  # pct_start x total_steps
-        return {"name": "one_cycle", "num_training_steps": int(scheduler.total_steps), "warmup_steps": int(warm),
-                "pct_start": warm / scheduler.total_steps, "anneal_strategy": scheduler._anneal_func_type,
-                "cycle_momentum": bool(scheduler.cycle_momentum)}
+        return {"name": "one_cycle", "class": cls, "num_training_steps": int(scheduler.total_steps),
+                "warmup_steps": int(warm), "pct_start": warm / scheduler.total_steps,
+                "anneal_strategy": scheduler._anneal_func_type, "cycle_momentum": bool(scheduler.cycle_momentum)}
     fn = scheduler.lr_lambdas[0] if isinstance(scheduler, LambdaLR) and len(scheduler.lr_lambdas) >= 1 else None
-    name = _LAMBDAS.get(getattr(getattr(fn, "func", fn), "__name__", ""))
-    if name is None:
-        return {"name": f"{type(scheduler).__module__}.{type(scheduler).__qualname__}"}
+    if fn is None:
+        return {"name": cls, "class": cls}
+    base = getattr(fn, "func", fn)
     kw = dict(getattr(fn, "keywords", None) or {})
-    record: dict[str, Any] = {"name": name, "warmup_steps": int(kw.get("num_warmup_steps", 0))}
+    name = _LAMBDAS.get(getattr(base, "__name__", ""))
+    if name is None:  # a lambda of the user's: its warmup is what its shape measures
+        shape = lambda_shape(fn, num_training_steps)
+        record = {"name": cls, "class": cls, "lr_lambda": _qualified(base), "shape": shape}
+        if shape is not None:
+            record.update(num_training_steps=shape["steps"], warmup_steps=shape["warmup_steps"])
+        return record
+    if name == "cosine" and "min_lr_rate" in kw:
+        name = "gpt3_cosine"
+    record: dict[str, Any] = {"name": name, "class": cls, "warmup_steps": int(kw.get("num_warmup_steps", 0))}
     if name == "wsd":
         record["num_training_steps"] = int(kw["num_warmup_steps"] + kw["num_stable_steps"] + kw["num_decay_steps"])
         record.update(min_lr_ratio=kw["min_lr_ratio"], decay_steps=int(kw["num_decay_steps"]),
@@ -258,7 +305,10 @@ def describe_scheduler(scheduler: Any) -> dict[str, Any]:
     elif "num_training_steps" in kw:
         record["num_training_steps"] = int(kw["num_training_steps"])
     if name == "gpt3_cosine":
-        record.update(min_lr_ratio=float(kw.get("min_lr_rate", 0.0)), num_cycles=float(kw["num_cycles"]))
+        record.update(min_lr_ratio=float(kw["min_lr_rate"]), num_cycles=float(kw["num_cycles"]))
+    elif name == "cosine":
+        record["num_cycles"] = float(kw["num_cycles"])
+    record["shape"] = lambda_shape(fn, record.get("num_training_steps", num_training_steps))
     return record
 
 
@@ -276,6 +326,9 @@ def training_args_for_schedule(record: dict[str, Any]) -> dict[str, Any] | None:
                 "lr_scheduler_kwargs": {"num_decay_steps": record["decay_steps"], "min_lr_ratio":
                                         record["min_lr_ratio"], "decay_type": record["decay_type"],
                                         "warmup_type": record["warmup_type"]}}
+    if name == "cosine":
+        return {"lr_scheduler_type": "cosine", "warmup_steps": warmup,
+                "lr_scheduler_kwargs": {"num_cycles": record["num_cycles"]}}
     if name == "constant_with_warmup":
         return {"lr_scheduler_type": "constant_with_warmup", "warmup_steps": warmup, "lr_scheduler_kwargs": {}}
     if name in ("constant", "none"):  # a schedule-free optimizer's warmup is its own (record["warmup_by"])

@@ -233,21 +233,61 @@ def _table(rows: list[tuple[str, str]]) -> str:
     return "\n".join(f"| {label} | {value} |" for label, value in rows)
 
 
-def reproduce_command(summary: dict[str, Any], config: dict[str, Any], uploaded: bool = False) -> str:
+def rerun_command(prefix: str | None, config: str, output_dir: str) -> str:
+    """The command that reruns a run from its config.yaml into ``output_dir``: under its launcher (``prefix``, the
+    summary's ``launch.rerun_prefix``: ``accelerate launch --config_file ...``) when it had one or ran on several
+    processes, else ``hf-optbench run``. Why the launcher: a 2-process run rerun as one process trains on half the
+    tokens per step, another run (config.yaml's ``num_processes`` refuses it)."""
+    if prefix:
+        return f"{prefix} -m hf_optbench.run {config} --output_dir {output_dir}"
+    return f"hf-optbench run {config} --output_dir {output_dir}"
+
+
+def reproduce_command(summary: dict[str, Any], config: dict[str, Any], uploaded: bool = False) -> str | None:
     """The command that reruns the run: its own config.yaml (every resolved value, CLI overrides included) into a
-    new output_dir; the recipe only for a run directory without one. ``uploaded``: the card of a Hub repo, whose
-    reader has the repo's config.yaml, not this machine's paths."""
+    new output_dir, under the launcher it ran with (:func:`rerun_command`); the recipe only for a run directory
+    without one. ``uploaded``: the card of a Hub repo, whose reader has the repo's config.yaml, not this machine's
+    paths. None when nothing records how the run was made (a Trainer script of the Python API: no config.yaml,
+    no recipe)."""
     out = config.get("output_dir")
+    prefix = _dict_at(summary, "launch").get("rerun_prefix")
     if out and uploaded:
-        return f"hf-optbench run {CONFIG_FILE} --output_dir {Path(out).name}_rerun"
+        return rerun_command(prefix, CONFIG_FILE, f"{Path(out).name}_rerun")
     if out:
-        return f"hf-optbench run {Path(out) / CONFIG_FILE} --output_dir {out}_rerun"
+        return rerun_command(prefix, str(Path(out) / CONFIG_FILE), f"{out}_rerun")
     recipe = summary.get("recipe")
-    return f"hf-optbench run {recipe}" if recipe else "hf-optbench run RECIPE.yaml"
+    return f"hf-optbench run {recipe}" if recipe else None
 
 
-def _card_body(name: str, summary: dict[str, Any], data: DataCard, note: str, reproduce: str) -> str:
+# What the Reproduce section says of a run no file records the settings of.
+NOT_REPRODUCIBLE = ("This run was trained by a script of its own (a `transformers.Trainer` through hf_optbench's "
+                    "Python API): no `config.yaml` records its settings, so no command here reruns it. What ran is "
+                    "in `summary.json` (optimizer, every hyperparameter with its source, schedule, batch, "
+                    "versions); the script itself is not part of this upload.")
+
+
+def card_gaps(run_dir: str | os.PathLike[str]) -> list[str]:
+    """What a reproducible card of this run lacks, one line each (empty when nothing): no config.yaml (no command
+    reruns it), no tokenizer files (the model cannot be used on text). ``push`` prints them."""
+    run = Path(run_dir)
+    gaps = []
+    if not (run / CONFIG_FILE).is_file():
+        gaps.append(f"no {CONFIG_FILE}: the run was not started by `hf-optbench run`, so its card names no command "
+                    "that reruns it (its Reproduce section says so)")
+    tokenizers = ("tokenizer.json", "vocab.json", "tokenizer.model")  # where staging takes them: the run or a checkpoint
+    if not any(next(run.glob(where + name), None) for where in ("", "checkpoint-*/") for name in tokenizers):
+        gaps.append("no tokenizer files: the uploaded model cannot be used on text (save the tokenizer into the run "
+                    "directory, e.g. Trainer(processing_class=tokenizer), before pushing)")
+    return gaps
+
+
+def _card_body(name: str, summary: dict[str, Any], data: DataCard, note: str, reproduce: str | None) -> str:
     size, optimizer = summary.get("model_size", "unknown"), summary.get("optimizer", "unknown")
+    how = NOT_REPRODUCIBLE if reproduce is None else f"""```
+{reproduce}
+```
+
+The run directory's `config.yaml` holds every resolved value (recipe, command-line overrides, cited defaults)."""
     return f"""
 # {name}
 
@@ -269,11 +309,7 @@ pretraining. This checkpoint is a benchmark artefact: its purpose is the measure
 
 ## Reproduce
 
-```
-{reproduce}
-```
-
-The run directory's `config.yaml` holds every resolved value (recipe, command-line overrides, cited defaults).
+{how}
 
 {note}
 """

@@ -1,5 +1,5 @@
 """The report of a sweep: tables, plots and the scaling verdict, as Markdown, HTML (plots embedded), CSV and PNG.
-report.md opens with the answer (:mod:`~hf_optbench.report.short_report`, about a page); evidence.md holds every
+report.md opens with the answer (report/short_report.py, about a page); evidence.md holds every
 table behind it; report.html holds both, the evidence's sections collapsed.
 
     hf-optbench report runs/cpu_demo [--output runs/cpu_demo/report] [--target-loss 5.0 | tiny=6.1,mini=5.4]

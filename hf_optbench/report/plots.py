@@ -341,8 +341,6 @@ def _scaling_keys(an: Analysis, verdicts: Sequence[Any]) -> tuple[list[tuple[str
 def plot_scaling(an: Analysis, path: Path, at: str = "") -> Path | None:
     """One panel per ratio metric with a point to draw (see the module doc), of the size-axis verdicts at data ratio
     ``at`` ("" for a single-ratio sweep); None when none has one."""
-    from hf_optbench.measure.verdict import ALPHA
-
     verdicts = an.verdicts_along("size", at)
     keys, empty = _scaling_keys(an, verdicts)
     if not keys:
@@ -356,12 +354,15 @@ def plot_scaling(an: Analysis, path: Path, at: str = "") -> Path | None:
         ax.set_visible(False)
     for ax, (key, label) in zip(axes.flat, keys, strict=False):  # spare axes are hidden
         _panel(ax, an, key, label, col, verdicts)
-    title = (f"ratio to {BASELINE} vs model size{f' at {at}' if at else ''}: mean paired ratio, bar = "
-             f"{1 - ALPHA / 2:.1%} paired t interval; filled = beyond the margin (grey band), hollow = not; no fitted "
-             "line")
+    # the level each bar was computed at (Holm's level of its verdict cell), not a fixed one: the caption names it
+    levels = sorted({1 - p.level for v in verdicts for p in v.points})
+    drawn = f"{levels[0]:.1%}" if len(levels) == 1 else f"{levels[0]:.1%} to {levels[-1]:.1%}" if levels else "n/a"
+    title = (f"ratio to {BASELINE} vs model size{f' at {at}' if at else ''}: mean paired ratio, bar = its paired "
+             f"interval at the level Holm's procedure gave its verdict cell ({drawn} confidence); filled = beyond the "
+             "margin (grey band), hollow = not; no fitted line")
     if empty:
-        title += f"\nno panel for {', '.join(empty)}: no size has the paired seeds or target it needs (see the report)"
-    fig.suptitle(title, fontsize=10)
+        title += f" (no panel for {', '.join(empty)}: no size has the paired seeds or target it needs, see the report)"
+    fig.suptitle(textwrap.fill(title, width=int(13 * 5.2 * ncols)), fontsize=10)  # wrapped to the figure: not clipped
     return save(fig, path)
 
 

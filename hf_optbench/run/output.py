@@ -44,18 +44,20 @@ def rerun_config(plan: RunPlan, record: dict[str, Any]) -> dict[str, Any]:
     """config.yaml's values: every value as a recipe holds it, the resolved ones from the plan (learning rate,
     weight decay, clipping: a tuned or cited value is written as the value it resolved to), so that ``hf-optbench
     run RUN_DIR/config.yaml`` reruns the run (CLI overrides included) to the same plan. Left out: the
-    TrainingArguments fields a recipe may not set (``config.checks.REPLACED_TRAINING_KEYS``: ``optim``,
-    ``lr_scheduler_type``, ``auto_find_batch_size``... hf_optbench's optimizer and schedule replace them) and the
-    resume flag (a rerun starts afresh). ``adam_beta1``/``adam_beta2``/``adam_epsilon`` hold what ran (``record``)
+    TrainingArguments fields a recipe may not set (``config.checks.REPLACED_TRAINING_KEYS``), those a recipe's
+    TrainingArguments keys were translated from (``config.trainer_keys.SPELLINGS``: ``optim``,
+    ``lr_scheduler_type``, ``num_train_epochs``...: config.yaml holds what they became, ``max_steps`` the steps the
+    epochs came to) and the resume flag (a rerun starts afresh). ``adam_beta1``/``adam_beta2``/``adam_epsilon`` hold what ran (``record``)
     for the AdamW family, which honours them (the same values then leave optimizer_kwargs); other optimizers refuse
     them, so they are left out there."""
     from hf_optbench.config.checks import ADAM_KEYS, REPLACED_TRAINING_KEYS, adam_family
+    from hf_optbench.config.trainer_keys import SPELLINGS
     from hf_optbench.optim.held import training_args_fields
     from hf_optbench.publish.redact import scrub_secrets
 
     cfg = plan.args
     resolved = scrub_secrets(cfg.to_dict())
-    for key in (*REPLACED_TRAINING_KEYS, "resume_from_checkpoint", *ADAM_KEYS):
+    for key in (*REPLACED_TRAINING_KEYS, *SPELLINGS, "resume_from_checkpoint", *ADAM_KEYS):
         resolved.pop(key, None)
     resolved.update({k: record["hyperparameters"][k]["value"] for k in ("learning_rate", "weight_decay",
                                                                          "max_grad_norm")})
@@ -67,6 +69,7 @@ def rerun_config(plan: RunPlan, record: dict[str, Any]) -> dict[str, Any]:
         moved = {ADAM_KEYS[k] for k in adam}
         user_kwargs = {k: v for k, v in user_kwargs.items() if k not in moved}
     resolved["optimizer_kwargs"] = json.dumps(user_kwargs, sort_keys=True)
+    resolved["num_processes"] = plan.batch.world_size  # a rerun on another number refuses (config.parse)
     return json.loads(json.dumps(resolved, default=str))
 
 
@@ -81,13 +84,35 @@ def _ran_comment(record: dict[str, Any]) -> str:
     return "".join(f"# {line}\n" for line in textwrap.wrap(text, 108))
 
 
+def rerun_line(out: Path, launch: dict[str, Any], new_dir: str = "NEW_DIR") -> str:
+    """The command that reruns the run in ``out`` from its config.yaml: under the launcher it ran with
+    (``launch``: :func:`hf_optbench.measure.provenance.launch_record`), e.g. ``accelerate launch --config_file
+    accelerate_configs/cpu_ddp2.yaml -m hf_optbench.run RUN/config.yaml --output_dir NEW_DIR`` for a 2-process
+    run, ``hf-optbench run RUN/config.yaml ...`` for one plain process."""
+    from hf_optbench.publish.card import rerun_command
+
+    return rerun_command(launch.get("rerun_prefix"), str(out / CONFIG_FILE), new_dir)
+
+
+def _launch_comment(launch: dict[str, Any]) -> str:
+    processes = int(launch.get("processes") or 1)
+    how = " ".join(["accelerate launch" if launch.get("launcher") == "accelerate launch" else
+                    launch.get("launcher") or "one plain process", *map(str, launch.get("options") or [])])
+    return (f"# Launched: {how}; {processes} process{'es' if processes > 1 else ''}, mixed precision "
+            f"{launch.get('mixed_precision')} (num_processes below: a rerun on another number stops, naming both).\n")
+
+
 def _write_config(plan: RunPlan, out: Path, record: dict[str, Any]) -> None:
-    """config.yaml: :func:`rerun_config`, secrets removed, under comments that say how to rerun it and what ran."""
+    """config.yaml: :func:`rerun_config`, secrets removed, under comments that say how to rerun it (the launch
+    line that reproduces it, :func:`rerun_line`), how it was launched and what ran."""
+    from hf_optbench.measure.provenance import launch_record, precision_name
     from hf_optbench.yaml_file import dump_yaml
 
+    launch = launch_record(plan.batch.world_size, precision_name(plan.args.training))
     (out / CONFIG_FILE).write_text(
         "# Resolved configuration of this run (recipe + CLI + defaults); secrets removed. Rerun it with\n"
-        f"#   hf-optbench run {out / CONFIG_FILE} --output_dir NEW_DIR\n"
+        f"#   {rerun_line(out, launch)}\n"
+        + _launch_comment(launch)
         + _ran_comment(record)
         + dump_yaml(rerun_config(plan, record)),
         encoding="utf-8",
@@ -139,7 +164,7 @@ def print_result(summary: dict[str, Any], out: Path) -> None:
     print(f"wrote {out} ({', '.join(names)})")
     # a report compares the runs of one sweep (it refuses a directory of unrelated runs), so a single run's next
     # steps are its own: read it, rerun it, load its model
-    hints = [f"cat {out / SUMMARY_FILE}", f"hf-optbench run {out / CONFIG_FILE} --output_dir {out}_rerun  (rerun it)"]
+    hints = [f"cat {out / SUMMARY_FILE}", f"{rerun_line(out, summary.get('launch') or {}, f'{out}_rerun')}  (rerun it)"]
     if model:
         hints.append(f'GPT2LMHeadModel.from_pretrained("{out}")')
     print("next: " + "   or   ".join(hints), flush=True)

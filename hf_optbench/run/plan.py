@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from hf_optbench.config.parse import ResumeRequest, RunConfig
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.spec import GPT3_GROUPS, SINGLE_GROUP, GroupLayout, OptimizerSpec
+from hf_optbench.rundir import portable_path
 
 if TYPE_CHECKING:
     import torch
@@ -54,6 +55,7 @@ TRAINING_KEYS = (
 OWN_KEYS_IGNORED = frozenset({
     "overwrite_output_dir", "require_clean_git", "write_model_card", "save_final_model",  # RunArguments
     "skip_memory_check",  # RunArguments: whether the memory check may stop the run, not what it trains
+    "num_processes",  # RunArguments: a check of the launch; the world size itself is in the identity
     "preprocessing_num_workers", "data_cache_dir", "overwrite_data_cache",  # DataArguments: how, not what
     "data_files",  # where the text is; its content is the data fingerprint
     "tuned_hparams_file",  # a path; the values it gave are resolved into learning_rate / weight_decay
@@ -208,7 +210,7 @@ def _training_value(cfg: RunConfig, key: str, tuned: Mapping[str, Any], tuned_fi
     if key in cfg.explicit:
         return Sourced(getattr(cfg.training, key), "user")
     if key in tuned:
-        return Sourced(tuned[key], f"tuned: {tuned_file}")
+        return Sourced(tuned[key], f"tuned: {portable_path(tuned_file, cfg.training.output_dir)}")
     if key in cited:
         return Sourced(cited[key], cited["sources"].get(key, cited["source"]))
     return Sourced(getattr(cfg.training, key), TRANSFORMERS_DEFAULT)
@@ -269,7 +271,7 @@ def _constructor(cfg: RunConfig, spec: OptimizerSpec | None, cited: Mapping[str,
         if k in user:
             return "user"
         if k in from_file:
-            return f"tuned: {tuned_file}"
+            return f"tuned: {portable_path(tuned_file, cfg.training.output_dir)}"
         return cited["sources"].get(k, cited.get("source", ""))
 
     return {k: Sourced(v, source(k)) for k, v in values.items()}

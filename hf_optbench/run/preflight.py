@@ -1,11 +1,13 @@
 """What a run checks before transformers is even imported: that its output_dir's names fit the filesystem, that no
-other run owns it, that its sizes and counts fit the machine (config.bounds), and that the machine has the hardware
-the recipe's precision needs.
+other run owns it, that its sizes and counts fit the machine (config.bounds), that the machine has the hardware
+the recipe's precision needs, and that a recipe recorded by a run on N processes (config.yaml's ``num_processes``)
+runs on N.
 
 Both must answer before ``parse_args`` (which builds ``TrainingArguments``: 5-6 s of imports on a loaded 2-core
 machine). A second run into a busy directory is refused in well under 2 s; a bf16 recipe on a machine without a
 bf16 GPU gets our one line naming the override, instead of transformers' ``Your setup doesn't support bf16/gpu``
-raised inside ``TrainingArguments.__post_init__``. The values are read from the recipe and the command line
+raised inside ``TrainingArguments.__post_init__``; where no GPU is visible at all (``hf_optbench.machine.gpu_visible``:
+device files, no CUDA initialisation) it answers without importing torch, also under ``accelerate launch``. The values are read from the recipe and the command line
 with the same precedence as :func:`hf_optbench.config.parse.parse_args` (CLI over recipe), for the few keys
 these checks need; parse_args still validates everything afterwards.
 """
@@ -22,13 +24,14 @@ from hf_optbench.config.argv import attach_negative_values
 from hf_optbench.config.bounds import SYNTHETIC_KEYS, check_run_bounds
 from hf_optbench.config.checks import RUN_DIR_LONGEST_INSIDE, check_path_fits
 from hf_optbench.config.data_args import DataArguments
-from hf_optbench.config.parse import TRAINING_DEFAULTS, RunConfig, load_recipe
+from hf_optbench.config.parse import TRAINING_DEFAULTS, RunConfig, check_num_processes, load_recipe
 from hf_optbench.errors import OptBenchError
 from hf_optbench.run.lock import RunLock, acquire_run_lock, check_not_busy, is_launch_main_process
 from hf_optbench.run.own_files import check_own_files
 
 # The keys read here; any other is left to parse_args.
-PREFLIGHT_KEYS = ("output_dir", "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "use_cpu", "torch_compile")
+PREFLIGHT_KEYS = ("output_dir", "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "use_cpu", "torch_compile",
+                  "num_processes")
 _TRUE = ("yes", "true", "t", "y", "1")  # HfArgumentParser's string_to_bool
 # The keys the size bounds read (config.bounds.check_run_bounds), read here as the keys above are.
 BOUND_KEYS = ("max_steps", "logging_steps", "block_size", "data_source", "synthetic_num_tokens", *SYNTHETIC_KEYS)
@@ -102,7 +105,12 @@ def as_bool(value: Any) -> bool:
 
 
 def _accelerator() -> tuple[str | None, bool]:
-    """(this machine's accelerator type or None, whether it computes in bf16), by transformers' own test."""
+    """(this machine's accelerator type or None, whether it computes in bf16), by transformers' own test; without
+    importing torch where no GPU is visible (torch's import alone takes seconds, more on a loaded machine)."""
+    from hf_optbench.machine import gpu_visible
+
+    if not gpu_visible():
+        return None, False
     import torch
     from transformers.utils import is_torch_bf16_gpu_available
 
@@ -180,4 +188,14 @@ def preflight(argv: list[str]) -> dict[str, Any] | None:
         check_not_busy(out)
     check_run_bounds(bound_settings(argv, recipe))  # absurd sizes and counts, before transformers is imported
     check_hardware(values, where)
+    if values.get("num_processes") is not None:  # torchrun / accelerate set WORLD_SIZE in every process they start
+        recipe_path = argv[0] if recipe is not None else None
+        check_num_processes(_int(values["num_processes"]), int(os.environ.get("WORLD_SIZE", "1")), recipe_path)
     return recipe
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise OptBenchError(f"num_processes must be an integer, got {value!r}.") from None

@@ -10,12 +10,13 @@ are the plan's record (``hf_optbench.run.plan.plan_record``), checked against th
 from __future__ import annotations
 
 import os
-import platform
-import subprocess
 import time
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from hf_optbench.measure.provenance import environment, last_log, launch_record, precision_name
+from hf_optbench.rundir import portable_path
 
 if TYPE_CHECKING:
     from transformers import TrainerState
@@ -28,11 +29,6 @@ if TYPE_CHECKING:
 CONCURRENT_RUNS_ENV = "HF_OPTBENCH_CONCURRENT_RUNS"
 SLOT_ENV = "HF_OPTBENCH_SLOT"
 CPUS_ENV = "HF_OPTBENCH_CPUS"
-
-
-def precision_name(args: Any) -> str:
-    """bf16 / fp16 / fp32 from TrainingArguments' flags."""
-    return "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
 
 
 def _env_int(name: str) -> int | None:
@@ -98,15 +94,34 @@ def build_summary(plan: RunPlan, prepared: Any, record: dict[str, Any], *, resum
         "tokens_per_param": plan.max_steps * batch.tokens_per_step / max(non_embedding, 1),
         "plan_hash": plan.plan_hash,
         "resumed_from": resumption.record() if resumption is not None else None,
-        "data": {**prepared.bundle.info, "content_fingerprint": f"{plan.data.kind}:{plan.data.fingerprint}"},
+        "data": {**portable_data_info(prepared.bundle.info),
+                 "content_fingerprint": f"{plan.data.kind}:{plan.data.fingerprint}"},
         "env": environment(),
         "git": git,
-        "recipe": cfg.recipe_path,
+        "recipe": _recipe(cfg.recipe_path),
+        "trainer_keys": cfg.trainer_keys.record(),  # TrainingArguments' own keys and what they became
+        "launch": launch_record(batch.world_size, precision_name(args)),  # the rerun line: run.output.rerun_line
         "status": "failed",
         "error": None,
         "final_tuning_loss": None,  # the tuning split's loss, for learning-rate selection only (never reported)
         **sharing(),
     }
+
+
+def _recipe(path: str | None) -> str | None:
+    """The recipe as given on the command line, an absolute path relative to the working directory (summary.json
+    is uploaded: never this machine's absolute path)."""
+    return portable_path(path, Path.cwd()) if path and os.path.isabs(path) else path
+
+
+def portable_data_info(info: dict[str, Any]) -> dict[str, Any]:
+    """The data pipeline's record of the data without this machine's cache path (summary.json is uploaded and
+    committed): the cache entry relative to the data cache (``data/<fingerprint>``) instead."""
+    out = {k: v for k, v in info.items() if k != "cache_path"}
+    if info.get("cache_path"):
+        entry = Path(str(info["cache_path"]))
+        out["cache_entry"] = f"{entry.parent.name}/{entry.name}"
+    return out
 
 
 def record_failure(summary: dict[str, Any], exc: BaseException, started: float) -> None:
@@ -117,14 +132,6 @@ def record_failure(summary: dict[str, Any], exc: BaseException, started: float) 
     summary["error"] = f"{type(exc).__name__}: {exc}"
     summary["traceback"] = traceback.format_exc(limit=20)
     summary["train_runtime_s"] = time.time() - started
-
-
-def last_log(log_history: list[dict[str, Any]], key: str) -> float | None:
-    """The latest value of ``key`` in Trainer's log history, or None."""
-    for row in reversed(log_history):
-        if key in row:
-            return row[key]
-    return None
 
 
 def finish_summary(summary: dict[str, Any], state: TrainerState, recorder: Any, optimizer: Any, *, built: str,
@@ -142,49 +149,3 @@ def finish_summary(summary: dict[str, Any], state: TrainerState, recorder: Any, 
     summary["optimizer_impl"] = describe_optimizer(optimizer, built=built, model=model)
     if recorder.status == "diverged":
         summary["status"] = "diverged"
-
-
-# Packages whose versions change the figures; None in the record means "not installed".
-RECORDED_PACKAGES = ("hf_optbench", "torch", "transformers", "accelerate", "datasets", "tokenizers", "evaluate",
-                     "bitsandbytes", "lion-pytorch", "schedulefree", "pytorch-optimizer", "deepspeed", "wandb")
-
-
-def git_state(path: Path | None = None) -> dict[str, Any]:
-    """Commit of the code that ran and whether its tree had uncommitted changes (None outside git)."""
-    where = path or Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
-                                timeout=10)
-        if commit.returncode != 0:
-            return {"commit": None, "dirty": None}
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
-                                capture_output=True, text=True, timeout=10)
-        return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-
-
-def environment() -> dict[str, Any]:
-    """Versions and devices a reader needs to reproduce the figures."""
-    from importlib import metadata
-
-    import torch
-
-    versions = {}
-    for pkg in RECORDED_PACKAGES:
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            versions[pkg] = None
-    cuda = torch.cuda.is_available()
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "packages": versions,
-        "torch_cuda": torch.version.cuda,
-        "device": torch.cuda.get_device_name(0) if cuda else f"cpu ({platform.processor() or platform.machine()})",
-        "device_count": torch.cuda.device_count() if cuda else 1,
-        "cpu_threads": torch.get_num_threads(),
-        # glibc malloc settings move CPU step times by ~25% (README, benchmark 1), so a run records them
-        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
-    }

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from hf_optbench.config.argv import help_requested, recipe_first
 from hf_optbench.config.parse import RunConfig, parse_args
 from hf_optbench.errors import OptBenchError
+from hf_optbench.measure.provenance import git_state
 from hf_optbench.publish.hub import check_push_possible, hub_callbacks, trainer_arguments
 from hf_optbench.run.console import ConsoleProgress
 from hf_optbench.run.lock import RunLock, is_launch_main_process
@@ -39,7 +40,7 @@ from hf_optbench.run.output import (
     save_final_model,
 )
 from hf_optbench.run.preflight import own_output_dir, preflight
-from hf_optbench.run.summary import build_summary, finish_summary, git_state, record_failure
+from hf_optbench.run.summary import build_summary, finish_summary, record_failure
 from hf_optbench.rundir import FINISHED_STATUSES, SUMMARY_FILE, write_json_atomic
 
 if TYPE_CHECKING:
@@ -378,6 +379,7 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     process owns output_dir for the whole run: ``lock`` (what :func:`main` took), else one taken here before any
     data or model work. The plan is resolved once (:func:`hf_optbench.run.plan.resolve_plan`) and every step
     takes it; each step runs once and hands its result on."""
+    from hf_optbench.run.epochs import with_epoch_steps
     from hf_optbench.run.identity import choose_checkpoint
     from hf_optbench.run.plan import plan_record, resolve_plan
     from hf_optbench.run.segments import SegmentRecorder
@@ -392,6 +394,7 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     owner = lock if lock is not None else own_output_dir(cfg)
     try:
         git = _check_git(cfg)
+        cfg = with_epoch_steps(cfg)  # num_train_epochs: max_steps from the training split's size
         plan = resolve_plan(cfg)  # every value resolved and checked once; nothing writes back into it
         resumption = choose_checkpoint(plan, out, move=is_main)  # the checkpoint's own identity must match
         check_steps_left(resumption, plan.max_steps)

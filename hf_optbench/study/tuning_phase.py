@@ -51,6 +51,7 @@ from hf_optbench.rundir import (
     MANIFEST_FILE,
     RUNS_DIR,
     TUNED_FILE,
+    portable_path,
     run_id_for,
     write_text_atomic,
 )
@@ -431,14 +432,14 @@ def write_tuned(best: Mapping[str, Mapping[str, Mapping[str, Any]]], path: str |
     header = [f"{HEADER}: per optimizer and size, each hyperparameter's best grid point by mean final_tuning_loss",
               "# (a held-out split, not the reported eval split); a point with a diverged or failed seed loses; beside "
               "each choice its", f"# margin over its neighbour and the seed-to-seed noise. {source}",
-              "# Use: --tuned_hparams_file " + str(out)]
+              "# Use: --tuned_hparams_file " + portable_path(out, Path.cwd())]
     header += [f"# warning: {w}" for w in warnings]
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, "\n".join(header) + "\n" + dump_yaml(data))
     return out
 
 
-def _source(tuning_dir: Path, tune: TuneSpec, seeds: Sequence[int]) -> str:
+def _source(tuning_dir: str, tune: TuneSpec, seeds: Sequence[int]) -> str:
     """One line of provenance for every entry: where, when, which grids (and how they grow), selected by what."""
     text = (f"tuned by {tuning_dir} on {_dt.date.today().isoformat()}: learning-rate grid "
             f"{grid_text(tune.multipliers)[1:-1]} of the cited default, extended in x{tune.lr_step:g} steps beyond "
@@ -492,10 +493,11 @@ def tune_phase(spec: SweepSpec) -> tuple[list[Path], list[str]]:
             "comparison does not start. Lower tune.lr_multipliers or raise tune.max_extensions, or fix the failures "
             "and rerun with --retry-failed.")
     _check_unchanged(spec, best)
-    source = _source(spec.tuning.output_dir, spec.tune, spec.tune.seeds)
+    tuning_dir = portable_path(spec.tuning.output_dir, spec.tuned_file_for(None).parent)  # beside the tuned files
+    source = _source(tuning_dir, spec.tune, spec.tune.seeds)
     paths = []
     for tpp, selection in best.items():
-        provenance = {"tuning_dir": str(spec.tuning.output_dir), "seeds": spec.tune.seeds,
+        provenance = {"tuning_dir": tuning_dir, "seeds": spec.tune.seeds,
                       **({} if tpp is None else {"tokens_per_param": tpp})}
         paths.append(write_tuned(selection, spec.tuned_file_for(tpp), source + _at(tpp),
                                  [w for w in warnings if tpp is None or w.split(": ", 1)[0].endswith(_at(tpp))],
@@ -591,8 +593,8 @@ def tune(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[str]) -> t
         check_output(path)
     grids = _found_setups([r for r in records if r.get("lr_multiplier") not in (None, "")])[1]
     spec = sweep_tune or _hand_spec(records, sorted({m for g in grids.values() for m in g}))
-    source = _source(d.resolve(), spec, spec.seeds)
+    source = _source(portable_path(d, out.parent), spec, spec.seeds)
     return [write_tuned(selection, paths[tpp], source + _at(tpp), warnings,
-                        provenance={"tuning_dir": str(d.resolve()), "seeds": spec.seeds,
+                        provenance={"tuning_dir": portable_path(d, out.parent), "seeds": spec.seeds,
                                     **({} if tpp is None else {"tokens_per_param": tpp})})
             for tpp, selection in best.items()], warnings

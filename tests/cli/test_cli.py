@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hf_optbench import cli
-from hf_optbench.run import summary as provenance
+from hf_optbench.measure import provenance
 from hf_optbench.run import train as run_mod
 
 from fixtures.installed import hf_optbench_command

@@ -13,6 +13,7 @@ import yaml
 
 from hf_optbench.config.checks import ADAM_KEYS, HONOURED_TRAINING_KEYS, REPLACED_TRAINING_KEYS, adam_family
 from hf_optbench.config.parse import parse_args
+from hf_optbench.config.trainer_keys import SPELLINGS
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.registry import OPTIMIZERS, build_resolved, optimizer_defaults
 from hf_optbench.run.plan import Sourced, resolve_optimization
@@ -68,12 +69,9 @@ def test_adam_arguments_are_refused_where_they_would_be_ignored(tmp_path: Path, 
 
 
 # A value of the right type for each replaced field (the refusal must come from the key, not a type error).
-REPLACED_VALUES = {"optim": "adamw_torch", "optim_args": "betas=0.9", "optim_target_modules": "attn",
-                   "lr_scheduler_type": "cosine", "lr_scheduler_kwargs": "{}", "num_train_epochs": "3",
-                   "auto_find_batch_size": "true"}
-REPLACED_BY = {"optim": "optimizer", "optim_args": "optimizer_kwargs", "optim_target_modules": "remove it",
-               "lr_scheduler_type": "schedule", "lr_scheduler_kwargs": "schedule_kwargs",
-               "num_train_epochs": "max_steps", "auto_find_batch_size": "per_device_train_batch_size"}
+REPLACED_VALUES = {"optim_args": "betas=0.9", "optim_target_modules": "attn", "auto_find_batch_size": "true"}
+REPLACED_BY = {"optim_args": "optimizer_kwargs", "optim_target_modules": "remove it",
+               "auto_find_batch_size": "per_device_train_batch_size"}
 
 
 @pytest.mark.parametrize("key", sorted(REPLACED_TRAINING_KEYS))
@@ -119,5 +117,5 @@ def test_every_optimizer_field_the_stock_trainer_reads_is_honoured_or_refused() 
         read |= _fields_read(pkg / "trainer_optimizer.py", None)
     read &= fields
     assert {"optim", "adam_beta2", "lr_scheduler_type"} <= read  # the scan sees what it should
-    handled = set(REPLACED_TRAINING_KEYS) | set(ADAM_KEYS) | set(HONOURED_TRAINING_KEYS)
+    handled = set(REPLACED_TRAINING_KEYS) | set(ADAM_KEYS) | set(HONOURED_TRAINING_KEYS) | set(SPELLINGS)
     assert read <= handled, f"neither honoured nor refused: {sorted(read - handled)}"

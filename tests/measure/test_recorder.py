@@ -311,12 +311,30 @@ def test_attach_callbacks_places_ours_before_reporting_callbacks_in_order(tmp_pa
     assert OptBenchRecorder(tmp_path).attach(trainer) is trainer  # the method form
 
 
-def test_recorder_warns_once_when_not_placed_before_reporters(tmp_path):
+def test_recorder_passed_to_the_constructor_moves_before_reporters(tmp_path):
+    """Issue 39: ``Trainer(callbacks=[recorder])`` put it after the integrations (transformers adds the
+    constructor's callbacks last), so they missed every optbench/ figure; it moves itself before them at init end."""
     pytest.importorskip("tensorboard")
+    from transformers.integrations import TensorBoardCallback
+
     recorder = OptBenchRecorder(tmp_path, BenchArguments(), tokens_per_step=BATCH * SEQ)
     args = training_args(tmp_path, max_steps=2, report_to="tensorboard")
     trainer = Trainer(model=tiny_model(), args=args, train_dataset=token_data(16),
                       data_collator=default_data_collator, callbacks=[recorder])  # no attach_callbacks
+    order = [type(cb) for cb in trainer.callback_handler.callbacks]
+    assert order.index(OptBenchRecorder) < order.index(TensorBoardCallback)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        trainer.train()
+
+
+def test_recorder_added_after_init_warns_once_naming_attach_callbacks(tmp_path):
+    pytest.importorskip("tensorboard")
+    recorder = OptBenchRecorder(tmp_path, BenchArguments(), tokens_per_step=BATCH * SEQ)
+    args = training_args(tmp_path, max_steps=2, report_to="tensorboard")
+    trainer = Trainer(model=tiny_model(), args=args, train_dataset=token_data(16),
+                      data_collator=default_data_collator)
+    trainer.add_callback(recorder)  # after the integrations, and no init event to move it
     with pytest.warns(UserWarning, match="attach_callbacks"):
         trainer.train()
 

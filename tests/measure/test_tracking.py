@@ -215,9 +215,12 @@ def test_a_stock_trainer_built_through_the_api_records_what_ran(tmp_path: Path) 
 def test_the_plain_trainer_idiom_records_what_the_objects_hold(tmp_path: Path) -> None:
     """``Trainer(optimizers=(build_optimizer("lion"), build_scheduler("gpt3_cosine")), callbacks=[recorder])``: what
     TensorBoard records and the recorder's own summary.json say is Lion at 3.33e-4 / 0.3 / 0.99 with the cosine
-    (read from the objects at init end, before the integrations record the arguments), not transformers'
-    adamw_torch_fused, 5e-05, 0.0, 0.999, linear."""
+    and its 1-step warmup read from the scheduler (at init end, before the integrations record the arguments), not
+    transformers' adamw_torch_fused, 5e-05, 0.0, 0.999, linear, warmup 0; the recorder passed the usual way moves
+    itself before the integrations, so TensorBoard also gets the hf_optbench section and the optbench/ figures,
+    with no placement warning."""
     pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from transformers import Trainer, TrainingArguments, default_data_collator
 
     from hf_optbench.config.bench_args import BenchArguments
@@ -235,20 +238,25 @@ def test_the_plain_trainer_idiom_records_what_the_objects_hold(tmp_path: Path) -
                              logging_nan_inf_filter=False, save_strategy="no", report_to="tensorboard",
                              disable_tqdm=True)
     recorder, = default_callbacks(BenchArguments(), str(out), tokens_per_step=4 * 32)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the recorder's placement warning: callbacks=[...] puts it after them
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         Trainer(model=model, args=args, train_dataset=token_data(16), data_collator=default_data_collator,
                 optimizers=(opt, sched), callbacks=[recorder]).train()
+    assert not [w for w in caught if any(p in str(w.message) for p in PLACEMENT)]
     recorded, hparams, section = read_tensorboard(out)
-    assert hparams is None and section is None  # no handler to attach the section to: attach_callbacks does
+    assert hparams["hf_optbench/optimizer"] == "lion" and section["schedule"]["name"] == "gpt3_cosine"
     assert recorded["optim"] == "hf_optbench:lion"
     assert (recorded["learning_rate"], recorded["weight_decay"]) == (3.33e-4, 0.3)
     assert (recorded["adam_beta1"], recorded["adam_beta2"]) == (0.9, 0.99)
-    assert recorded["lr_scheduler_type"] == "cosine_with_min_lr"
+    assert recorded["lr_scheduler_type"] == "cosine_with_min_lr" and recorded["warmup_steps"] == 1
+    event_dir = next(p.parent for p in out.glob("runs/**/events.out.tfevents.*"))
+    acc = EventAccumulator(str(event_dir))
+    acc.Reload()
+    assert "train/optbench/tokens" in acc.Tags()["scalars"], acc.Tags()["scalars"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["optimizer"] == "lion" and summary["optimizer_impl"].startswith("lion_pytorch")
     assert summary["hyperparameters"]["weight_decay"]["value"] == 0.3
     assert "Chen et al. 2023" in summary["hyperparameters"]["learning_rate"]["source"]
     assert summary["schedule"] == "gpt3_cosine" and summary["schedule_resolved"]["min_lr_ratio"] == 0.1
+    assert summary["schedule_resolved"]["warmup_steps"] == 1
     assert [g["weight_decay"] for g in summary["param_groups"]] == [0.3, 0.0]
-

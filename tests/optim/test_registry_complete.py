@@ -23,6 +23,7 @@ MATRIX: tuple[tuple[str, str, frozenset[str], str], ...] = (
     ("paged_adamw_8bit", "bitsandbytes.optim.PagedAdamW8bit", frozenset(), "cuda"),
     ("lion_8bit", "bitsandbytes.optim.Lion8bit", frozenset(), "cpu"),
     ("paged_lion_8bit", "bitsandbytes.optim.PagedLion8bit", frozenset(), "cuda"),
+    ("lion_32bit", "bitsandbytes.optim.Lion32bit", frozenset(), "cpu"),
     ("adafactor", "transformers.optimization.Adafactor", frozenset(), "cpu"),
     ("sgd", "torch.optim.SGD", frozenset(), "cpu"),
     ("schedule_free_adamw", "schedulefree.AdamWScheduleFree", frozenset(), "cpu"),

@@ -128,7 +128,33 @@ def test_unknown_schedule_and_kwargs_are_named():
         build_scheduler("gpt3_cosin", opt(), num_training_steps=10, warmup_steps=0)
     with pytest.raises(OptBenchError, match="'decay_ration'.*Did you mean 'decay_ratio'"):
         build_scheduler("wsd", opt(), num_training_steps=10, warmup_steps=0, decay_ration=0.1)
-    assert set(SCHEDULES) == {"gpt3_cosine", "wsd", "one_cycle", "constant_with_warmup", "constant", "none"}
+    assert set(SCHEDULES) == {"gpt3_cosine", "wsd", "one_cycle", "cosine", "linear", "constant_with_warmup",
+                              "constant", "none"}
+
+
+def test_transformers_cosine_and_linear_decay_to_zero():
+    n, w = 100, 10
+    cosine = lrs(build_scheduler("cosine", opt(), num_training_steps=n, warmup_steps=w), n + 1)
+    assert cosine[w] == pytest.approx(PEAK) and cosine[n] == pytest.approx(0.0, abs=1e-15)
+    assert cosine[55] == pytest.approx(PEAK * 0.5 * (1 + math.cos(math.pi * 45 / 90)))
+    linear = lrs(build_scheduler("linear", opt(), num_training_steps=n, warmup_steps=w), n + 1)
+    assert linear[w] == pytest.approx(PEAK) and linear[55] == pytest.approx(PEAK * 45 / 90) and linear[n] == 0
+
+
+def test_a_scheduler_built_elsewhere_is_named_from_what_it_computes():
+    """Issue 39: transformers' get_cosine_schedule_with_warmup (cosine to 0) was labelled gpt3_cosine (to 10%)."""
+    from torch.optim.lr_scheduler import LambdaLR, StepLR
+    from transformers import get_cosine_schedule_with_warmup
+
+    rec = describe_scheduler(get_cosine_schedule_with_warmup(opt(), num_warmup_steps=2, num_training_steps=10))
+    assert rec["name"] == "cosine" and rec["warmup_steps"] == 2 and rec["class"] == "torch.optim.lr_scheduler.LambdaLR"
+    assert rec["shape"] == {"steps": 10, "warmup_steps": 2, "peak_lr_ratio": 1.0, "lr_ratio_at_end": 0.0}
+    ours = describe_scheduler(build_scheduler("gpt3_cosine", opt(), num_training_steps=10, warmup_steps=2))
+    assert ours["name"] == "gpt3_cosine" and ours["shape"]["lr_ratio_at_end"] == pytest.approx(0.1)
+    own = describe_scheduler(LambdaLR(opt(), lambda s: min(1.0, (s + 1) / 4)), num_training_steps=8)
+    assert own["name"] == "torch.optim.lr_scheduler.LambdaLR" and own["lr_lambda"].endswith("<lambda>")
+    assert own["warmup_steps"] == 3 and own["shape"]["lr_ratio_at_end"] == 1.0
+    assert describe_scheduler(StepLR(opt(), 5))["name"] == "torch.optim.lr_scheduler.StepLR"
 
 
 def test_groups_keep_their_ratio():
@@ -159,4 +185,6 @@ def test_describe_scheduler_names_transformers_default() -> None:
     from transformers.optimization import get_scheduler
 
     held = describe_scheduler(get_scheduler("linear", opt(), num_warmup_steps=2, num_training_steps=10))
-    assert held == {"name": "linear", "warmup_steps": 2, "num_training_steps": 10}
+    assert held == {"name": "linear", "class": "torch.optim.lr_scheduler.LambdaLR", "warmup_steps": 2,
+                    "num_training_steps": 10,
+                    "shape": {"steps": 10, "warmup_steps": 2, "peak_lr_ratio": 1.0, "lr_ratio_at_end": 0.0}}

@@ -90,11 +90,31 @@ def test_the_scaling_plot_draws_no_empty_panel(tmp_path: Path, monkeypatch: pyte
     shown = [ax for ax in fig.axes if ax.get_visible()]
     titles = [ax.get_title() for ax in shown]
     assert "optimizer state" in titles and "tokens to target loss" not in titles
-    assert "no panel for tokens to target loss, seconds to target loss" in fig._suptitle.get_text()
+    assert "no panel for tokens to target loss, seconds to target loss" in " ".join(fig._suptitle.get_text().split())
     assert all(ax.lines or ax.collections for ax in shown)  # every panel drawn holds something
     for ax in shown:  # before: an empty panel's axis read "900m, 1 ... 10" as parameters
         labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
         assert labels and all(label[-1] in "kMB" for label in labels), labels
+    plots.plt_().close(fig)
+
+
+def test_the_scaling_caption_names_the_level_it_draws_and_fits_the_figure(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39: the caption said "97.5 % paired t interval" for bars drawn at the level Holm's procedure gave each
+    cell, and the one-line title ran past the figure's edges (clipped in scaling__tpp0.15.png)."""
+    figures: list[Any] = []
+    monkeypatch.setattr(plots, "save", lambda fig, path, rect=None: figures.append(fig) or path)
+    an = analyse(_short_runs(tmp_path))
+    plots.plot_scaling(an, tmp_path / "scaling.png")
+    (fig,) = figures
+    drawn = sorted({1 - p.level for v in an.verdicts_along("size", "") for p in v.points})
+    text = " ".join(fig._suptitle.get_text().split())
+    assert drawn and f"{drawn[0]:.1%}" in text and f"{drawn[-1]:.1%}" in text and "Holm" in text, text
+    assert "t interval" not in text  # censored-normal intervals are drawn too
+    fig.tight_layout()
+    fig.canvas.draw()
+    box = fig._suptitle.get_window_extent()
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1, (box, fig.bbox)
     plots.plt_().close(fig)
 
 

@@ -107,7 +107,7 @@ def test_a_value_is_checked_whatever_its_source(tmp_path: Path, monkeypatch) -> 
     tuned.write_text("adamw:\n  tiny: {learning_rate: 0.002, max_grad_norm: -5}\n")
     monkeypatch.setattr(checks, "check_tuned_file", lambda path: None)
     cfg = _parse(tmp_path, "--tuned_hparams_file", str(tuned))
-    with pytest.raises(OptBenchError, match=rf"max_grad_norm -5.* \(from tuned: {tuned}\) must be a finite"):
+    with pytest.raises(OptBenchError, match=rf"max_grad_norm -5.* \(from tuned: {tuned.name}\) must be a finite"):
         resolve_optimization(cfg)
 
 

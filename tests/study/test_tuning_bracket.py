@@ -191,8 +191,8 @@ def test_weight_decay_is_tuned_after_the_learning_rate_for_lion_only(tmp_path: P
     cfg = parse_args(spec_run.args + ["--tuned_hparams_file", str(path), "--output_dir", str(tmp_path / "x"),
                                       "--use_cpu", "true"])
     chosen = resolve_hyperparameters(cfg)
-    assert chosen["weight_decay"] == {"value": pytest.approx(0.9), "source": f"tuned: {path}"}
-    assert chosen["learning_rate"]["source"] == f"tuned: {path}"
+    assert chosen["weight_decay"] == {"value": pytest.approx(0.9), "source": f"tuned: {path.name}"}
+    assert chosen["learning_rate"]["source"] == f"tuned: {path.name}"
 
 
 def test_weight_decay_set_by_the_sweep_is_not_tuned_and_said(tmp_path: Path) -> None:

@@ -101,7 +101,7 @@ def test_every_parameter_group_of_adamw_and_muon_is_tuned_with_its_curve_and_bra
 
     cmp = next(r for r in spec.runs if r.optimizer == "muon")
     cfg = parse_args(cmp.args + ["--tuned_hparams_file", str(path), "--output_dir", str(tmp_path / "x")])
-    assert resolve_hyperparameters(cfg)["nonmatrix_lr_ratio"] == {"value": 0.125, "source": f"tuned: {path}"}
+    assert resolve_hyperparameters(cfg)["nonmatrix_lr_ratio"] == {"value": 0.125, "source": f"tuned: {path.name}"}
 
 
 def test_every_ladder_rung_gets_its_own_bracketed_rate(tmp_path: Path) -> None:
@@ -163,10 +163,11 @@ def test_tune_writes_what_the_sweep_wrote(tmp_path: Path) -> None:
     out = tmp_path / "again.yaml"
     assert cli(["tune", str(spec.tuning.output_dir), "--output", str(out)]) == 0
     ours, again = yaml.safe_load(path.read_text()), yaml.safe_load(out.read_text())
-    for data in (ours, again):
+    for data, where in ((ours, path.parent), (again, out.parent)):
         for sizes in data.values():
             for entry in sizes.values():
-                entry.pop("source")
+                entry.pop("source")  # the tuning directory, relative to each file: the same directory
+                assert (where / entry.pop("tuning_dir")).resolve() == spec.tuning.output_dir.resolve()
     assert again == ours
     lion = again["lion"]["tiny"]
     assert lion["weight_decay"] == 0.0 and lion["wd_bracketed"] and [c["weight_decay"] for c in lion["wd_curve"]][0] == 0
