@@ -206,7 +206,11 @@ def _phases(spec: SweepSpec) -> list[SweepSpec]:
 
 
 def _dry_run(spec: SweepSpec, out_stream: Any) -> dict[str, int]:
-    """Print each run's status and command (the tuning phase first); launch nothing, write nothing."""
+    """Print each run's status and command (the tuning phase first), then the predicted wall time on this machine
+    (study.eta: the sweep's structure, a short measurement of each compared optimizer's step); launch nothing,
+    write nothing."""
+    from hf_optbench.study.eta import predictor_for
+
     if spec.tune is not None:
         attach_tuned_file(spec)
     counts: dict[str, int] = {}
@@ -219,6 +223,11 @@ def _dry_run(spec: SweepSpec, out_stream: Any) -> dict[str, int]:
             cmd = " ".join(redact_argv(build_command(phase, run, phase.run_dir(run), False)))
             print(f"{run.run_id:<40} {status:<10} {cmd}", file=out_stream)
         counts = _add(counts, _counts(phase, rows))
+    predictor = predictor_for(spec)
+    for phase in _phases(spec):
+        rows = read_state(phase.output_dir / STATE_FILE)
+        predictor.begin_phase(phase.runs, [r for r in phase.runs if finished_status(phase.run_dir(r), rows, r.run_id)])
+    print(f"[sweep] {predictor.describe()}", file=out_stream)
     return counts
 
 
@@ -251,7 +260,9 @@ def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_st
     rows = read_state(state)
     done = len(spec.runs) - len(todo)
     progress = progress or Progress(len(spec.runs), done, out_stream)
-    progress.begin_phase(before, done, len(spec.runs), later or [])
+    queued = {r.run_id for r in todo}
+    progress.begin_phase(before, done, len(spec.runs), later or [], phase=spec,
+                         finished=[r for r in spec.runs if r.run_id not in queued])
     progress.say(f"{spec.name}: {len(spec.runs)} runs, {done} already finished, {len(todo)} to run "
                  f"-> {spec.output_dir}")
     if max_runs is not None:
@@ -340,9 +351,12 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
             resolve_grid(phase)
     if dry_run:
         return _dry_run(spec, out_stream)
+    from hf_optbench.study.eta import predictor_for
+
     # one progress count and ETA, and one set of warm workers, for every phase of the sweep
     with sweep_lock(spec.output_dir), WorkerPool(str(spec.output_dir / WORKER_LOG)) as pool:
-        progress = Progress(0, 0, out_stream)
+        progress = Progress(0, 0, out_stream, predictor=predictor_for(spec))
+        progress.say(progress.predictor.describe())
         counts: dict[str, int] = {}
         if spec.tuning is not None:
             _todo(spec.tuning, retry_failed, True, rerun_changed, out_stream)  # a refusal before anything is written
@@ -351,11 +365,24 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
                                                                rerun_changed, progress, pool)
             if not finished:  # stopped early: compare later
                 return _add(counts, {"pending": len(spec.runs)})
+            progress.predictor.settle("tune")
             _tune_then_attach(spec, out_stream)
         before = len(spec.tuning.runs) if spec.tuning is not None else 0
         compared, tuned = _compare_until_uncensored(spec, max_runs, retry_failed, out_stream, rerun_changed, progress,
                                                     pool, before)
-        return _add(tuned if tuned is not None else counts, compared)
+        counts = _add(tuned if tuned is not None else counts, compared)
+        if not set(counts) - {"completed", "diverged", "failed", "oom"}:  # the whole sweep ran: measure its steps
+            _calibrate(spec, progress)
+        return counts
+
+
+def _calibrate(spec: SweepSpec, progress: Progress) -> None:
+    """The sweep-end step-time calibration (study.calibration), alone: every run has ended."""
+    from hf_optbench.study.calibration import run_sweep_calibration
+
+    run_sweep_calibration(spec, progress.say)
+    if progress.predictor is not None:
+        progress.predictor.settle("calibration")
 
 
 def _compare_until_uncensored(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any,
@@ -383,7 +410,11 @@ def _compare_until_uncensored(spec: SweepSpec, max_runs: int | None, retry_faile
                                          before=before + len(spec.runs))
             max_runs = None if max_runs is None else max_runs - launched
             counts = _add(counts, extra)
+        if progress is not None and progress.predictor is not None:
+            progress.predictor.settle("attribution")
         if set(counts) - {"completed", "diverged", "failed", "oom"} or not extend_ladder(spec, say):
+            if progress is not None and progress.predictor is not None:
+                progress.predictor.settle("compare")
             return counts, tuned
         if spec.tuning is not None:  # the new rung's own learning rate first, as every rung's
             tuned, max_runs, finished = _tune_until_bracketed(spec, max_runs, retry_failed, out_stream,
