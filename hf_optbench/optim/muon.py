@@ -148,7 +148,7 @@ def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor:
                            adamw_kwargs=adamw_kwargs)
     aux = "fused=True" if adamw_kwargs.get("fused") else "foreach"
     # bf16 is torch.optim.Muon's own code; fp32 the same update with the iteration in fp32 (muon_impl.MuonNS)
-    muon = "torch.optim.Muon" if precision == "bf16" else "hf_optbench MuonNS (torch.optim.Muon's update)"
+    muon = "torch.optim.Muon" if precision == "bf16" else "hf_optbench.optim.muon_impl.MuonNS"
     return opt, (f"{muon}(adjust_lr_fn={ctor.get('adjust_lr_fn')}, Newton-Schulz {precision})+torch.optim.AdamW({aux}) "
                  f"[{len(hidden)} hidden matrices on Muon]")
 
