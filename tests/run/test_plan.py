@@ -296,17 +296,25 @@ def test_auto_takes_fp32_where_onednn_has_no_native_bf16(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_a_muon_run_records_its_newton_schulz_precision_everywhere(tmp_path: Path) -> None:
     """summary.json (value, source, and the implementation string the report's step-time table shows), the card and
-    the tracker section all say which precision ran and why."""
+    the tracker section all say which precision ran and why; config.yaml pins it (auto would pick again wherever the
+    run is rerun)."""
+    from hf_optbench.optim.muon import bf16_matmul_native
+
     pytest.importorskip("tensorboard")
     out = tmp_path / "muon"
     with contextlib.redirect_stdout(io.StringIO()):
         assert run_mod.main([QUICK, "--output_dir", str(out), "--optimizer", "muon", "--report_to", "tensorboard",
-                             "--optimizer_kwargs", '{"ns_precision": "fp32"}', *SMALL, "--max_steps", "2"]) == 0
+                             *SMALL, "--max_steps", "2"]) == 0
+    ran = "bf16" if bf16_matmul_native("cpu")[0] else "fp32"
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["hyperparameters"]["ns_precision"] == {"value": "fp32", "source": "user"}
-    assert "Newton-Schulz fp32" in summary["optimizer_impl"]
-    assert [g.get("ns_precision") for g in summary["param_groups"]] == ["fp32", None, None]
-    assert 'ns_precision "fp32"' in (out / "README.md").read_text()
+    assert summary["hyperparameters"]["ns_precision"]["value"] == ran
+    assert summary["hyperparameters"]["ns_precision"]["source"].startswith("auto: bf16 matmuls")
+    assert f"Newton-Schulz {ran}" in summary["optimizer_impl"]
+    assert [g.get("ns_precision") for g in summary["param_groups"]] == [ran, None, None]
+    assert f'ns_precision "{ran}"' in (out / "README.md").read_text()
     _, hparams, section = read_tensorboard(out)
-    assert section["hyperparameters"]["ns_precision"]["value"] == "fp32"
-    assert hparams["hf_optbench/hyperparameters/ns_precision/value"] == "fp32"
+    assert section["hyperparameters"]["ns_precision"]["value"] == ran
+    assert "auto: bf16 matmuls" in section["hyperparameters"]["ns_precision"]["source"]
+    assert hparams["hf_optbench/hyperparameters/ns_precision/value"] == ran
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert json.loads(config["optimizer_kwargs"])["ns_precision"] == ran
