@@ -43,6 +43,9 @@ Sweep file (YAML)::
                                            # has TOKEN/KEY/SECRET/PASSWORD is never written (name kept)
       validate: true                       # parse every run's arguments in-process before launching
       jobs: auto                           # local executor: runs at once (a positive integer, or auto, below)
+    calibration: {rounds: 3, steps_per_round: 12}   # optional: at the sweep's end each compared optimizer x size's
+                                           # step measured alone -> step_calibration.json (false: none, and no
+                                           # in-process step measurement for the ETA either: test sweeps)
 
 Tune, then compare: with ``tune:``, every optimizer x size of the matrix first runs the learning-rate grid (cited
 default x each multiplier, tune seeds, the same overrides, horizon and batch as the comparison) into
@@ -51,6 +54,11 @@ held-out split: set ``tuning_blocks`` in overrides) goes to ``<output_dir>/tuned
 provenance; then the comparison matrix runs with ``--tuned_hparams_file`` pointing at it. An optimizer x size
 without a tuned value stops the sweep before the comparison starts. Tuning runs are never reused as comparison
 runs: their seed's result picked the rate, so give the comparison other seeds (its runs are fresh either way).
+
+ETA: every run's start and end line says the sweep's predicted time left (study/eta.py): the runs it will run, known
+or still to be added (extensions, later axes, each rung's tuning at its budget multiple, the attribution, the
+calibration), times the step and run costs measured here (a short measurement of each optimizer's step at the start,
+then the finished runs), over the runs at once. ``--dry_run`` prints the prediction for the whole sweep.
 
 Runs at once (``launcher.jobs``, local executor; SLURM stays one job per run): ``auto`` runs one per visible GPU
 (per accelerate process group), else as many as the cores fit: the cores this process may use divided by the
