@@ -176,3 +176,34 @@ def test_the_progress_line_carries_the_predictor_s_eta(tmp_path: Path) -> None:
     assert spy.events == [("begin", "1", 0), ("started", run.run_id, None),
                           ("ended", run.run_id, {"steps": 3, "train_runtime_s": 1.0})]
     assert out.getvalue().count("sweep ETA 0:02:05") == 2
+
+
+@pytest.mark.slow
+def test_dry_run_prints_the_predicted_wall_time_from_a_measurement_here(tmp_path: Path) -> None:
+    """``hf-optbench sweep FILE --dry_run``: the runs, then one line with the predicted wall time, the runs expected
+    (the tuning's later axes included), the step measured here per optimizer; nothing launched or written."""
+    import io
+
+    import yaml
+
+    from hf_optbench.study.sweep import run_sweep
+
+    quick = str(DEMO.parents[1] / "quickstart_cpu.yaml")
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "base": quick, "output_dir": str(tmp_path / "out"),
+        "overrides": {"data_source": "synthetic", "block_size": 16, "per_device_train_batch_size": 2,
+                      "max_steps": 5, "tuning_blocks": 4},
+        "matrix": {"optimizer": ["adamw", "muon"], "model_size": ["tiny"], "seed": [1, 2]},
+        "tune": {"lr_multipliers": [0.5, 1, 2], "confirm_seeds": []},
+        "launcher": {"type": "python", "env": {"OMP_NUM_THREADS": "1"}}}))
+    out = io.StringIO()
+    counts = run_sweep(path, dry_run=True, stream=out)
+    assert counts == {"pending": 6 + 4}
+    (line,) = [x for x in out.getvalue().splitlines() if x.startswith("[sweep] predicted wall time")]
+    # known: 6 grid points, 4 compared runs; expected besides: each optimizer's learning-rate extensions (0.6) and
+    # non-matrix ratio (the default grid's 3 points beyond x1, + 0.6), Muon's attribution at the 2 seeds: 20.4
+    assert "10 known now" in line and "~20 runs" in line
+    assert "adamw/tiny" in line and "muon/tiny" in line and "calibration at the end" in line
+    assert line.split("machine: ")[1].split()[0].count(":") == 2  # H:MM:SS, not "?"
+    assert not (tmp_path / "out").exists()
