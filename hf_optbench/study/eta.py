@@ -49,6 +49,7 @@ from hf_optbench.study.calibration import (
 )
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec
 from hf_optbench.study.sweep_state import hms, plan_slots
+from hf_optbench.study.tuning import RUNG_MULTIPLIERS
 
 # Extensions per tuning axis, expected: the demo at commit 85db3b8 (docs/results/cpu_demo: 171 runs) made 13 over its
 # 22 axes (learning rate 3 over 8, weight decay 2 over 2, non-matrix ratio 3 over 4, rungs 5 over 8): 0.59.
@@ -131,7 +132,7 @@ def structure(spec: SweepSpec) -> Structure:
                      (len(grid) - (1.0 in grid) + EXPECTED_EXTENSIONS) * seeds, base)
         for dx in pair.rungs:
             _add(s, ("tune", o, z, t, "rung", dx),
-                 (3 + EXPECTED_EXTENSIONS) * seeds + (2 * confirm if tune.confirm_rungs else 0),
+                 (len(RUNG_MULTIPLIERS) + EXPECTED_EXTENSIONS) * seeds + (2 * confirm if tune.confirm_rungs else 0),
                  budgets.ladder_steps(base, dx))
         if pair.tune_nm and o != baseline:
             _add(s, ("attribution", o, z, t, None, None), compare_seeds, base)
