@@ -24,6 +24,7 @@ def _entry(opt: str, *extra: str) -> cal.Entry:
     return cal.Entry(opt, "tiny", (QUICK, *SMALL, "--optimizer", opt, "--model_size", "tiny", *extra))
 
 
+@pytest.mark.slow
 def test_entries_are_measured_interleaved_and_written_in_the_report_s_schema(monkeypatch) -> None:
     """Round r starts at entry r (A B, B A); every round drops its first steps; Muon's entry says its Newton-Schulz
     precision, the others null; two entries that build alike are measured once."""
