@@ -216,3 +216,42 @@ def test_profile_run_counts_one_name_resolution_and_nothing_stamped(capsys):
     got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert got["calls"]["resolve_optimizer_name"] == got["calls"]["load_recipe"] == got["calls"]["resolve_plan"] == 1
     assert got["stamped_attributes"] == [] and got["functions_run"] > 0
+
+
+@pytest.mark.slow
+def test_bench_muon_step_measures_every_row_in_each_environment(tmp_path):
+    """Both environments in children of their own: the native one as torch reports it, the AVX2 one with no native
+    bf16 (so auto picks fp32), every row measured, the tables written."""
+    import bench_muon_step
+
+    from hf_optbench.optim.muon import bf16_matmul_native
+
+    assert bench_muon_step.main(["--sizes", "tiny", "--rounds", "1", "--steps", "2", "--warmup", "1",
+                                 "--out", str(tmp_path)]) == 0
+    results = {r["env"]: r for r in json.loads((tmp_path / "muon_step.json").read_text())["results"]}
+    assert results["avx2"]["bf16_native"] is False and results["avx2"]["auto"] == "fp32"
+    assert results["native"]["bf16_native"] == bf16_matmul_native("cpu")[0]
+    for res in results.values():
+        assert {(r["optimizer"], r["ns_precision"]) for r in res["rows"]} == {("adamw", None), ("muon", "bf16"),
+                                                                             ("muon", "fp32")}
+        assert all(r["step_time_median_s"] > 0 and r["optimizer_step_s"] > 0 for r in res["rows"])
+    assert (tmp_path / "muon_step.md").read_text().count("| tiny |") == 2
+
+
+@pytest.mark.slow
+def test_bench_ns_precision_runs_the_cell_at_both_precisions(tmp_path):
+    """On a few steps (0.02 tokens/param, one seed, a 3-rung ladder): both sweeps run, each Muon run states its
+    precision, and the speedups are read off the seed's AdamW ladder."""
+    import bench_ns_precision
+
+    with pytest.warns(UserWarning, match="no tuned file"):
+        assert bench_ns_precision.main(["--tuned", str(tmp_path / "none.yaml"), "--seeds", "1", "--tokens_per_param",
+                                        "0.02", "--multiples", "0.5", "1", "2", "--work", str(tmp_path / "w"),
+                                        "--out", str(tmp_path / "out")]) == 0
+    res = json.loads((tmp_path / "out" / "ns_precision.json").read_text())
+    (row,) = res["rows"]
+    assert "Newton-Schulz bf16" in row["bf16"]["implementation"] and "Newton-Schulz fp32" in row["fp32"]["implementation"]
+    assert row["bf16"]["speedup"] is not None and row["fp32"]["speedup"] is not None
+    assert row["bf16"]["final_eval_loss"] != row["fp32"]["final_eval_loss"]  # the precision changed the run
+    assert "cited values" in res["meta"]["tuned"]
+    assert "| 1 |" in (tmp_path / "out" / "ns_precision.md").read_text()

@@ -6,10 +6,18 @@ module stays standard-library only; which tensors are hidden matrices is ``adamw
 Two learning rates, two groups: ``learning_rate`` drives the hidden matrices (Muon), ``nonmatrix_lr_ratio`` x
 learning_rate the rest (the auxiliary AdamW: embeddings, head, LayerNorm gains, biases). Both are tuned, one after
 the other (study.tuning), as Marin's phase I tunes Muon's ``muon_to_adam_lr``; AdamW gets the same freedom.
+
+Newton-Schulz precision, ``ns_precision`` (``auto`` | ``bf16`` | ``fp32``): the reference implementation and
+``torch.optim.Muon`` run the iteration in bf16, fast where bf16 matmuls are native and emulated (20-30x slower than
+fp32) elsewhere. ``auto`` is resolved once, in the run's plan (``run.plan``), by :func:`resolve_ns_precision` from what
+torch reports of the device (:func:`bf16_matmul_native`); the plan, summary.json, the card and the trackers record the
+choice with its reason. It changes what is trained (the orthogonalised update differs by ~1 % between the two), so it
+is part of the run's identity; ``benchmarks/bench_ns_precision.py`` shows what it changes in the results.
 """
 
 from __future__ import annotations
 
+import platform
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError
@@ -38,8 +46,61 @@ if TYPE_CHECKING:
 CITATIONS: dict[str, str] = {
     "muon": "KellerJordan/Muon README (momentum 0.95, nesterov, ns_steps 5; AdamW for embeddings/head/gains); "
             "Liu et al. 2025, Muon is Scalable for LLM Training, arXiv:2502.16982 Sec. 2.2 (adjust_lr_fn "
-            "match_rms_adamw: reuse AdamW's LR and weight decay 0.1, for the AdamW part too: nonmatrix_lr_ratio 1)",
+            "match_rms_adamw: reuse AdamW's LR and weight decay 0.1, for the AdamW part too: nonmatrix_lr_ratio 1); "
+            "Newton-Schulz in bf16 as KellerJordan/Muon muon.py@f90a42b (zeropower_via_newtonschulz5: G.bfloat16()) "
+            "and torch/optim/_muon.py run it, where the device's bf16 matmuls are native (ns_precision auto)",
 }
+NS_KEY = "ns_precision"
+NS_PRECISIONS = ("auto", "bf16", "fp32")
+
+
+def bf16_matmul_native(device_type: str) -> tuple[bool, str]:
+    """(whether a bf16 matmul runs natively on this device, what torch reported), read from torch once.
+
+    CUDA: ``torch.cuda.is_bf16_supported(including_emulation=False)`` (compute capability >= 8: Ampere and later).
+    CPU: both of
+      * ``torch.ops.mkldnn._is_mkldnn_bf16_supported()``: torch sends a CPU bf16 matmul to oneDNN only when this holds
+        (it reads the ISA oneDNN may use, so ``ONEDNN_MAX_CPU_ISA=AVX2`` turns it off); otherwise ATen's reference
+        gemm runs it, measured at 2.6-3.1 GFLOP/s against 54-92 in fp32 on this project's AMD EPYC (Zen 4) with that
+        setting, 1.3-2.5 against 31-63 on an AVX2-only EPYC (issue 38);
+      * on x86, bf16 instructions in the hardware: ``torch.cpu._is_avx512_bf16_supported()`` or
+        ``_is_amx_tile_supported()`` (CPUID, through cpuinfo). oneDNN also takes bf16 on AVX-512 without them
+        (Skylake-X, Cascade Lake) by converting in software; not measured here, so fp32 is the choice there: the
+        precision the hardware computes in. On other architectures oneDNN's own check reads the ARM BF16
+        extension, and it alone decides.
+    """
+    import torch
+
+    if device_type == "cuda":
+        ok = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False))
+        name = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
+        return ok, f"CUDA {name}: torch.cuda.is_bf16_supported(including_emulation=False) {ok}"
+    onednn = bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    if platform.machine().lower() in ("x86_64", "amd64", "i686", "x86"):
+        avx512_bf16, amx = bool(torch.cpu._is_avx512_bf16_supported()), bool(torch.cpu._is_amx_tile_supported())
+        return onednn and (avx512_bf16 or amx), (f"CPU: oneDNN bf16 matmul {onednn} "
+                                                 f"(torch.ops.mkldnn._is_mkldnn_bf16_supported()), AVX512-BF16 "
+                                                 f"{avx512_bf16}, AMX {amx}")
+    return onednn, f"CPU ({platform.machine()}): oneDNN bf16 matmul {onednn} (torch.ops.mkldnn._is_mkldnn_bf16_supported())"
+
+
+def check_ns_precision(value: Any) -> str:
+    """``value`` if it is one of :data:`NS_PRECISIONS`, else OptBenchError naming the choices."""
+    if value not in NS_PRECISIONS:
+        raise OptBenchError(f"optimizer_kwargs {NS_KEY} {value!r} is not one of {', '.join(NS_PRECISIONS)}: set "
+                            f"e.g. --optimizer_kwargs '{{\"{NS_KEY}\": \"fp32\"}}', or leave it at auto.")
+    return str(value)
+
+
+def resolve_ns_precision(value: Any, device_type: str) -> tuple[str, str]:
+    """(precision, why) for ``ns_precision`` ``value`` on ``device_type`` ("cpu" | "cuda"): a forced value as it is,
+    ``auto`` bf16 where :func:`bf16_matmul_native` says so (the reference implementation's precision), else fp32."""
+    value = check_ns_precision(value)
+    if value != "auto":
+        return value, f"set to {value}"
+    native, seen = bf16_matmul_native(device_type)
+    return ("bf16", f"auto: bf16 matmuls native ({seen})") if native else \
+        ("fp32", f"auto: bf16 matmuls not native, so fp32 ({seen})")
 
 
 def defaults(size_class: str) -> CitedDefaults:
@@ -47,7 +108,7 @@ def defaults(size_class: str) -> CitedDefaults:
     base = adamw_base(size_class)
     adamw = {"adamw_betas": base.values["betas"], "adamw_eps": base.values["eps"]}  # the auxiliary AdamW's
     return base.derive("muon", drop=("betas", "eps"), base_values=adamw, momentum=0.95, nesterov=True, ns_steps=5,
-                       adjust_lr_fn="match_rms_adamw", learning_rate=base.values["learning_rate"],
+                       adjust_lr_fn="match_rms_adamw", ns_precision="auto", learning_rate=base.values["learning_rate"],
                        weight_decay=base.values["weight_decay"], **{NONMATRIX_KEY: 1.0})
 
 
@@ -63,6 +124,8 @@ def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor:
         raise OptBenchError(f"{NONMATRIX_KEY} must be a finite number > 0, got {ratio!r}.")
     adamw_betas = ctor.pop("adamw_betas", (0.9, 0.95))
     adamw_eps = ctor.pop("adamw_eps", 1e-8)
+    # a run's plan resolved auto already (run.plan); a Python-API build resolves it here, for the model's device
+    precision, _ = resolve_ns_precision(ctor.pop(NS_KEY, "auto"), next(iter(trainable_params(model))).device.type)
     if ctor.get("adjust_lr_fn") in (None, "original") and muon_lr is None:
         raise OptBenchError(
             "muon with adjust_lr_fn 'original' takes its LR in spectral units (Keller Jordan's README: 0.02), not "
@@ -81,9 +144,12 @@ def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor:
     adamw_kwargs: dict[str, Any] = {"lr": lr * ratio, "betas": tuple(adamw_betas), "eps": adamw_eps}
     if fused_ok(trainable_params(model)):
         adamw_kwargs["fused"] = True
-    opt = MuonWithAuxAdamW(muon_groups, adamw_groups, muon_kwargs={"lr": lr, **ctor}, adamw_kwargs=adamw_kwargs)
+    opt = MuonWithAuxAdamW(muon_groups, adamw_groups, muon_kwargs={"lr": lr, **ctor, NS_KEY: precision},
+                           adamw_kwargs=adamw_kwargs)
     aux = "fused=True" if adamw_kwargs.get("fused") else "foreach"
-    return opt, (f"torch.optim.Muon(adjust_lr_fn={ctor.get('adjust_lr_fn')})+torch.optim.AdamW({aux}) "
+    # bf16 is torch.optim.Muon's own code; fp32 the same update with the iteration in fp32 (muon_impl.MuonNS)
+    muon = "torch.optim.Muon" if precision == "bf16" else "hf_optbench.optim.muon_impl.MuonNS"
+    return opt, (f"{muon}(adjust_lr_fn={ctor.get('adjust_lr_fn')}, Newton-Schulz {precision})+torch.optim.AdamW({aux}) "
                  f"[{len(hidden)} hidden matrices on Muon]")
 
 
@@ -102,7 +168,7 @@ GROUPS = (GroupLayout("muon", (MATRIX,), lr_kwarg="muon_lr"),
 
 SPECS = (
     OptimizerSpec("muon", "torch.optim.Muon+torch.optim.AdamW", build, defaults,
-                  ("momentum", "nesterov", "ns_steps", "ns_coefficients", "adjust_lr_fn", "muon_lr",
+                  ("momentum", "nesterov", "ns_steps", "ns_coefficients", "adjust_lr_fn", NS_KEY, "muon_lr",
                    "adamw_betas", "adamw_eps", NONMATRIX_KEY),
                   "Muon (Jordan et al. 2024) on hidden 2-D matrices, AdamW on embeddings, head and 1-D tensors",
                   LAYOUT, groups=GROUPS, zero_incompatible="ZeRO hands the optimizer 1-D flat partitions and Muon orthogonalises 2-D "

@@ -68,6 +68,9 @@ def rerun_config(plan: RunPlan, record: dict[str, Any]) -> dict[str, Any]:
         resolved.update(adam)
         moved = {ADAM_KEYS[k] for k in adam}
         user_kwargs = {k: v for k, v in user_kwargs.items() if k not in moved}
+    ns = plan.optimizer.constructor.get("ns_precision")
+    if ns is not None:  # Muon's Newton-Schulz precision as it ran: auto would pick again on the machine it reruns on
+        user_kwargs = {**user_kwargs, "ns_precision": ns.value}
     resolved["optimizer_kwargs"] = json.dumps(user_kwargs, sort_keys=True)
     resolved["num_processes"] = plan.batch.world_size  # a rerun on another number refuses (config.parse)
     return json.loads(json.dumps(resolved, default=str))

@@ -295,6 +295,22 @@ def _groups(layouts: tuple[GroupLayout, ...], lr: Sourced, wd: Sourced | None,
     return tuple(out)
 
 
+def _resolve_ns_precision(cfg: RunConfig, spec: OptimizerSpec | None, ctor: dict[str, Sourced]) -> None:
+    """Muon's Newton-Schulz precision, ``auto`` resolved here, once, from what torch reports of the device the run
+    trains on (``optim.muon.resolve_ns_precision``); its source then says why (the capability read) beside the
+    citation. A forced bf16/fp32 keeps its own source."""
+    from hf_optbench.optim.muon import NS_KEY, resolve_ns_precision
+
+    entry = ctor.get(NS_KEY)
+    if spec is None or NS_KEY not in spec.kwargs or entry is None:
+        return
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() and not getattr(cfg.training, "use_cpu", False) else "cpu"
+    precision, why = resolve_ns_precision(entry.value, device)
+    ctor[NS_KEY] = entry if precision == entry.value else Sourced(precision, f"{why} | {entry.source}")
+
+
 def _schedule(cfg: RunConfig, spec: OptimizerSpec | None, ctor: dict[str, Sourced]) -> dict[str, Any]:
     """The schedule record; a schedule-free optimizer runs "none" and its warmup becomes its own constructor
     argument (``warmup_steps`` of schedulefree.AdamWScheduleFree)."""
@@ -397,6 +413,7 @@ def resolve_optimization(cfg: RunConfig) -> tuple[OptimizerPlan, Sourced, dict[s
     for key, entry in (("learning_rate", lr), ("weight_decay", wd), ("max_grad_norm", mgn)):
         _check_value(key, entry)
     ctor = _constructor(cfg, spec, cited, tuned, tuned_file)
+    _resolve_ns_precision(cfg, spec, ctor)
     schedule = _schedule(cfg, spec, ctor)
     layouts = spec.group_layouts({k: v.value for k, v in ctor.items()}) if spec is not None \
         else GPT3_GROUPS if takes_wd else SINGLE_GROUP

@@ -45,6 +45,9 @@ Sweep file (YAML)::
                                            # has TOKEN/KEY/SECRET/PASSWORD is never written (name kept)
       validate: true                       # parse every run's arguments in-process before launching
       jobs: auto                           # local executor: runs at once (a positive integer, or auto, below)
+    calibration: {rounds: 3, steps_per_round: 12}   # optional: at the sweep's end each compared optimizer x size's
+                                           # step measured alone -> step_calibration.json (false: none, and no
+                                           # in-process step measurement for the ETA either: test sweeps)
 
 Tune, then compare: with ``tune:``, every optimizer x size of the matrix first runs the learning-rate grid (cited
 default x each multiplier, tune seeds, the same overrides, horizon and batch as the comparison) into
@@ -53,6 +56,11 @@ held-out split: set ``tuning_blocks`` in overrides) goes to ``<output_dir>/tuned
 provenance; then the comparison matrix runs with ``--tuned_hparams_file`` pointing at it. An optimizer x size
 without a tuned value stops the sweep before the comparison starts. Tuning runs are never reused as comparison
 runs: their seed's result picked the rate, so give the comparison other seeds (its runs are fresh either way).
+
+ETA: every run's start and end line says the sweep's predicted time left (study/eta.py): the runs it will run, known
+or still to be added (extensions, later axes, each rung's tuning at its budget multiple, the attribution, the
+calibration), times the step and run costs measured here (a short measurement of each optimizer's step at the start,
+then the finished runs), over the runs at once. ``--dry_run`` prints the prediction for the whole sweep.
 
 Runs at once (``launcher.jobs``, local executor; SLURM stays one job per run): ``auto`` runs one per visible GPU
 (per accelerate process group), else as many as the cores fit: the cores this process may use divided by the
@@ -216,7 +224,11 @@ def _draw_phases(spec: SweepSpec) -> list[SweepSpec]:
 
 
 def _dry_run(spec: SweepSpec, out_stream: Any) -> dict[str, int]:
-    """Print each run's status and command (the tuning phase first); launch nothing, write nothing."""
+    """Print each run's status and command (the tuning phase first), then the predicted wall time on this machine
+    (study.eta: the sweep's structure, a short measurement of each compared optimizer's step); launch nothing,
+    write nothing."""
+    from hf_optbench.study.eta import predictor_for
+
     if spec.tune is not None:
         attach_tuned_file(spec)
     counts: dict[str, int] = {}
@@ -229,6 +241,11 @@ def _dry_run(spec: SweepSpec, out_stream: Any) -> dict[str, int]:
             cmd = " ".join(redact_argv(build_command(phase, run, phase.run_dir(run), False)))
             print(f"{run.run_id:<40} {status:<10} {cmd}", file=out_stream)
         counts = _add(counts, _counts(phase, rows))
+    predictor = predictor_for(spec)
+    for phase in _phases(spec):
+        rows = read_state(phase.output_dir / STATE_FILE)
+        predictor.begin_phase(phase.runs, [r for r in phase.runs if finished_status(phase.run_dir(r), rows, r.run_id)])
+    print(f"[sweep] {predictor.describe()}", file=out_stream)
     return counts
 
 
@@ -261,7 +278,9 @@ def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_st
     rows = read_state(state)
     done = len(spec.runs) - len(todo)
     progress = progress or Progress(len(spec.runs), done, out_stream)
-    progress.begin_phase(before, done, len(spec.runs), later or [])
+    queued = {r.run_id for r in todo}
+    progress.begin_phase(before, done, len(spec.runs), later or [], phase=spec,
+                         finished=[r for r in spec.runs if r.run_id not in queued])
     progress.say(f"{spec.name}: {len(spec.runs)} runs, {done} already finished, {len(todo)} to run "
                  f"-> {spec.output_dir}")
     if max_runs is not None:
@@ -351,9 +370,12 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
             resolve_grid(phase)
     if dry_run:
         return _dry_run(spec, out_stream)
+    from hf_optbench.study.eta import predictor_for
+
     # one progress count and ETA, and one set of warm workers, for every phase of the sweep
     with sweep_lock(spec.output_dir), WorkerPool(str(spec.output_dir / WORKER_LOG)) as pool:
-        progress = Progress(0, 0, out_stream)
+        progress = Progress(0, 0, out_stream, predictor=predictor_for(spec))
+        progress.say(progress.predictor.describe())
         counts: dict[str, int] = {}
         if spec.tuning is not None:
             _todo(spec.tuning, retry_failed, True, rerun_changed, out_stream)  # a refusal before anything is written
@@ -362,6 +384,7 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
                                                                rerun_changed, progress, pool)
             if not finished:  # stopped early: compare later
                 return _add(counts, {"pending": len(spec.runs)})
+            progress.predictor.settle("tune")
             _tune_then_attach(spec, out_stream)
         before = len(spec.tuning.runs) if spec.tuning is not None else 0
         compared, tuned = _compare_until_uncensored(spec, max_runs, retry_failed, out_stream, rerun_changed, progress,
@@ -370,6 +393,8 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
         if spec.second_draw is not None and set(counts) <= {"completed", "diverged", "failed", "oom"}:
             counts = _add(counts, _second_draw(spec, max_runs, retry_failed, out_stream, rerun_changed, progress,
                                                pool))
+        if not set(counts) - {"completed", "diverged", "failed", "oom"}:  # the whole sweep ran: measure its steps
+            _calibrate(spec, progress)
         return counts
 
 
@@ -389,6 +414,15 @@ def _second_draw(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_
     compared, _ = _run_phase(draw, max_runs, retry_failed, out_stream, sweep_copy=False, rerun_changed=rerun_changed,
                              progress=progress, pool=pool)
     return _add(counts, compared)
+
+
+def _calibrate(spec: SweepSpec, progress: Progress) -> None:
+    """The sweep-end step-time calibration (study.calibration), alone: every run has ended."""
+    from hf_optbench.study.calibration import run_sweep_calibration
+
+    run_sweep_calibration(spec, progress.say)
+    if progress.predictor is not None:
+        progress.predictor.settle("calibration")
 
 
 def _compare_until_uncensored(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any,
@@ -416,7 +450,11 @@ def _compare_until_uncensored(spec: SweepSpec, max_runs: int | None, retry_faile
                                          before=before + len(spec.runs))
             max_runs = None if max_runs is None else max_runs - launched
             counts = _add(counts, extra)
+        if progress is not None and progress.predictor is not None:
+            progress.predictor.settle("attribution")
         if set(counts) - {"completed", "diverged", "failed", "oom"} or not extend_ladder(spec, say):
+            if progress is not None and progress.predictor is not None:
+                progress.predictor.settle("compare")
             return counts, tuned
         if spec.tuning is not None:  # the new rung's own learning rate first, as every rung's
             tuned, max_runs, finished = _tune_until_bracketed(spec, max_runs, retry_failed, out_stream,

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from hf_optbench.config.parse import RunConfig
 
 SWEEP_KEYS = {"base", "output_dir", "overrides", "matrix", "per_optimizer", "per_model_size", "launcher", "name",
-              "description", "tune", "budget", "ladder"}
+              "description", "tune", "budget", "ladder", "calibration"}
 # Keys that would beat or bypass the tuned value (an explicit value wins in run.plan.resolve_optimization).
 TUNED_KEYS = ("learning_rate", "tuned_hparams_file")
 MATRIX_KEYS = {"optimizer", "model_size", "seed", "lr_multipliers"}
@@ -87,6 +87,7 @@ class SweepSpec:
     current: set[str] = field(default_factory=set)  # run ids known to match the file (study.kept_runs), or run now
     second_draw: SecondDraw | None = None  # tune.second_draw (study.second_draw): cells tuned again at another seed
     ladder_dir: Path | None = None  # whose comparison runs decide the ladder's rungs (None: this sweep's own)
+    calibration: bool | dict[str, int] = True  # the sweep-end step-time calibration (study/calibration.py)
 
     @property
     def runs_dir(self) -> Path:
@@ -236,6 +237,20 @@ def _launcher(raw: dict[str, Any], sweep_file: Path) -> dict[str, Any]:
     return launcher
 
 
+def _calibration(raw: dict[str, Any]) -> bool | dict[str, int]:
+    """``calibration:``: true (the default), false (none: test sweeps), or {rounds, steps_per_round}, each an integer
+    >= 1 (study/calibration.py)."""
+    value = raw.get("calibration", True)
+    if isinstance(value, bool):
+        return value
+    value = _check_keys(value, {"rounds", "steps_per_round"}, "calibration")
+    for key, n in value.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise OptBenchError(f"calibration.{key} must be an integer >= 1, got {n!r}. E.g. calibration: {{rounds: 3, "
+                                "steps_per_round: 12}, or calibration: false to skip it.")
+    return value
+
+
 def _point_args(spec: SweepSpec, opt: str, size: str) -> list[str]:
     """The run arguments of one optimizer x size before the sweep's own (seed, id, steps)."""
     from hf_optbench.config.parse import to_tokens
@@ -309,7 +324,8 @@ def load_sweep(path: str | os.PathLike[str], output_dir: str | None = None) -> S
     name = str(raw.get("name") or sweep_file.stem)
     common = dict(path=sweep_file.resolve(), base=base, overrides=overrides, per_optimizer=per_opt,
                   per_model_size=per_size, launcher=launcher, budget=budgets.parse_budget(raw, tables, sizes))
-    spec = SweepSpec(output_dir=out, name=name, tune=tune, ladder=budgets.parse_ladder(raw, optimizers), **common)
+    spec = SweepSpec(output_dir=out, name=name, tune=tune, ladder=budgets.parse_ladder(raw, optimizers),
+                     calibration=_calibration(raw), **common)
     _budget_steps(spec, optimizers, sizes)
     if tune is not None:
         spec.second_draw = parse_second_draw(

@@ -275,7 +275,7 @@ class Flight:
             self.kill_tree(pid, create_time)
 
 
-def _hms(seconds: float) -> str:
+def hms(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
@@ -283,25 +283,46 @@ def _hms(seconds: float) -> str:
 class Progress:
     """Runs done/total, the current run, elapsed and ETA on the terminal (one line per event: logs stay
     readable when the output is a file). One for the whole sweep: the count, the clock and the ETA run on across
-    its phases (every tuning round, then the comparison) instead of starting again at each. ETA: the mean
-    duration of this invocation's runs of the same model size (else of all runs) times what is left in the whole
-    sweep (this phase's queue and the later phases' runs), over the runs at once."""
+    its phases (every tuning round, then the comparison) instead of starting again at each. ETA: the sweep's
+    ``predictor`` (:class:`hf_optbench.study.eta.Predictor`: its structure, known and expected runs, times what a
+    step and a run cost here), told of every run that starts and ends; without one, the mean duration of this
+    invocation's runs of the same model size times the runs known to be left, over the runs at once."""
 
-    def __init__(self, total: int, done: int, stream: Any = None) -> None:
+    def __init__(self, total: int, done: int, stream: Any = None, predictor: Any = None) -> None:
         self.total, self.done, self.stream = total, done, stream or sys.stdout
         self.t0 = time.monotonic()
         self.durations: dict[str, list[float]] = {}
         self.later: list[RunSpec] = []  # runs of later phases still to run: counted in the ETA
-        self.jobs = 1  # runs at once (the local executor's slots): the ETA divides by it
+        self._jobs = 1  # runs at once (the local executor's slots): the ETA divides by it
+        self.predictor = predictor
+        self.runs_dir: Path | None = None  # the current phase's run directories (summary.json of a run that ended)
         self._lock = threading.Lock()  # slots report from threads of their own: one whole line at a time
 
-    def begin_phase(self, before: int, done: int, total: int, later: Sequence[RunSpec] = ()) -> None:
+    @property
+    def jobs(self) -> int:
+        return self._jobs
+
+    @jobs.setter
+    def jobs(self, value: int) -> None:
+        self._jobs = value
+        if self.predictor is not None:
+            self.predictor.jobs = value
+
+    def begin_phase(self, before: int, done: int, total: int, later: Sequence[RunSpec] = (),
+                    phase: Any = None, finished: Sequence[RunSpec] = ()) -> None:
         """A phase (or a tuning round) starts: ``before`` runs of earlier phases, all finished; ``done`` of this
-        phase's ``total`` finished already; ``later``: the runs of later phases still to run."""
+        phase's ``total`` finished already; ``later``: the runs of later phases still to run. ``phase``: its
+        SweepSpec (its runs and where they write), ``finished``: its runs finished before it began."""
         with self._lock:
             self.done, self.total, self.later = before + done, before + total + len(later), list(later)
+            if phase is not None:
+                self.runs_dir = phase.runs_dir
+                if self.predictor is not None:
+                    self.predictor.begin_phase(phase.runs, finished)
 
     def eta(self, pending: Sequence[RunSpec]) -> float | None:
+        if self.predictor is not None:
+            return self.predictor.remaining()
         with self._lock:
             durations = {k: list(v) for k, v in self.durations.items()}
             left = [*pending, *self.later]
@@ -314,15 +335,24 @@ class Progress:
 
     def say(self, msg: str) -> None:
         with self._lock:
-            self.stream.write(f"[sweep {self.done}/{self.total} | {_hms(time.monotonic() - self.t0)}] {msg}\n")
+            self.stream.write(f"[sweep {self.done}/{self.total} | {hms(time.monotonic() - self.t0)}] {msg}\n")
             self.stream.flush()
 
-    def started(self, run: RunSpec, pending: Sequence[RunSpec], note: str = "") -> None:
+    def _eta_text(self, pending: Sequence[RunSpec]) -> str:
         eta = self.eta(pending)
-        self.say(f"running {run.run_id}{note} (sweep ETA {_hms(eta) if eta is not None else '?'})")
+        return f"sweep ETA {hms(eta) if eta is not None else '?'}"
+
+    def started(self, run: RunSpec, pending: Sequence[RunSpec], note: str = "") -> None:
+        if self.predictor is not None:
+            self.predictor.started(run)
+        self.say(f"running {run.run_id}{note} ({self._eta_text(pending)})")
 
     def ended(self, run: RunSpec, status: str, duration: float, detail: str = "") -> None:
+        summary = read_summary(self.runs_dir / run.run_id) if self.runs_dir is not None else None
         with self._lock:
             self.done += 1
             self.durations.setdefault(run.model_size, []).append(duration)
-        self.say(f"{run.run_id}: {status} in {duration:.1f} s{detail}")
+        if self.predictor is not None:
+            self.predictor.ended(run, duration, (summary or {}) if status in FINISHED_STATUSES else None)
+        self.say(f"{run.run_id}: {status} in {duration:.1f} s{detail}" +
+                 (f" ({self._eta_text([])})" if self.predictor is not None else ""))

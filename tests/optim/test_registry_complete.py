@@ -27,7 +27,8 @@ MATRIX: tuple[tuple[str, str, frozenset[str], str], ...] = (
     ("adafactor", "transformers.optimization.Adafactor", frozenset(), "cpu"),
     ("sgd", "torch.optim.SGD", frozenset(), "cpu"),
     ("schedule_free_adamw", "schedulefree.AdamWScheduleFree", frozenset(), "cpu"),
-    ("muon", "torch.optim.Muon", frozenset({"muon_lr", "adamw_betas", "adamw_eps", "nonmatrix_lr_ratio"}), "cpu"),
+    ("muon", "torch.optim.Muon", frozenset({"muon_lr", "adamw_betas", "adamw_eps", "nonmatrix_lr_ratio", "ns_precision"}),
+     "cpu"),
     ("sophia", "hf_optbench.optim.sophia_impl.SophiaG", frozenset(), "cpu"),
     ("soap", "pytorch_optimizer.SOAP", frozenset(), "cpu"),
 )

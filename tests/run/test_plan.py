@@ -253,3 +253,68 @@ def test_each_step_of_a_run_happens_once(tmp_path: Path, monkeypatch) -> None:
 
     objects = [*optimizer_chain(held["optimizer"]), held["scheduler"]]
     assert not [k for o in objects for k in vars(o) if k.startswith("hf_optbench")]
+
+
+def test_muon_s_newton_schulz_precision_is_resolved_once_with_its_reason(tmp_path: Path) -> None:
+    """ns_precision auto becomes bf16 or fp32 in the plan, from the capability torch reports, its source saying what
+    was read and citing the reference implementation; a forced value is the user's; the precision is part of the
+    plan's identity (it changes what is trained)."""
+    from hf_optbench.optim.muon import bf16_matmul_native
+    from hf_optbench.run.plan import resolve_plan
+
+    plan = resolve_plan(_parse(tmp_path, "--optimizer", "muon"))
+    entry = plan.optimizer.constructor["ns_precision"]
+    native, seen = bf16_matmul_native("cpu")
+    assert entry.value == ("bf16" if native else "fp32")
+    assert entry.source.startswith("auto: bf16 matmuls") and seen in entry.source and "KellerJordan/Muon" in entry.source
+    assert plan.identity["optimizer_constructor"]["ns_precision"] == entry.value
+    other = "fp32" if entry.value == "bf16" else "bf16"
+    forced = resolve_plan(_parse(tmp_path, "--optimizer", "muon", "--optimizer_kwargs", f'{{"ns_precision": "{other}"}}'))
+    assert forced.optimizer.constructor["ns_precision"].value == other
+    assert forced.optimizer.constructor["ns_precision"].source == "user" and forced.plan_hash != plan.plan_hash
+    with pytest.raises(OptBenchError, match="ns_precision 'fp8' is not one of"):
+        resolve_plan(_parse(tmp_path, "--optimizer", "muon", "--optimizer_kwargs", '{"ns_precision": "fp8"}'))
+
+
+@pytest.mark.slow
+def test_auto_takes_fp32_where_onednn_has_no_native_bf16(tmp_path: Path) -> None:
+    """With oneDNN held to AVX2 (the emulation of an AVX2-only CPU: torch then runs bf16 matmuls in ATen's reference
+    gemm), auto resolves to fp32, and says why."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from hf_optbench.config.parse import parse_args; from hf_optbench.run.plan import "
+            f"resolve_plan; e = resolve_plan(parse_args([{QUICK!r}, '--output_dir', {str(tmp_path / 'r')!r}, "
+            "'--optimizer', 'muon'])).optimizer.constructor['ns_precision']; print(e.value, '|', e.source)")
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=True)
+    value, source = out.stdout.strip().splitlines()[-1].split(" | ", 1)
+    assert value == "fp32" and "not native" in source and "oneDNN bf16 matmul False" in source
+
+
+@pytest.mark.slow
+def test_a_muon_run_records_its_newton_schulz_precision_everywhere(tmp_path: Path) -> None:
+    """summary.json (value, source, and the implementation string the report's step-time table shows), the card and
+    the tracker section all say which precision ran and why; config.yaml pins it (auto would pick again wherever the
+    run is rerun)."""
+    from hf_optbench.optim.muon import bf16_matmul_native
+
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "muon"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert run_mod.main([QUICK, "--output_dir", str(out), "--optimizer", "muon", "--report_to", "tensorboard",
+                             *SMALL, "--max_steps", "2"]) == 0
+    ran = "bf16" if bf16_matmul_native("cpu")[0] else "fp32"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["hyperparameters"]["ns_precision"]["value"] == ran
+    assert summary["hyperparameters"]["ns_precision"]["source"].startswith("auto: bf16 matmuls")
+    assert f"Newton-Schulz {ran}" in summary["optimizer_impl"]
+    assert [g.get("ns_precision") for g in summary["param_groups"]] == [ran, None, None]
+    assert f'ns_precision "{ran}"' in (out / "README.md").read_text()
+    _, hparams, section = read_tensorboard(out)
+    assert section["hyperparameters"]["ns_precision"]["value"] == ran
+    assert "auto: bf16 matmuls" in section["hyperparameters"]["ns_precision"]["source"]
+    assert hparams["hf_optbench/hyperparameters/ns_precision/value"] == ran
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert json.loads(config["optimizer_kwargs"])["ns_precision"] == ran

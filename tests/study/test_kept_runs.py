@@ -149,7 +149,7 @@ def test_the_issue_scenario_through_the_installed_command(tmp_path: Path) -> Non
                 "overrides": {"max_steps": 4, "eval_steps": 4, "save_strategy": "no", "data_source": "synthetic",
                               "block_size": 64, "validation_blocks": 8, **overrides},
                 "matrix": {"optimizer": optimizers, "model_size": ["tiny"], "seed": [1]},
-                "launcher": {"type": "python", "jobs": 1}}
+                "launcher": {"type": "python", "jobs": 1}, "calibration": False}
         (tmp_path / name).write_text(yaml.safe_dump(spec))
         return tmp_path / name
 

@@ -207,7 +207,7 @@ def test_real_runs_two_at_once_record_the_sharing(tmp_path: Path) -> None:
         "base": str(REPO / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "real"),
         "overrides": {"max_steps": 2, "eval_steps": 2, "block_size": 32, "data_source": "synthetic"},
         "matrix": {"optimizer": ["adamw", "lion"], "model_size": ["tiny"], "seed": [0]},
-        "launcher": {"type": "python", "jobs": 2, "env": {"OMP_NUM_THREADS": "1"}}}))
+        "launcher": {"type": "python", "jobs": 2, "env": {"OMP_NUM_THREADS": "1"}}, "calibration": False}))
     assert run_sweep(path, stream=io.StringIO()) == {"completed": 2}
     summaries = [json.loads((tmp_path / "real" / "runs" / rid / "summary.json").read_text())
                  for rid in ("adamw__tiny__s0", "lion__tiny__s0")]

@@ -296,7 +296,7 @@ def test_secret_values_stay_out_of_a_real_python_sweep(tmp_path: Path) -> None:
     sweep = {"base": str(REPO / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
              "overrides": {"max_steps": 2, "eval_steps": 2, "block_size": 32, "save_strategy": "no"},
              "matrix": {"optimizer": ["adamw"], "model_size": ["tiny"], "seed": [0]},
-             "launcher": {"type": "python", "env": {"HF_TOKEN": SECRET, "WANDB_API_KEY": OTHER_SECRET}}}
+             "launcher": {"type": "python", "env": {"HF_TOKEN": SECRET, "WANDB_API_KEY": OTHER_SECRET}}, "calibration": False}
     path = tmp_path / "real.yaml"
     path.write_text(yaml.safe_dump(sweep))
     log = io.StringIO()

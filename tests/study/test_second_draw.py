@@ -150,7 +150,8 @@ def test_a_dry_run_lists_the_draws_initial_grid(tmp_path: Path) -> None:
     spec = _spec(tmp_path, {"seed": 6, "cells": [{"model_size": "tiny"}]})
     log = io.StringIO()
     counts = run_sweep(spec.path, dry_run=True, stream=log)
-    lines = [line.split()[0] for line in log.getvalue().splitlines() if line.strip()]
+    lines = [line.split()[0] for line in log.getvalue().splitlines()
+             if line.strip() and not line.startswith("[sweep] ")]  # the closing line: study.eta's prediction
     assert "adamw__tiny__s6__lrx4" in lines and "muon__tiny__s6__lrx16" in lines and "adamw__tiny__s0__lrx4" in lines
     assert counts["pending"] == len(lines)
     assert not (spec.output_dir / "second_draw").exists()  # a dry run writes nothing

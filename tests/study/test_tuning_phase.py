@@ -206,7 +206,8 @@ def test_a_selection_that_moved_under_finished_comparison_runs_is_refused_naming
     sweep = {"base": str(repo / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
              "overrides": {"data_source": "synthetic", "block_size": 64, "tuning_blocks": 4},
              "budget": {"tokens_per_param": [0.5, 1]}, "tune": {"lr_multipliers": [0.5, 1, 2]},
-             "matrix": {"optimizer": ["adamw"], "model_size": ["tiny"], "seed": [1]}, "launcher": {"type": "python"}}
+             "matrix": {"optimizer": ["adamw"], "model_size": ["tiny"], "seed": [1]}, "launcher": {"type": "python"},
+             "calibration": False}
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(sweep))
     spec = load_sweep(tmp_path / "sweep.yaml")
     old = {"adamw": {"tiny": {"learning_rate": 0.002}}}

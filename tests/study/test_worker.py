@@ -68,7 +68,7 @@ def _sweep(tmp_path: Path, optimizers: tuple[str, ...], env: dict | None = None,
     path.write_text(yaml.safe_dump({
         "base": str(base), "output_dir": str(tmp_path / "out"),
         "matrix": {"optimizer": list(optimizers), "model_size": ["tiny"], "seed": [0]},
-        "launcher": {"type": "python", "validate": False, "env": env or {}, **launcher}}))
+        "launcher": {"type": "python", "validate": False, "env": env or {}, **launcher}, "calibration": False}))
     return path
 
 
@@ -294,7 +294,7 @@ def test_same_seed_same_losses_through_the_worker_and_a_subprocess(tmp_path: Pat
              "overrides": {"max_steps": 4, "eval_steps": 2, "block_size": 32, "data_source": "synthetic"},
              "matrix": {"optimizer": ["adamw"], "model_size": ["tiny"], "seed": [3]},
              # one intra-op thread (read by torch at the worker's start): two spin for minutes on a loaded 2-core CPU
-             "launcher": {"type": "python", "env": {"OMP_NUM_THREADS": "1"}}}
+             "launcher": {"type": "python", "env": {"OMP_NUM_THREADS": "1"}}, "calibration": False}
     results = {}
     for via in ("warm_worker", "subprocess"):
         if via == "subprocess":

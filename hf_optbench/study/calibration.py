@@ -1,0 +1,405 @@
+"""Step-time calibration: each compared optimizer x size x batch shape's training step, measured alone.
+
+Why: a sweep's runs share the machine (two at a time on two cores, say), so their own step times say how long the
+sweep took, not what one optimizer's step costs against another's; and a token speedup says nothing of time. At the
+end of every sweep (after the comparison and the attribution, before it returns) :func:`run_sweep_calibration`
+measures each compared (optimizer, model_size, shape) alone, one at a time, nothing else in flight, interleaved over
+rounds (A B C D, B C D A, ...: a drift of the machine spreads over every entry alike), the first steps of every round
+dropped (allocator and caches warming), and writes ``<sweep_dir>/step_calibration.json`` (schema below, read by the
+report's time-to-quality table). The sweep's ETA (:mod:`hf_optbench.study.eta`) uses the same measurement, short, in
+process (:func:`quick_step_times`) for the relative cost of optimizers no run has measured yet.
+
+What one step is here: the Trainer's work per optimizer step without the Trainer: ``gradient_accumulation_steps``
+forward and backward passes of the run's micro-batch (random token ids of the run's vocabulary: the cost does not
+depend on the values), gradient clipping at the run's ``max_grad_norm``, the optimizer's step (built from the run's
+own resolved plan, Muon's Newton-Schulz precision included) and ``zero_grad``, the loss read back each step (as the
+Trainer's logging does). One process: under a multi-process launcher it is one rank's step without the all-reduce.
+
+Schema (``schema`` 1; keep it: the report reads it)::
+
+    {"schema": 1, "machine": {"cpu_model", "cpu_capability", "bf16_native", "torch", "device": "cpu"|"cuda:NAME",
+     "threads"}, "measured_at": ISO time, "rounds": int, "steps_per_round": int,
+     "entries": [{"optimizer", "model_size", "tokens_per_step", "ns_precision": str|null, "step_time_median_s",
+                  "step_time_round_medians_s": [...], "spread": [min, max] of the round medians}]}
+
+A sweep file turns it off with ``calibration: false`` (test sweeps) or sizes it with ``calibration: {rounds: 3,
+steps_per_round: 12}``; it is skipped where the sweep cannot measure what its runs ran (``launcher.type: command``,
+the SLURM executor: other machines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hf_optbench.rundir import STATE_FILE, read_summary, write_json_atomic
+from hf_optbench.study.sweep_spec import SweepSpec
+from hf_optbench.study.sweep_state import plan_slots
+
+CALIBRATION_FILE = "step_calibration.json"
+SCHEMA = 1
+# A few dozen steps per entry: 3 rounds of 12 measured steps after 3 dropped ones (45 steps; at the demo's shape,
+# ~15 ms each, under 1 s per optimizer). Three rounds give a spread; the dropped steps cover the first steps' warm-up
+# (allocator, oneDNN's kernel choice), which measure.probe_timing also leaves out of a run's median.
+ROUNDS, STEPS_PER_ROUND, WARMUP_STEPS = 3, 12, 3
+# The vocabulary assumed for a text source before any run has reported its own (the GPT-2 tokenizer's): only the
+# ETA's first estimate uses it; the end-of-sweep calibration reads each run's summary.json.
+DEFAULT_VOCAB = 50257
+# The calibration subprocess: imports (~3-5 s here) plus the measurement; past this it is stopped, the sweep's results
+# are kept, and the calibration is reported missing.
+TIMEOUT_S = 900
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One thing to measure: a run's arguments (without --output_dir) and its vocabulary (None: from the data
+    settings)."""
+
+    optimizer: str
+    model_size: str
+    args: tuple[str, ...]
+    vocab_size: int | None = None
+
+
+@dataclass
+class Case:
+    """An entry built: the model, its optimizer and its step's inputs."""
+
+    entry: Entry
+    model: Any
+    optimizer: Any
+    batches: list[Any]
+    max_grad_norm: float
+    tokens_per_step: int
+    ns_precision: str | None
+    autocast: Any  # a context-manager factory
+
+
+# ------------------------------------------------------------------------------------------- building one entry
+def _device(cfg: Any) -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() and not getattr(cfg.training, "use_cpu", False) else "cpu"
+
+
+def _vocab(cfg: Any, entry: Entry) -> int:
+    if entry.vocab_size:
+        return int(entry.vocab_size)
+    return int(cfg.data.synthetic_vocab_size) if cfg.data.data_source == "synthetic" else DEFAULT_VOCAB
+
+
+def build_case(entry: Entry, scratch: Path) -> Case:
+    """The entry's model (its size and vocabulary, seeded), its optimizer as the run's plan resolves it (tuned file,
+    cited values, Newton-Schulz precision) and one step's random inputs. ``scratch``: an output_dir never created."""
+    import torch
+
+    from hf_optbench.config.parse import parse_args
+    from hf_optbench.models import build_model
+    from hf_optbench.optim.registry import build_resolved
+    from hf_optbench.run.plan import resolve_optimization
+
+    hardware = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
+    cfg = parse_args([*entry.args, "--output_dir", str(scratch), *hardware])
+    opt, mgn, _ = resolve_optimization(cfg)
+    device, t = _device(cfg), cfg.training
+    torch.manual_seed(0)
+    model = build_model(cfg.model.model_size, _vocab(cfg, entry), n_positions=cfg.model.n_positions or cfg.data.block_size,
+                        attn_implementation=cfg.model.attn_implementation,
+                        pad_vocab_to_multiple_of=cfg.model.pad_vocab_to_multiple_of, dropout=cfg.model.dropout).to(device)
+    model.train()
+    optimizer, _ = build_resolved(opt.spec or opt.name, model, lr=opt.learning_rate.value,
+                                  weight_decay=opt.weight_decay.value, ctor=opt.constructor_values(),
+                                  embedding_state_32bit=opt.embedding_state_32bit)
+    if callable(getattr(optimizer, "train", None)):
+        optimizer.train()  # schedule-free optimizers step in train mode
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, vocab, (t.per_device_train_batch_size, cfg.data.block_size), generator=gen).to(device)
+               for _ in range(t.gradient_accumulation_steps)]
+    dtype = torch.bfloat16 if t.bf16 else torch.float16 if t.fp16 else None
+    autocast = (lambda: torch.autocast(device, dtype=dtype)) if dtype is not None else contextlib.nullcontext
+    ns = opt.constructor.get("ns_precision")
+    return Case(entry, model, optimizer, batches, float(mgn.value or 0.0),
+                t.per_device_train_batch_size * t.gradient_accumulation_steps * cfg.data.block_size,
+                None if ns is None else str(ns.value), autocast)
+
+
+def _sync(case: Case) -> None:
+    import torch
+
+    if next(case.model.parameters()).is_cuda:
+        torch.cuda.synchronize()
+
+
+def time_steps(case: Case, steps: int) -> list[float]:
+    """Seconds of each of ``steps`` training steps of ``case`` (see the module doc for what one step is)."""
+    import torch
+
+    from hf_optbench.optim.registry import manual_step_hook
+
+    after = manual_step_hook(case.optimizer)  # Sophia-G's Hessian estimate, as a loop outside the Trainer runs it
+    out = []
+    for step in range(steps):
+        _sync(case)
+        t0 = time.perf_counter()
+        total = 0.0
+        for x in case.batches:
+            with case.autocast():
+                loss = case.model(input_ids=x, labels=x).loss / len(case.batches)
+            loss.backward()
+            total += float(loss.detach())
+        if case.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(case.model.parameters(), case.max_grad_norm)
+        case.optimizer.step()
+        if after is not None:
+            after(case.model, case.optimizer, {"input_ids": case.batches[-1], "labels": case.batches[-1]},
+                  step=step, accumulation_steps=len(case.batches), autocast_dtype=None)
+        case.optimizer.zero_grad(set_to_none=True)
+        _sync(case)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ measuring
+def _interleaved(n: int, rounds: int) -> Iterator[tuple[int, list[int]]]:
+    """(round, the entries' order in it): each round starts one entry later (A B C, B C A, C A B)."""
+    for r in range(rounds):
+        yield r, [(r + i) % n for i in range(n)]
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to ``threads`` (the runs' count) for the block, then put back."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def measure(entries: Sequence[Entry], *, rounds: int = ROUNDS, steps: int = STEPS_PER_ROUND,
+            warmup: int = WARMUP_STEPS, scratch: Path | None = None,
+            say: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
+    """Each entry's step times, interleaved over ``rounds`` (every round builds each entry afresh, drops its first
+    ``warmup`` steps and keeps ``steps``): the schema's ``entries``, in the given order. Entries that build to the
+    same optimizer, size, shape and Newton-Schulz precision are measured once."""
+    import gc
+
+    scratch = scratch or Path(tempfile.gettempdir()) / "hf_optbench-calibration-never-created"
+    kept: dict[int, list[list[float]]] = {i: [] for i in range(len(entries))}
+    meta: dict[int, tuple[Any, ...]] = {}
+    for r, order in _interleaved(len(entries), rounds):
+        for i in order:
+            case = build_case(entries[i], scratch)
+            meta[i] = (case.entry.optimizer, case.entry.model_size, case.tokens_per_step, case.ns_precision)
+            times = time_steps(case, warmup + steps)[warmup:]
+            kept[i].append(times)
+            del case
+            gc.collect()
+        say(f"calibration round {r + 1}/{rounds} done")
+    out, seen = [], set()
+    for i in range(len(entries)):
+        if meta[i] in seen:
+            continue
+        seen.add(meta[i])
+        medians = [statistics.median(ts) for ts in kept[i]]
+        opt, size, tokens, ns = meta[i]
+        out.append({"optimizer": opt, "model_size": size, "tokens_per_step": int(tokens), "ns_precision": ns,
+                    "step_time_median_s": statistics.median([t for ts in kept[i] for t in ts]),
+                    "step_time_round_medians_s": medians, "spread": [min(medians), max(medians)]})
+    return out
+
+
+def quick_step_times(entries: Sequence[Entry], threads: int | None, steps: int = 6,
+                     warmup: int = 2) -> dict[tuple[str, str], float]:
+    """{(optimizer, size): median seconds per step} from a short in-process measurement (one round): the ETA's
+    relative cost of each optimizer x size before its runs say more (~1 s for four optimizers at the demo's size).
+    An entry that cannot be built here (a sweep that skips validation, an optimizer needing a GPU) is left out: its
+    runs will say what it costs."""
+    out = {}
+    with torch_threads(threads):
+        for entry in entries:
+            try:
+                (row,) = measure([entry], rounds=1, steps=steps, warmup=warmup)
+            except Exception:  # noqa: BLE001 - only the estimate loses this entry; the run reports the real error
+                continue
+            out[(row["optimizer"], row["model_size"])] = float(row["step_time_median_s"])
+    return out
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_record() -> dict[str, Any]:
+    """The schema's ``machine``: what the steps were measured on."""
+    import torch
+
+    from hf_optbench.optim.muon import bf16_matmul_native
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    native, _ = bf16_matmul_native(device)
+    return {"cpu_model": _cpu_model(), "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+            "bf16_native": bool(native), "torch": torch.__version__,
+            "device": f"cuda:{torch.cuda.get_device_name()}" if device == "cuda" else "cpu",
+            "threads": int(torch.get_num_threads())}
+
+
+def calibrate(entries: Sequence[Entry], *, rounds: int = ROUNDS, steps: int = STEPS_PER_ROUND,
+              warmup: int = WARMUP_STEPS, say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """The whole ``step_calibration.json`` document for ``entries``."""
+    rows = measure(entries, rounds=rounds, steps=steps, warmup=warmup, say=say)
+    return {"schema": SCHEMA, "machine": machine_record(),
+            "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "rounds": rounds, "steps_per_round": steps, "entries": rows}
+
+
+# ------------------------------------------------------------------------------------------------ the sweep's
+def settings(spec: SweepSpec) -> dict[str, int] | None:
+    """The sweep's calibration (``calibration:`` in the file: false, or rounds / steps_per_round), None when off."""
+    raw = getattr(spec, "calibration", None)
+    if raw is False:
+        return None
+    raw = raw if isinstance(raw, dict) else {}
+    return {"rounds": int(raw.get("rounds", ROUNDS)), "steps": int(raw.get("steps_per_round", STEPS_PER_ROUND)),
+            "warmup": WARMUP_STEPS}
+
+
+def skip_reason(spec: SweepSpec) -> str | None:
+    """Why this sweep's end has no calibration, or None when it has one."""
+    if settings(spec) is None:
+        return "turned off by the sweep file (calibration: false)"
+    if spec.launcher.get("type") == "command":
+        return "launcher.type command: the sweep cannot know what its command runs"
+    if spec.launcher.get("executor") == "slurm":
+        return "the SLURM executor: the runs ran on other machines"
+    return None
+
+
+def compared_entries(spec: SweepSpec) -> list[Entry]:
+    """One entry per compared optimizer x size (its runs share their batch shape: base, overrides and the per-point
+    keys; rungs and the attribution runs step alike), with the vocabulary a finished run of it reported."""
+    out: dict[tuple[str, str], Entry] = {}
+    for run in spec.runs:
+        if run.phase != "compare" or run.budget_multiple is not None:
+            continue
+        key = (run.optimizer, run.model_size)
+        vocab = (read_summary(spec.run_dir(run)) or {}).get("vocab_size")
+        if key not in out or (vocab and not out[key].vocab_size):
+            out[key] = Entry(run.optimizer, run.model_size, _runnable(run.args), int(vocab) if vocab else None)
+    return list(out.values())
+
+
+def _runnable(args: Sequence[str]) -> tuple[str, ...]:
+    """A run's arguments without a tuned file not written yet (before the tuning phase: the cited rates, which a
+    step's cost does not depend on)."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--tuned_hparams_file" and i + 1 < len(args) and not os.path.isfile(args[i + 1]):
+            continue
+        if i and args[i - 1] == "--tuned_hparams_file" and not os.path.isfile(arg):
+            continue
+        out.append(arg)
+    return tuple(out)
+
+
+def run_cores(spec: SweepSpec) -> list[int]:
+    """The cores one of the sweep's runs had: its slot's when the runs were pinned (several at once), else every
+    core this process may use (one run at a time, unpinned)."""
+    slot = plan_slots(spec.launcher, max(2, len(spec.runs)))[0]
+    return list(slot.cpus) if slot.cpus else sorted(os.sched_getaffinity(0))
+
+
+def run_threads(spec: SweepSpec) -> int:
+    """torch threads one of the sweep's runs used: OMP_NUM_THREADS of launcher.env or the environment, else its
+    cores."""
+    env = {**os.environ, **{str(k): str(v) for k, v in (spec.launcher.get("env") or {}).items()}}
+    try:
+        return max(1, int(env["OMP_NUM_THREADS"]))
+    except (KeyError, ValueError):
+        return len(run_cores(spec))
+
+
+def run_sweep_calibration(spec: SweepSpec, say: Callable[[str], None]) -> Path | None:
+    """Measure the sweep's compared entries in a child process with the runs' environment (``launcher.env``: its
+    thread count, allocator settings) pinned to as many cores as one run uses, and write
+    ``<sweep_dir>/step_calibration.json``; None (said) when skipped or when it failed: the sweep's results stand
+    either way."""
+    reason, cfg = skip_reason(spec), settings(spec)
+    if reason is not None or cfg is None:
+        say(f"step-time calibration skipped: {reason}")
+        return None
+    entries = compared_entries(spec)
+    if not entries:
+        return None
+    out = spec.output_dir / CALIBRATION_FILE
+    states = [p.stat().st_mtime for p in spec.output_dir.glob(f"**/{STATE_FILE}")]
+    if out.is_file() and states and out.stat().st_mtime >= max(states):
+        say(f"step-time calibration: {out} is newer than every run of the sweep: kept")
+        return out
+    env = {**os.environ, **{str(k): str(v) for k, v in (spec.launcher.get("env") or {}).items()}}
+    cores = run_cores(spec)
+    with tempfile.TemporaryDirectory() as tmp:
+        request = Path(tmp) / "entries.json"
+        request.write_text(json.dumps({"entries": [vars(e) | {"args": list(e.args)} for e in entries], **cfg}))
+        say(f"step-time calibration: {len(entries)} optimizer x size entries, {cfg['rounds']} interleaved rounds "
+            f"of {cfg['steps']} steps each, alone on cores {','.join(map(str, cores))}")
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run([sys.executable, "-m", "hf_optbench.study.calibration", str(request), str(out),
+                                   "--cores", ",".join(map(str, cores))],
+                                  env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            say(f"step-time calibration stopped after {TIMEOUT_S} s: no {CALIBRATION_FILE}")
+            return None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1][:300]
+        say(f"step-time calibration failed (exit {proc.returncode}: {last}): no {CALIBRATION_FILE}")
+        return None
+    say(f"step-time calibration -> {out} ({time.monotonic() - t0:.1f} s)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m hf_optbench.study.calibration REQUEST.json OUT.json``: the sweep's child process."""
+    parser = argparse.ArgumentParser(prog="python -m hf_optbench.study.calibration")
+    parser.add_argument("request")
+    parser.add_argument("output")
+    parser.add_argument("--cores", default="", help="pin this process to these cores first (comma-separated)")
+    args = parser.parse_args(argv)
+    if args.cores:  # before torch starts its threads
+        os.sched_setaffinity(0, [int(c) for c in args.cores.split(",")])
+    request = json.loads(Path(args.request).read_text(encoding="utf-8"))
+    entries = [Entry(e["optimizer"], e["model_size"], tuple(e["args"]), e.get("vocab_size"))
+               for e in request["entries"]]
+    doc = calibrate(entries, rounds=request["rounds"], steps=request["steps"], warmup=request["warmup"])
+    write_json_atomic(args.output, doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
