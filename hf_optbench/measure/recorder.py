@@ -71,6 +71,7 @@ from hf_optbench.measure.probe_memory import MemoryProbe
 from hf_optbench.measure.probe_stability import StabilityProbe
 from hf_optbench.measure.probe_timing import TimingProbe
 from hf_optbench.measure.runlog import RunLog
+from hf_optbench.measure.step_values import StepValues
 from hf_optbench.rundir import METRICS_FILE, SUMMARY_FILE, read_summary, write_json_atomic
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ def attach_callbacks(trainer: Trainer, callbacks: Iterable[Any]) -> None:
     for cb in mine:
         if isinstance(cb, OptBenchRecorder):
             cb._handler = weakref.ref(handler)
+            cb.steps.watch(trainer)  # every step's loss and grad norm, read at the Trainer's loss logs
 
 
 class OptBenchRecorder(TrainerCallback):
@@ -168,6 +170,7 @@ class OptBenchRecorder(TrainerCallback):
         # the order of the fields in a row: memory, timing, stability, convergence
         self.probes: list[Probe] = [self.memory, self.timing, self.stability, self.convergence]
         self._handler: weakref.ref | None = None  # set by attach_callbacks
+        self.steps = StepValues()  # watching the Trainer's per-step values: set by attach_callbacks
         self._last_train_step = -1
 
     # ---------------------------------------------------------------------------------------------- public state
@@ -228,6 +231,8 @@ class OptBenchRecorder(TrainerCallback):
             )
         ctx.device = args.device
         ctx.world_size = int(getattr(args, "world_size", 1) or 1)
+        ctx.per_step_rows = self.steps.watched
+        self.steps.pending.clear()
         resume = self.resume or state.global_step > 0
         kept = self.runlog.start(state.global_step if resume else None)
         ctx.clock.reset()
@@ -319,10 +324,18 @@ class OptBenchRecorder(TrainerCallback):
         for probe in self.probes:
             for row in probe.on_optimizer_step(self.ctx, state, optimizer, model):
                 self.runlog.emit(row)
+        if self.steps.watched:
+            self.steps.note_lr(kwargs.get("lr_scheduler"), optimizer)
 
     def on_step_end(self, args, state, control, **kwargs):
         for probe in self.probes:
             probe.on_step_end(self.ctx, state)
+        if self.steps.watched:
+            self.steps.end_step(state.global_step, state.epoch, self.ctx.tokens(state), self.ctx.clock.elapsed(),
+                                self.ctx.cuda)
+            if args.logging_strategy == "steps" and (control.should_evaluate or control.should_save
+                                                     or control.should_training_stop):
+                control.should_log = True  # the steps' rows (a divergence among them) before evaluating or saving
         self.ctx.clock.set_mark()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -330,7 +343,7 @@ class OptBenchRecorder(TrainerCallback):
             return
         forward: dict[str, Any] = {}
         if "loss" in logs and state.global_step > self._last_train_step:
-            forward.update(self._train_row(state, control, logs))
+            forward.update(self._train_rows(state, control, logs))
         for probe in self.probes:
             forward.update(probe.on_log(self.ctx, logs))
         if "train_runtime" in logs:  # the Trainer's final log of a train() call
@@ -340,15 +353,43 @@ class OptBenchRecorder(TrainerCallback):
         if self.ctx.in_train:
             self.ctx.clock.set_mark()
 
-    def _train_row(self, state: TrainerState, control: TrainerControl, logs: dict[str, Any]) -> dict[str, Any]:
-        """Write the train row of ``state.global_step``; returns the figures to forward."""
-        step, tokens = state.global_step, self.ctx.tokens(state)
+    def _train_rows(self, state: TrainerState, control: TrainerControl,
+                    logs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Write the train rows of the steps since the last ones (read from the device in one go when the Trainer
+        is watched, else the logged step's from ``logs``); returns the figures to forward to report_to: the last
+        step's, with a spike flag set if any of these steps had one."""
+        ctx = self.ctx
+        steps = self.steps.read(ctx.clock.elapsed()) if self.steps.watched else []  # the one wait, if any
+        for probe in self.probes:
+            probe.on_sync(ctx)
+        if self.steps.watched:
+            steps = [v for v in steps if v["step"] > self._last_train_step]
+        elif logs is not None:
+            steps = [{"step": state.global_step, "epoch": state.epoch, "tokens": ctx.tokens(state),
+                      "loss": logs.get("loss"), "grad_norm": logs.get("grad_norm"), "lr": logs.get("learning_rate"),
+                      "elapsed_s": ctx.clock.elapsed()}]
+        else:
+            return {}
+        forward: dict[str, Any] = {}
+        for values in steps:
+            figures = self._train_row(values, control)
+            for flag in ("loss_spike", "grad_norm_spike"):
+                figures[flag] = max(figures.get(flag, 0), forward.get(flag, 0))
+            if "diverged_step" in forward:  # the first
+                figures["diverged_step"] = forward["diverged_step"]
+            forward.update(figures)
+        return forward
+
+    def _train_row(self, values: Mapping[str, Any], control: TrainerControl) -> dict[str, Any]:
+        """Write one step's train row; returns the figures to forward."""
+        step, tokens = values["step"], values["tokens"]
         row = {
-            "kind": "train", "step": step, "epoch": finite(state.epoch), "loss": finite(logs.get("loss")),
-            "grad_norm": finite(logs.get("grad_norm")), "lr": finite(logs.get("learning_rate")), "tokens": tokens,
-            "elapsed_s": round(self.ctx.clock.elapsed(), 6),
+            "kind": "train", "step": step, "epoch": finite(values["epoch"]), "loss": finite(values["loss"]),
+            "grad_norm": finite(values["grad_norm"]), "lr": finite(values["lr"]), "tokens": tokens,
+            "elapsed_s": round(values["elapsed_s"], 6),
         }
-        rec = Record(row, source=logs, logs={} if tokens is None else {"tokens": tokens})
+        source = {"loss": values["loss"], "grad_norm": values["grad_norm"]}
+        rec = Record(row, source=source, logs={} if tokens is None else {"tokens": tokens})
         for probe in self.probes:
             probe.on_train_row(self.ctx, rec, control)
         self._last_train_step = step
@@ -360,6 +401,7 @@ class OptBenchRecorder(TrainerCallback):
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         now = time.perf_counter()
         self.ctx.clock.exclude_since_mark(now)
+        self._train_rows(state, control)  # steps not logged yet (logging_strategy other than "steps") come first
         if not metrics or "eval_loss" not in metrics:
             self.ctx.warn_once("eval_loss", "OptBenchRecorder: evaluation metrics hold no 'eval_loss'; no eval row.")
             return
@@ -372,6 +414,7 @@ class OptBenchRecorder(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         self.ctx.clock.exclude_since_mark(time.perf_counter())
+        self._train_rows(state, control)
         self.runlog.flush()
 
     # ---------------------------------------------------------------------------------------------- end
@@ -387,6 +430,7 @@ class OptBenchRecorder(TrainerCallback):
             for key, value in self._args_before.items():
                 setattr(args, key, value)
             self._args_before = None
+        self._train_rows(state, control)  # steps after the last log (a stop no log was forced for)
         self.ctx.clock.stop()  # what follows (the train-end memory walk) is not training time
         for probe in self.probes:
             for row in probe.on_train_end(self.ctx, state, optimizer, model):
