@@ -53,6 +53,15 @@ def test_gpu_recipes_parse_unchanged(recipe: Path, tmp_path: Path) -> None:
     assert cfg.training.bf16 is True
 
 
+def test_gpu_recipes_log_every_10_to_50_steps_and_say_why() -> None:
+    """Issue 42: a GPU run's host waits for the GPU only at a log (the recorder still writes every step's row)."""
+    gpu = [r for r in RECIPES if _is_gpu_recipe(r)]
+    assert gpu
+    for recipe in gpu:
+        assert 10 <= yaml.safe_load(recipe.read_text())["logging_steps"] <= 50, recipe.name
+        assert "# logging_steps" in recipe.read_text(), recipe.name
+
+
 def test_gpu_recipes_tokens_per_step_comment_is_right() -> None:
     for recipe in RECIPES:
         raw = yaml.safe_load(recipe.read_text())
