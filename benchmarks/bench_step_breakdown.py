@@ -20,9 +20,8 @@ difference, while ``bench_harness.py --shapes demo`` gives the untimed ratio.
 from __future__ import annotations
 
 import argparse
-import json
+import gc
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -38,7 +37,16 @@ from transformers.trainer_callback import DefaultFlowCallback  # noqa: E402
 
 from callback_probes import Sections  # noqa: E402  (beside this script)
 from pinned_malloc import malloc_setting, reexec_pinned  # noqa: E402
-from run_path import SyncClock, demo_run_args, per_step, plain_loop, project_trainer  # noqa: E402
+from run_path import (  # noqa: E402
+    SyncClock,
+    demo_run_args,
+    machine_facts,
+    per_step,
+    plain_loop,
+    plain_model,
+    project_trainer,
+    write_results,
+)
 
 DEMO_STEPS = 391  # the demo's compared budget at 1 token/param (recipes/sweeps/cpu_demo.yaml)
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -60,6 +68,7 @@ PARTS = (
     ("Trainer: logging", "_maybe_log_save_evaluate and log(): loss and grad norm read, log dict, log_history"),
     ("Trainer: callback dispatch", "CallbackHandler's loop over the callbacks of each event"),
     ("Trainer: DefaultFlowCallback", "the Trainer's own callback (when to log, evaluate, save, stop)"),
+    ("Python's garbage collector", "its collections, wherever they fell (a run freezes start-up's objects)"),
     ("Trainer: loop", "what no timer covers: the Trainer's loop between the parts above"),
 )
 
@@ -122,19 +131,19 @@ def _summarise(sections: Sections, stamps: list[tuple[int, float]], skip: int) -
 
 
 def run_plain(steps: int, skip: int, out: str) -> dict[str, Any]:
-    """nanoGPT's loop on the demo run's model, optimizer, schedule and training blocks."""
-    from hf_optbench.optim.registry import build_optimizer
+    """nanoGPT's loop on the demo run's model, optimizer (as its plan builds it), schedule and training blocks."""
     from hf_optbench.optim.schedules import build_scheduler
 
-    trainer, _, prepared = project_trainer(demo_run_args(steps, 1, out))
-    model = prepared.model
+    trainer, _, prepared, built = project_trainer(demo_run_args(steps, 1, out))
+    model = plain_model(prepared.model)
     blocks = torch.tensor(prepared.train_dataset[: 4 * (steps + 1)]["input_ids"], dtype=torch.long)
     args = trainer.args
-    opt = build_optimizer("adamw", model, lr=args.learning_rate, weight_decay=args.weight_decay, model_size="tiny")
-    sched = build_scheduler("gpt3_cosine", opt, num_training_steps=steps, warmup_steps=0.1)
+    sched = build_scheduler("gpt3_cosine", built.optimizer, num_training_steps=steps, warmup_steps=0.1)
     sections = Sections()
-    stamps = plain_loop(model, blocks, args.per_device_train_batch_size, opt, sched, steps, 1, timed=sections.time,
-                        on_sync=lambda _step: sections.cut(), grad_clip=args.max_grad_norm)
+    watcher = sections.watch_gc()
+    stamps = plain_loop(model, blocks, args.per_device_train_batch_size, built.optimizer, sched, steps, 1,
+                        timed=sections.time, on_sync=lambda _step: sections.cut(), grad_clip=args.max_grad_norm)
+    gc.callbacks.remove(watcher)
     return _summarise(sections, stamps, skip)
 
 
@@ -143,9 +152,10 @@ def run_trainer(steps: int, skip: int, out: str) -> dict[str, Any]:
     import contextlib
     import io
 
+    from hf_optbench.run.step_cost import start_up_heap_frozen
     from hf_optbench.run.train import tuning_loss
 
-    trainer, _, prepared = project_trainer(demo_run_args(steps, 1, out))
+    trainer, _, prepared, _ = project_trainer(demo_run_args(steps, 1, out))
     sections, clock = Sections(), SyncClock()
     _instrument(trainer, sections)
     trainer.add_callback(_WrapAtBegin(sections))  # after the instrumenting: its own time is not a part
@@ -158,8 +168,11 @@ def run_trainer(steps: int, skip: int, out: str) -> dict[str, Any]:
 
     clock.on_log = stamp_and_cut
     trainer.add_callback(clock)
+    watcher = sections.watch_gc()
     with contextlib.redirect_stdout(io.StringIO()):  # the run's console lines
-        trainer.train()
+        with start_up_heap_frozen():  # as hf_optbench.run.train trains
+            trainer.train()
+        gc.callbacks.remove(watcher)
         t0 = time.perf_counter()
         trainer.evaluate()
         t1 = time.perf_counter()
@@ -255,18 +268,9 @@ def main(argv: list[str] | None = None, reexec: bool = False) -> int:
     if a.malloc == "pinned" and reexec:
         reexec_pinned(__file__, sys.argv[1:])
     torch.set_num_threads(a.threads)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    result = measure(a.rounds, a.steps, a.skip)
-    result.update(date=time.strftime("%Y-%m-%d"), machine=f"{platform.machine()} {os.cpu_count()} cores",
-                  torch=torch.__version__, malloc=malloc_setting(), load_average=load)
-    command = "python benchmarks/bench_step_breakdown.py" + (" " + " ".join(argv if argv is not None else
-                                                                           sys.argv[1:])).rstrip()
-    out = Path(a.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "step_breakdown.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    text = render(result, command)
-    (out / "step_breakdown.md").write_text(text, encoding="utf-8")
-    print(text)
+    facts = machine_facts()
+    result = {**measure(a.rounds, a.steps, a.skip), **facts, "malloc": malloc_setting()}
+    print(write_results(a.out_dir, "step_breakdown", result, render, "bench_step_breakdown.py", argv))
     return 0
 
 

@@ -141,6 +141,20 @@ class Sections:
             if hasattr(callback, event):
                 self.wrap(callback, event, name)
 
+    def watch_gc(self, name: str = "Python's garbage collector") -> Any:
+        """Time the garbage collector's runs as a part of their own (out of the part that allocated); returns the
+        callback, for ``gc.callbacks.remove``."""
+        import gc
+
+        def on_gc(phase: str, info: dict) -> None:
+            if phase == "start":
+                self._enter(name)
+            elif self._stack and self._stack[-1][0] == name:
+                self._exit()
+
+        gc.callbacks.append(on_gc)
+        return on_gc
+
     def cut(self) -> None:
         """End the current interval (called at a step clock's stamp); parts still open count to the next one."""
         self.intervals.append({})

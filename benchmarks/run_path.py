@@ -15,6 +15,7 @@ Trainer's loss log), divided by the steps between them, so that neither side pay
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -32,16 +33,17 @@ DEMO_SWEEP = ROOT / "recipes" / "sweeps" / "cpu_demo.yaml"
 
 
 def run_args(size: str, batch: int, block: int, vocab: int, steps: int, logging_steps: int, out: str, *,
-             device: str = "cpu", bf16: bool = False, compile_: bool = False) -> list[str]:
+             device: str = "cpu", bf16: bool = False, compile_: bool = False, pad: int = 64) -> list[str]:
     """``hf-optbench run`` arguments for one run at this shape: AdamW at GPT-3's 6e-4 / 0.1 with clipping at 1.0
     (bench_harness' settings since issue 8), GPT-3's cosine schedule, no evaluation or checkpoint (neither is part
-    of a training step), vocabulary rows as given (no padding: the plain loop's model has the same rows)."""
+    of a training step), the embedding padded to a multiple of ``pad`` rows (the project's default 64; the CPU
+    demo's 1)."""
     return ["--model_size", size, "--data_source", "synthetic", "--synthetic_vocab_size", str(vocab),
             "--block_size", str(block), "--per_device_train_batch_size", str(batch), "--max_steps", str(steps),
             "--logging_steps", str(logging_steps), "--optimizer", "adamw", "--learning_rate", "6e-4",
             "--weight_decay", "0.1", "--max_grad_norm", "1.0", "--schedule", "gpt3_cosine", "--warmup_steps", "0.1",
             "--seed", "0", "--eval_strategy", "no", "--save_strategy", "no", "--save_final_model", "false",
-            "--write_model_card", "false", "--pad_vocab_to_multiple_of", "1", "--output_dir", out,
+            "--write_model_card", "false", "--pad_vocab_to_multiple_of", str(pad), "--output_dir", out,
             "--use_cpu", str(device == "cpu").lower(), "--bf16", str(bf16).lower(),
             "--torch_compile", str(compile_).lower(), "--dataloader_num_workers", "0"]
 
@@ -51,36 +53,51 @@ def demo_run_args(steps: int, logging_steps: int, out: str) -> list[str]:
     steps, logging interval and output directory replaced; its own data, evaluation and tuning splits."""
     from hf_optbench.study.sweep_spec import load_sweep
 
-    spec = load_sweep(DEMO_SWEEP, output_dir=str(Path(out).parent / "sweep-never-created"))
+    with contextlib.chdir(ROOT):  # the sweep names its base recipe relative to the repository
+        spec = load_sweep(DEMO_SWEEP, output_dir=str(Path(out).parent / "sweep-never-created"))
     run = next(r for r in spec.runs if r.optimizer == "adamw" and r.budget_multiple is None)
     return run.args + ["--max_steps", str(steps), "--logging_steps", str(logging_steps), "--output_dir", out,
                        "--report_to", "none"]
 
 
-def project_trainer(argv: list[str], data: list[dict[str, torch.Tensor]] | None = None) -> tuple[Any, Any, Any]:
-    """(trainer, recorder, prepared) as ``hf_optbench.run.train.train`` builds them for ``argv``. ``data``: the
+def project_trainer(argv: list[str], data: list[dict[str, torch.Tensor]] | None = None) -> tuple[Any, Any, Any, Any]:
+    """(trainer, recorder, prepared, built) as ``hf_optbench.run.train.train`` builds them for ``argv``. ``data``: the
     training examples (in memory, as the plain loop gets them) in place of the run's prepared splits; the model is
     then built as ``prepare`` builds it, with the data's vocabulary."""
     from hf_optbench.config.parse import parse_args
     from hf_optbench.models import build_model
+    from hf_optbench.run import train as run_train
     from hf_optbench.run.plan import plan_record, resolve_plan
-    from hf_optbench.run.train import Prepared, assemble, build_optimization, prepare
 
     cfg = parse_args(argv)
     plan = resolve_plan(cfg)
     if data is None:
-        prepared = prepare(plan)
+        prepared = run_train.prepare(plan)
     else:
         torch.manual_seed(cfg.training.seed)
         vocab = cfg.data.synthetic_vocab_size
         model = build_model(plan.model.model_size, vocab, n_positions=plan.model.n_positions,
                             attn_implementation=cfg.model.attn_implementation,
                             pad_vocab_to_multiple_of=cfg.model.pad_vocab_to_multiple_of, dropout=cfg.model.dropout)
-        prepared = Prepared(model, data, None, default_data_collator, None, None)
-    built = build_optimization(plan, prepared.model)
+        prepared = run_train.Prepared(model, data, None, default_data_collator, None, None)
+    built = run_train.build_optimization(plan, prepared.model)
     record = plan_record(plan, built.groups, built.impl)
-    trainer, recorder, _ = assemble(plan, prepared, built, record, Path(cfg.training.output_dir))
-    return trainer, recorder, prepared
+    out = Path(cfg.training.output_dir)
+    if hasattr(run_train, "assemble"):
+        trainer, recorder, _ = run_train.assemble(plan, prepared, built, record, out)
+    else:  # a checkout from before run.train.assemble (issue 42), for a before/after comparison with this script
+        from hf_optbench.run.segments import SegmentRecorder
+
+        callbacks, recorder = run_train._build_callbacks(plan, out, prepared.model, built, record, None)
+        trainer = run_train._build_trainer(plan, prepared, built, [*callbacks, SegmentRecorder(out)], record)
+    return trainer, recorder, prepared, built
+
+
+def plain_model(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with its class's own forward again (a run sets an instance forward that leaves the training logits
+    out: hf_optbench.run.step_cost); nanoGPT's loop calls the model as it is."""
+    model.__dict__.pop("forward", None)
+    return model
 
 
 class SyncClock(TrainerCallback):
@@ -97,10 +114,11 @@ class SyncClock(TrainerCallback):
 
 def per_step(stamps: list[tuple[int, float]], skip: int) -> list[float]:
     """Step times from (step, time) stamps taken at syncs: each interval over its steps, once per step it covers
-    (so a median weighs every step alike); the intervals ending at or before step ``skip`` dropped (warm-up)."""
+    (so a median weighs every step alike); an interval that starts before step ``skip`` ends is dropped (warm-up:
+    with a sync every N steps, whole intervals go)."""
     out: list[float] = []
     for (s0, t0), (s1, t1) in zip(stamps, stamps[1:], strict=False):
-        if s1 > skip and s1 > s0:
+        if s0 >= skip and s1 > s0:
             out += [(t1 - t0) / (s1 - s0)] * (s1 - s0)
     return out
 
@@ -162,3 +180,27 @@ def plain_loop(model: torch.nn.Module, blocks: torch.Tensor, batch: int, optimiz
             if on_sync is not None:
                 on_sync(step)
     return stamps
+
+
+def machine_facts() -> dict[str, Any]:
+    """Date, machine, torch and the load average now (read it before measuring: the machine's own load)."""
+    import platform
+
+    return {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()} {os.cpu_count()} cores",
+            "torch": torch.__version__, "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+
+
+def write_results(out_dir: str, stem: str, result: dict[str, Any], render: Callable[[dict[str, Any], str], str],
+                  script: str, argv: list[str] | None) -> str:
+    """``out_dir/stem.json`` and ``stem.md`` (``render(result, command)``, headed by the command that wrote it);
+    returns the markdown."""
+    import json
+    import sys
+
+    command = f"python benchmarks/{script}" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    text = render(result, command)
+    (out / f"{stem}.md").write_text(text, encoding="utf-8")
+    return text

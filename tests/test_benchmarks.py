@@ -123,12 +123,35 @@ def test_bench_harness_measures_all_variants_and_our_own_time(capsys):
     assert bench_harness.main(["--shapes", "tiny-b1-s16", "--rounds", "1", "--steps", str(steps), "--skip",
                                str(skip), "--malloc", "default", "--json"]) == 0
     (res,) = _json_out(capsys.readouterr().out)
-    assert res["steps_measured"] == {"plain": steps - 1 - skip, "trainer": steps - 1 - skip,
-                                     "hf_optbench": steps - 1 - skip}
+    assert res["steps_measured"] == {"plain": steps - skip, "trainer": steps - skip, "hf_optbench": steps - skip}
     assert all(v > 0 for v in res["median_step_ms"].values())
+    assert all(len(v) == 1 for v in res["median_step_ms_per_round"].values())
     ours = res["ours_on_top_ms"]
     assert sum(ours["toggled_steps"].values()) == steps - 1 - skip and min(ours["toggled_steps"].values()) > 0
     assert 0 < ours["self_median"] < res["median_step_ms"]["hf_optbench"]  # our callbacks ran and were timed
+
+
+def test_bench_harness_syncs_every_logging_steps_on_both_sides_at_the_demo_shape(capsys):
+    """--logging-steps 4: both sides' step times come from whole 4-step intervals between syncs (the first
+    interval, holding the warm-up step, dropped); no toggled figure (it needs a sync every step)."""
+    import bench_harness
+
+    assert bench_harness.main(["--shapes", "demo", "--rounds", "1", "--steps", "8", "--skip", "1",
+                               "--logging-steps", "4", "--malloc", "default", "--json"]) == 0
+    (res,) = _json_out(capsys.readouterr().out)
+    assert (res["micro_batch"], res["block_size"], res["vocab"], res["logging_steps"]) == (4, 64, 32, 4)
+    assert res["steps_measured"] == {"plain": 4, "trainer": 4, "hf_optbench": 4}
+    assert res["ours_on_top_ms"]["toggled"] is None and res["ratio_per_round"]["median"] > 0
+
+
+def test_bench_harness_help_is_whole(capsys):
+    import bench_harness
+
+    with pytest.raises(SystemExit):
+        bench_harness.main(["--help"])
+    text = capsys.readouterr().out
+    assert "malloc thresholds pinned (pinned_malloc.py)." in text and "--logging-steps" in text
+    assert "<= 1.15 at the demo's shape" in text
 
 
 def test_bench_callbacks_runs(capsys):
@@ -216,3 +239,21 @@ def test_profile_run_counts_one_name_resolution_and_nothing_stamped(capsys):
     got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert got["calls"]["resolve_optimizer_name"] == got["calls"]["load_recipe"] == got["calls"]["resolve_plan"] == 1
     assert got["stamped_attributes"] == [] and got["functions_run"] > 0
+
+
+@pytest.mark.slow
+def test_bench_step_breakdown_assigns_the_step_to_parts_and_writes_its_files(tmp_path, capsys):
+    """The CPU demo's run, both sides part by part (~20 s: the demo's sweep file is read and its data built)."""
+    import bench_step_breakdown
+
+    assert bench_step_breakdown.main(["--rounds", "1", "--steps", "12", "--skip", "2", "--malloc", "default",
+                                      "--out-dir", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "step_breakdown.json").read_text())
+    ours, plain = res["hf_optbench"]["parts_ms"], res["plain"]["parts_ms"]
+    for part in ("data", "forward", "backward", "optimizer step", "Trainer: logging", "Trainer: loop",
+                 "callback: OptBenchRecorder", "callback: ConsoleProgress", "callback: PlanStamp"):
+        assert ours[part] > 0, part
+    assert {"data", "forward", "backward", "optimizer step", "plain: loop"} <= set(plain)
+    assert all(v > 0 for v in res["eval_per_run_s"].values())
+    text = (tmp_path / "step_breakdown.md").read_text()
+    assert "| callback: OptBenchRecorder |" in text and "ratio" in text

@@ -298,13 +298,18 @@ def assemble(plan: RunPlan, prepared: Prepared, built: Built, record: dict[str, 
 
 def _fit(trainer: Trainer, prepared: Prepared, recorder: Any, resumption: Resumption | None,
          summary: dict[str, Any]) -> None:
-    """trainer.train(), then a final evaluation at the last step if the schedule of evals missed it, and the
-    final loss on the tuning split."""
-    trainer.train(resume_from_checkpoint=str(resumption.checkpoint) if resumption is not None else None)
+    """trainer.train(), then a final evaluation at the last step if the schedule of evals missed it (none with
+    ``eval_strategy no``: no evaluation at all, as the split checks assume), and the final loss on the tuning
+    split."""
+    from hf_optbench.run.step_cost import start_up_heap_frozen
+
+    with start_up_heap_frozen():  # no full garbage collection over start-up's objects while training
+        trainer.train(resume_from_checkpoint=str(resumption.checkpoint) if resumption is not None else None)
     status = recorder.status
     last_eval_step = next((row.get("step") for row in reversed(trainer.state.log_history)
                            if "eval_loss" in row), None)
-    has_eval = prepared.eval_dataset is not None and len(prepared.eval_dataset) > 0
+    has_eval = prepared.eval_dataset is not None and len(prepared.eval_dataset) > 0 \
+        and trainer.args.eval_strategy != "no"
     if status != "diverged" and has_eval and last_eval_step != trainer.state.global_step:
         trainer.evaluate()  # the final eval loss is always measured at the last step
     summary["final_tuning_loss"] = tuning_loss(trainer, prepared) if status != "diverged" else None

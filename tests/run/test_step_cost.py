@@ -87,3 +87,21 @@ def test_the_parameters_are_counted_once_per_run(tmp_path: Path, monkeypatch) ->
     trainer.train()
     assert calls == []  # counted when the Trainer was built, not per micro-batch
     assert trainer.state.total_flos == 6 * 4 * 32 * 4 * real(trainer.model, exclude_embeddings=True)
+
+
+def test_start_up_objects_are_out_of_the_collectors_reach_while_training_only() -> None:
+    import gc
+
+    from hf_optbench.run.step_cost import start_up_heap_frozen
+
+    assert gc.get_freeze_count() == 0
+    with start_up_heap_frozen():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0  # collectable again: in-process callers (tests, notebooks) leak nothing
+    gc.freeze()  # a process that froze its own objects (a forking parent) keeps them frozen
+    try:
+        with start_up_heap_frozen():
+            pass
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
