@@ -257,3 +257,28 @@ def test_bench_step_breakdown_assigns_the_step_to_parts_and_writes_its_files(tmp
     assert all(v > 0 for v in res["eval_per_run_s"].values())
     text = (tmp_path / "step_breakdown.md").read_text()
     assert "| callback: OptBenchRecorder |" in text and "ratio" in text
+
+
+def test_bench_compile_break_even_and_reproducibility_from_constructed_runs():
+    """The arithmetic of bench_compile.py on made-up runs (its measurement runs compile for minutes): eager 10 ms a
+    step, compiled 8 ms with 5 s more per warm run and 30 s for the cold one."""
+    import bench_compile
+
+    def run(variant, tag, step, beyond, losses):
+        return {"variant": variant, "tag": tag, "process_wall_s": 0.0, "startup_s": 0.0, "train_runtime_s": 1.0,
+                "step_time_median_s": step, "beyond_steady_s": beyond, "steps": 3, "final_train_loss": losses[3],
+                "final_eval_loss": 2.0, "losses": losses}
+
+    eager, compiled = {1: 3.0, 2: 2.5, 3: 2.25}, {1: 3.0, 2: 2.5, 3: 2.2500001}
+    runs = [run("eager", "a", 0.010, 2.0, eager), run("eager", "b", 0.010, 2.0, dict(eager)),
+            run("compiled, cold cache", "cold", 0.008, 32.0, compiled),
+            run("compiled, warm cache", "warm1", 0.008, 7.0, dict(compiled)),
+            run("compiled, warm cache", "warm2", 0.008, 7.0, dict(compiled))]
+    res = bench_compile._analyse(runs, [1000, 2000, 4000], 3)
+    assert res["eager_identical_run_to_run"] and res["compiled_identical_run_to_run"]
+    assert res["compile_cost_s"] == {"cold": 30.0, "warm1": 5.0, "warm2": 5.0}
+    assert res["break_even_steps"] == pytest.approx(2500)  # 5 s / 2 ms
+    assert res["net_over_demo_runs_s"] == pytest.approx(7000 * 0.002 - 2 * 5.0 - 30.0)
+    assert res["runs"][2]["max_abs_loss_diff_vs_eager"] == pytest.approx(1e-7, abs=1e-9)
+    text = bench_compile.render({**res, "date": "d", "machine": "m", "torch": "t", "load_average": 0.0}, "cmd")
+    assert "break-even after 2500 steps" in text and "would cost 26 s" in text

@@ -126,11 +126,11 @@ class _FakeEvent:
         return (end.t - self.t) * 1e3
 
 
-def count_syncs(tmp_path: Path, monkeypatch, logging_steps: int, max_steps: int = 12) -> dict:
+def count_syncs(tmp_path: Path, monkeypatch, logging_steps: int, max_steps: int = 12, cuda: bool = False) -> dict:
     """Every host sync of a recorded run, by where it happened: ``Tensor.item``/``tolist`` (a device-to-host copy
-    on a GPU), ``torch.cuda.synchronize`` and ``Event.synchronize``. The recorder's CUDA path runs on the CPU: its
-    context reports CUDA, and the events are fakes that count their waits. Torch's own internals are left out (on a
-    GPU their scalars, such as the optimizer's step counter, live on the CPU)."""
+    on a GPU), ``torch.cuda.synchronize`` and ``Event.synchronize``. Without ``cuda`` the recorder's CUDA path runs
+    on the CPU: its context reports CUDA, and the events are fakes that count their waits. Torch's own internals
+    are left out (on a GPU their scalars, such as the optimizer's step counter, live on the CPU)."""
     import traceback
 
     waits: list[tuple[str, str]] = []
@@ -151,14 +151,20 @@ def count_syncs(tmp_path: Path, monkeypatch, logging_steps: int, max_steps: int 
         def on_step_end(self, args, state, control, **kwargs):
             where["at"] = f"after step {state.global_step}"
 
-    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
-    monkeypatch.setattr(torch.cuda, "synchronize", counted("cuda.synchronize"))
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake")
-    monkeypatch.setattr(RunContext, "cuda", property(lambda self: True))
+    if cuda:
+        monkeypatch.setattr(torch.cuda, "synchronize", counted("cuda.synchronize", torch.cuda.synchronize))
+        monkeypatch.setattr(torch.cuda.Event, "synchronize",
+                            counted("Event.synchronize", torch.cuda.Event.synchronize))
+    else:
+        monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+        monkeypatch.setattr(torch.cuda, "synchronize", counted("cuda.synchronize"))
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake")
+        monkeypatch.setattr(RunContext, "cuda", property(lambda self: True))
+        monkeypatch.setattr(_FakeEvent, "synchronize",
+                            lambda self: waits.append((where["at"], "Event.synchronize")))
     monkeypatch.setattr(torch.Tensor, "item", counted("item", torch.Tensor.item))
     monkeypatch.setattr(torch.Tensor, "tolist", counted("tolist", torch.Tensor.tolist))
-    monkeypatch.setattr(_FakeEvent, "synchronize", lambda self: waits.append((where["at"], "Event.synchronize")))
-    _run(tmp_path, logging_steps, max_steps=max_steps, callbacks=(Where(),))
+    _run(tmp_path, logging_steps, max_steps=max_steps, callbacks=(Where(),), use_cpu=not cuda)
     per_place: dict[str, int] = {}
     for at, _name in waits:
         per_place[at] = per_place.get(at, 0) + 1
@@ -178,3 +184,11 @@ def test_no_host_sync_between_the_trainers_loss_logs(tmp_path: Path, monkeypatch
     assert after == logged
     # 2 Trainer .item() and the recorder's 1 read; at the end also the Trainer's total
     assert all(per_place[at] == (4 if at == "after step 12" else 3) for at in logged), per_place
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_no_host_sync_between_the_trainers_loss_logs(tmp_path: Path, monkeypatch) -> None:
+    per_place = count_syncs(tmp_path, monkeypatch, 4, cuda=True)
+    assert not [at for at in per_place if at.startswith("in step")]
+    assert {at for at in per_place if at.startswith("after step")} == {"after step 4", "after step 8", "after step 12"}
