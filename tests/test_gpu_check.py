@@ -59,9 +59,10 @@ def test_the_plan_fits_330_seconds_untimed_steps_together_then_the_timed_alone(t
     assert set(limits) == set(STEPS) and limits["zero"] >= 90
     budget = max(limits[s] for s in UNTIMED) + sum(limits[s] for s in STEPS if s not in UNTIMED)
     assert budget <= 330 and f"a budget of {budget} s of step limits" in SCRIPT.read_text(encoding="utf-8")
-    if not torch.cuda.is_available():
-        bigger = _run(str(tmp_path / "gc"), "mfu", "headline", GPU_CHECK_LIMIT_mfu="200").stdout
-        assert f"budget {200 + limits['headline']} s" in bigger and "together" not in bigger
+    assert _run(str(tmp_path / "gc"), GPU_CHECK_PLAN="1").stdout.strip().endswith(f"budget {budget} s]")
+    bigger = _run(str(tmp_path / "gc"), "mfu", "headline", GPU_CHECK_LIMIT_mfu="200", GPU_CHECK_PLAN="1").stdout
+    assert f"budget {200 + limits['headline']} s" in bigger and "together" not in bigger
+    assert not (tmp_path / "gc").exists()
 
 
 def test_an_unknown_step_or_limit_is_refused_before_any_work(tmp_path: Path) -> None:
