@@ -107,6 +107,10 @@ def test_metrics_are_gathered_across_ranks(ddp_two: dict, one_process: dict) -> 
     per_rank_peaks = s2.get("peak_memory_bytes_per_rank")
     assert isinstance(per_rank_peaks, list) and len(per_rank_peaks) == 2 and all(p > 0 for p in per_rank_peaks)
     assert s2["peak_memory_bytes"] in per_rank_peaks  # rank 0's own figure, like optimizer_state_bytes
+    # each step's loss, read from the device and averaged over the ranks by the recorder, is the Trainer's own log
+    history = json.loads((ddp_two["out"] / "trainer_state.json").read_text())["log_history"]
+    assert {s: r["loss"] for s, r in _train(ddp_two["rows"]).items()} == \
+        {r["step"]: r["loss"] for r in history if "loss" in r}
 
 
 @pytest.fixture(scope="module")
