@@ -18,6 +18,14 @@
   of younger ones, against 0.001 s frozen, about 3 ms per step of a ~7 ms step. In a run forked from the sweep's
   warm worker a full collection also writes to every inherited object, copying the worker's pages.
 
+Where the Trainer itself waits for the GPU (transformers 5.24's trainer.py, read for issue 42): at each loss log,
+``tr_loss.item()`` and ``grad_norm.item()`` (``_maybe_log_save_evaluate``; hence ``logging_steps`` 10 in the GPU
+recipes, the recorder reading every step's values then: :mod:`hf_optbench.measure.step_values`); under DeepSpeed,
+``grad_norm.item()`` every step (``_get_grad_norm``); with ``logging_nan_inf_filter`` on, a NaN test of every
+micro-batch's loss used as a bool (off in hf_optbench); with ``include_num_input_tokens_seen``, a gathered count's
+``.item()`` per micro-batch (off); and each batch's copy to the GPU, which waits for the stream unless accelerate's
+``non_blocking`` is on with pinned memory (on in a run, ``run.train._build_trainer``).
+
 The first two are set on the objects (an instance's ``forward``, the Trainer's ``floating_point_ops``, which its
 docstring says to override), so hf_optbench still has no Trainer or model subclass.
 """
