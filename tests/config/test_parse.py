@@ -76,7 +76,7 @@ def test_cli_beats_yaml_beats_defaults(tmp_path: Path) -> None:
     cfg = parse_args([path, "--learning_rate", "2e-3"])
     assert cfg.training.learning_rate == 2e-3  # CLI
     assert cfg.training.per_device_train_batch_size == 4  # YAML
-    assert cfg.training.logging_steps == TRAINING_DEFAULTS["logging_steps"] == 1  # ours
+    assert cfg.training.logging_steps == TRAINING_DEFAULTS["logging_steps"] == 10  # ours (issue 42)
     assert cfg.training.logging_nan_inf_filter is False
     assert "learning_rate" in cfg.explicit and "weight_decay" not in cfg.explicit
 
