@@ -42,7 +42,8 @@ import torch  # noqa: E402
 from transformers import Trainer, TrainingArguments, default_data_collator  # noqa: E402
 from transformers.trainer_callback import DefaultFlowCallback, PrinterCallback, ProgressCallback  # noqa: E402
 
-from callback_probes import EveryOtherStep, SelfTimer, split_toggled  # noqa: E402  (beside this script)
+import run_path  # noqa: E402  (beside this script)
+from callback_probes import EveryOtherStep, SelfTimer, split_toggled  # noqa: E402
 from pinned_malloc import malloc_setting, reexec_pinned  # noqa: E402
 from run_path import (  # noqa: E402
     SyncClock,
@@ -78,7 +79,10 @@ def trainer_steps(
     our callbacks gated to every other step) or "trainer" (a stock Trainer given the same optimizer and schedule,
     no callback of ours). Returns step times (``run_path.per_step``, the first ``skip`` steps dropped) and our
     callbacks' own time per step. ``bf16``/``compile_``: what a GPU recipe sets."""
-    from hf_optbench.run.step_cost import start_up_heap_frozen
+    try:
+        from hf_optbench.run.step_cost import start_up_heap_frozen
+    except ImportError:  # a checkout from before issue 42 (a before/after comparison): it froze nothing
+        start_up_heap_frozen = contextlib.nullcontext
 
     blocks = _blocks(batch, block, vocab, steps)
     clock, timer = SyncClock(), SelfTimer()
@@ -218,6 +222,9 @@ def main(argv: list[str] | None = None, reexec: bool = False) -> int:
                         "steps on each side (default 1, the CPU default; the GPU recipes log every 10)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default 0: torch's default; "
                    "the CPU demo runs with 1)")
+    p.add_argument("--clock", choices=list(run_path.CLOCKS), default="wall",
+                   help="wall: elapsed time (default); cpu: this process's CPU time, which other processes on a "
+                        "shared machine do not add to (one thread, a CPU; not for a GPU)")
     p.add_argument("--malloc", choices=["pinned", "default"], default="pinned",
                    help="pinned: re-run under fixed glibc malloc thresholds (see pinned_malloc.py); default: as is")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
@@ -226,14 +233,16 @@ def main(argv: list[str] | None = None, reexec: bool = False) -> int:
         reexec_pinned(__file__, sys.argv[1:])
     if a.threads:
         torch.set_num_threads(a.threads)
-    results = [measure(shape, a.rounds, a.steps, a.skip, a.logging_steps) for shape in a.shapes]
+    run_path.use_clock(a.clock)
+    results = [{**measure(shape, a.rounds, a.steps, a.skip, a.logging_steps), "clock": a.clock}
+               for shape in a.shapes]
     if a.json:
         print(json.dumps(results, indent=2))
         return 0
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, python {sys.version.split()[0]}, "
           f"malloc thresholds {malloc_setting()}; {a.rounds} rounds x {a.steps} steps per run, first {a.skip} "
-          f"dropped, a sync every {a.logging_steps} step(s); differences are medians of per-round differences "
-          "[range]")
+          f"dropped, a sync every {a.logging_steps} step(s), {a.clock} clock; differences are medians of "
+          "per-round differences [range]")
     print("| shape | plain loop ms | Trainer ms | hf_optbench ms | ratio vs plain | per-round ratio "
           "| Trainer fixed cost ms | ours on top of Trainer: unpaired ms | toggled ms | self ms |")
     print("|---|---|---|---|---|---|---|---|---|---|")

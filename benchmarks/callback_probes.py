@@ -98,16 +98,17 @@ class Sections:
     interval at each step clock's stamp. ``wrap`` times a method of an object (set on the instance, so the
     Trainer's ``self.method(...)`` finds it); ``time(name)`` is a context manager for code of one's own."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Any = time.perf_counter) -> None:
+        self.clock = clock
         self.intervals: list[dict[str, float]] = [{}]
         self._stack: list[list[Any]] = []  # [name, start, time of the parts inside]
 
     def _enter(self, name: str) -> None:
-        self._stack.append([name, time.perf_counter(), 0.0])
+        self._stack.append([name, self.clock(), 0.0])
 
     def _exit(self) -> None:
         name, start, inner = self._stack.pop()
-        spent = time.perf_counter() - start
+        spent = self.clock() - start
         now = self.intervals[-1]
         now[name] = now.get(name, 0.0) + spent - inner
         if self._stack:

@@ -232,7 +232,7 @@ class OptBenchRecorder(TrainerCallback):
         ctx.device = args.device
         ctx.world_size = int(getattr(args, "world_size", 1) or 1)
         ctx.per_step_rows = self.steps.watched
-        self.steps.pending.clear()
+        self.steps.reset()
         resume = self.resume or state.global_step > 0
         kept = self.runlog.start(state.global_step if resume else None)
         ctx.clock.reset()

@@ -45,15 +45,28 @@ class StepValues:
     """The per-step buffer between two loss logs (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.watched = False
+        self._watching: Any = None  # a weak reference to the Trainer watched
         self._loss: Any = None  # this step's sum of micro-batch losses so far
         self._norm: Any = None
         self._lr: Any = None
         self.pending: list[PendingStep] = []
 
+    def reset(self) -> None:
+        """A new ``train()`` call: nothing pending, no step half summed (an earlier call may have stopped inside a
+        step)."""
+        self._loss = self._norm = self._lr = None
+        self.pending = []
+
+    @property
+    def watched(self) -> bool:
+        return self._watching is not None and self._watching() is not None
+
     def watch(self, trainer: Any) -> None:
-        """Take each micro-batch's loss and each step's gradient norm as ``trainer`` computes them (once)."""
-        if self.watched:
+        """Take each micro-batch's loss and each step's gradient norm as ``trainer`` computes them (once per
+        Trainer: attaching again leaves it as it is)."""
+        import weakref
+
+        if self._watching is not None and self._watching() is trainer:
             return
         training_step, clip = trainer.training_step, trainer.accelerator.clip_grad_norm_
 
@@ -70,7 +83,7 @@ class StepValues:
 
         trainer.training_step = watched_training_step
         trainer.accelerator.clip_grad_norm_ = watched_clip
-        self.watched = True
+        self._watching = weakref.ref(trainer)
 
     def add_loss(self, loss: Any) -> None:
         """One micro-batch's loss, added as the Trainer adds it to its running sum (which starts from a zero)."""

@@ -192,3 +192,18 @@ def test_on_a_gpu_no_host_sync_between_the_trainers_loss_logs(tmp_path: Path, mo
     per_place = count_syncs(tmp_path, monkeypatch, 4, cuda=True)
     assert not [at for at in per_place if at.startswith("in step")]
     assert {at for at in per_place if at.startswith("after step")} == {"after step 4", "after step 8", "after step 12"}
+
+
+def test_attaching_twice_watches_the_trainer_once(tmp_path: Path) -> None:
+    args = TrainingArguments(str(tmp_path), max_steps=2, per_device_train_batch_size=BATCH, use_cpu=True,
+                             report_to="none", save_strategy="no", disable_tqdm=True)
+    trainer = Trainer(model=tiny_model(), args=args, train_dataset=token_data(16),
+                      data_collator=default_data_collator)
+    ours = default_callbacks(BenchArguments(), str(tmp_path), tokens_per_step=BATCH * SEQ)
+    attach_callbacks(trainer, ours)
+    wrapped = trainer.training_step
+    attach_callbacks(trainer, ours)  # e.g. again after adding a reporting callback
+    assert trainer.training_step is wrapped and ours[0].steps.watched
+    trainer.train()
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+            if '"train"' in line] == [1, 2]
