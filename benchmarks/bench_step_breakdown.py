@@ -6,7 +6,8 @@ The shape is the demo's AdamW comparison run (recipes/sweeps/cpu_demo.yaml: `tin
 (``benchmarks/run_path.py``: the plan, the TrainingArguments rendered from it, every callback of a run); the plain
 side is nanoGPT's loop over the same training blocks with the same model init and optimizer. Each part of a step
 is timed around the method that does it (exclusive of the parts timed inside it: ``callback_probes.Sections``),
-per step interval (from one loss log to the next); what no timer covers is the Trainer's loop itself. Evaluation
+per interval between two loss logs (``--logging-steps`` apart, a run's 10 by default) over its steps; what no
+timer covers is the Trainer's loop itself. Evaluation
 runs once per run (the demo evaluates at its end only): it is timed apart, per run, and spread over the demo's
 391 steps for comparison.
 
@@ -116,9 +117,10 @@ def _summarise(sections: Sections, stamps: list[tuple[int, float]], skip: int) -
     rest; the untrimmed mean step (what a run's wall time pays)."""
     steps = per_step(stamps, skip)
     # interval i (0-based, after the first stamp) ends at stamps[i + 1]; sections.intervals[i + 1] holds it
-    kept = [i for i, (s0, _) in enumerate(stamps[:-1]) if s0 >= skip]
-    intervals = [sections.intervals[i + 1] for i in kept]
-    totals = [stamps[i + 1][1] - stamps[i][1] for i in kept]
+    kept = [i for i, (s0, _) in enumerate(stamps[:-1]) if s0 >= skip and stamps[i + 1][0] > s0]
+    spans = [stamps[i + 1][0] - stamps[i][0] for i in kept]  # steps per interval (a sync every logging_steps)
+    intervals = [{k: v / n for k, v in sections.intervals[i + 1].items()} for i, n in zip(kept, spans, strict=True)]
+    totals = [(stamps[i + 1][1] - stamps[i][1]) / n for i, n in zip(kept, spans, strict=True)]
 
     def trimmed(values: list[float]) -> float:
         values = sorted(values)
@@ -134,24 +136,24 @@ def _summarise(sections: Sections, stamps: list[tuple[int, float]], skip: int) -
             "mean_all_s": statistics.fmean(totals), "intervals": len(intervals)}
 
 
-def run_plain(steps: int, skip: int, out: str) -> dict[str, Any]:
+def run_plain(steps: int, skip: int, out: str, logging_steps: int) -> dict[str, Any]:
     """nanoGPT's loop on the demo run's model, optimizer (as its plan builds it), schedule and training blocks."""
     from hf_optbench.optim.schedules import build_scheduler
 
-    trainer, _, prepared, built = project_trainer(demo_run_args(steps, 1, out))
+    trainer, _, prepared, built = project_trainer(demo_run_args(steps, logging_steps, out))
     model = plain_model(prepared.model)
     blocks = torch.tensor(prepared.train_dataset[: 4 * (steps + 1)]["input_ids"], dtype=torch.long)
     args = trainer.args
     sched = build_scheduler("gpt3_cosine", built.optimizer, num_training_steps=steps, warmup_steps=0.1)
     sections = Sections(run_path.clock)
     watcher = sections.watch_gc()
-    stamps = plain_loop(model, blocks, args.per_device_train_batch_size, built.optimizer, sched, steps, 1,
+    stamps = plain_loop(model, blocks, args.per_device_train_batch_size, built.optimizer, sched, steps, logging_steps,
                         timed=sections.time, on_sync=lambda _step: sections.cut(), grad_clip=args.max_grad_norm)
     gc.callbacks.remove(watcher)
     return _summarise(sections, stamps, skip)
 
 
-def run_trainer(steps: int, skip: int, out: str) -> dict[str, Any]:
+def run_trainer(steps: int, skip: int, out: str, logging_steps: int) -> dict[str, Any]:
     """The demo run's Trainer as ``hf-optbench run`` builds it, every part timed; then its evaluations, once."""
     import contextlib
     import io
@@ -159,7 +161,7 @@ def run_trainer(steps: int, skip: int, out: str) -> dict[str, Any]:
     from hf_optbench.run.step_cost import start_up_heap_frozen
     from hf_optbench.run.train import tuning_loss
 
-    trainer, _, prepared, _ = project_trainer(demo_run_args(steps, 1, out))
+    trainer, _, prepared, _ = project_trainer(demo_run_args(steps, logging_steps, out))
     sections, clock = Sections(run_path.clock), SyncClock()
     _instrument(trainer, sections)
     trainer.add_callback(_WrapAtBegin(sections))  # after the instrumenting: its own time is not a part
@@ -187,15 +189,16 @@ def run_trainer(steps: int, skip: int, out: str) -> dict[str, Any]:
     return result
 
 
-def measure(rounds: int, steps: int, skip: int) -> dict[str, Any]:
+def measure(rounds: int, steps: int, skip: int, logging_steps: int = 10) -> dict[str, Any]:
     """Rounds of the plain loop and the Trainer path, alternating which runs first; medians over rounds."""
     runs: dict[str, list[dict[str, Any]]] = {"plain": [], "hf_optbench": []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for name in (("plain", "hf_optbench") if r % 2 == 0 else ("hf_optbench", "plain")):
                 out = str(Path(tmp) / f"{name}{r}")
-                runs[name].append((run_plain if name == "plain" else run_trainer)(steps, skip, out))
-    out: dict[str, Any] = {"rounds": rounds, "steps": steps, "skip": skip, "threads": torch.get_num_threads()}
+                runs[name].append((run_plain if name == "plain" else run_trainer)(steps, skip, out, logging_steps))
+    out: dict[str, Any] = {"rounds": rounds, "steps": steps, "skip": skip, "threads": torch.get_num_threads(),
+                           "logging_steps": logging_steps}
     for name, rs in runs.items():
         keys = sorted({k for r in rs for k in r["parts_s"]})
         out[name] = {
@@ -228,8 +231,9 @@ def render(result: dict[str, Any], command: str) -> str:
         f"`{command}`: {result['date']}, {result['machine']}, torch {result['torch']}, {result['threads']} "
         f"thread(s), malloc thresholds {result['malloc']}, load average before the run {load}, clock "
         f"{result.get('clock', 'wall')} ({'CPU time of the process' if result.get('clock') == 'cpu' else 'wall time'}). "
-        f"{result['rounds']} rounds x {result['steps']} steps per side, the first {result['skip']} dropped; each "
-        "figure is the median over rounds of a part's mean exclusive time per step (10 % trimmed).",
+        f"{result['rounds']} rounds x {result['steps']} steps per side, a loss read every "
+        f"{result.get('logging_steps', 1)} step(s), the first {result['skip']} dropped; each figure is the median "
+        "over rounds of a part's mean exclusive time per step (10 % trimmed).",
         "",
         f"Median step: plain loop {plain['median_step_ms']} ms, hf_optbench's Trainer path {ours['median_step_ms']} "
         f"ms; ratio {result['ratio']['median']} (per-round range {result['ratio']['range'][0]}-"
@@ -267,6 +271,8 @@ def main(argv: list[str] | None = None, reexec: bool = False) -> int:
     p.add_argument("--rounds", type=int, default=5, help="rounds; each runs both sides once (default 5)")
     p.add_argument("--steps", type=int, default=300, help="optimizer steps per run (default 300)")
     p.add_argument("--skip", type=int, default=20, help="first steps dropped per run: warm-up (default 20)")
+    p.add_argument("--logging-steps", type=int, default=10,
+                   help="the run's logging_steps and the plain loop's log interval (default 10, a run's default)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, as the demo runs)")
     p.add_argument("--clock", choices=list(run_path.CLOCKS), default="wall",
                    help="wall: elapsed time (default); cpu: this process's CPU time, which other processes on a "
@@ -281,7 +287,7 @@ def main(argv: list[str] | None = None, reexec: bool = False) -> int:
     torch.set_num_threads(a.threads)
     run_path.use_clock(a.clock)
     facts = machine_facts()
-    result = {**measure(a.rounds, a.steps, a.skip), **facts, "malloc": malloc_setting(), "clock": a.clock}
+    result = {**measure(a.rounds, a.steps, a.skip, a.logging_steps), **facts, "malloc": malloc_setting(), "clock": a.clock}
     print(write_results(a.out_dir, "step_breakdown", result, render, "bench_step_breakdown.py", argv))
     return 0
 

@@ -246,15 +246,15 @@ def test_bench_step_breakdown_assigns_the_step_to_parts_and_writes_its_files(tmp
     """The CPU demo's run, both sides part by part (~20 s: the demo's sweep file is read and its data built)."""
     import bench_step_breakdown
 
-    assert bench_step_breakdown.main(["--rounds", "1", "--steps", "12", "--skip", "2", "--malloc", "default",
-                                      "--out-dir", str(tmp_path)]) == 0
+    assert bench_step_breakdown.main(["--rounds", "1", "--steps", "12", "--skip", "3", "--malloc", "default",
+                                      "--logging-steps", "3", "--out-dir", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "step_breakdown.json").read_text())
     ours, plain = res["hf_optbench"]["parts_ms"], res["plain"]["parts_ms"]
     for part in ("data", "forward", "backward", "optimizer step", "Trainer: logging", "Trainer: loop",
                  "callback: OptBenchRecorder", "callback: ConsoleProgress", "callback: PlanStamp"):
         assert ours[part] > 0, part
     assert {"data", "forward", "backward", "optimizer step", "plain: loop"} <= set(plain)
-    assert all(v > 0 for v in res["eval_per_run_s"].values())
+    assert all(v > 0 for v in res["eval_per_run_s"].values()) and res["logging_steps"] == 3
     text = (tmp_path / "step_breakdown.md").read_text()
     assert "| callback: OptBenchRecorder |" in text and "ratio" in text
 
