@@ -9,7 +9,7 @@ figures::
     from hf_optbench.config.bench_args import BenchArguments
     from hf_optbench.measure.recorder import attach_callbacks, default_callbacks
 
-    args = TrainingArguments("out", max_steps=200, logging_steps=1, logging_nan_inf_filter=False,
+    args = TrainingArguments("out", max_steps=200, logging_steps=10, logging_nan_inf_filter=False,
                              eval_strategy="steps", eval_steps=50, report_to="tensorboard")
     callbacks = default_callbacks(BenchArguments(target_losses=[5.0, 4.0]), "out",
                                   tokens_per_step=8 * 256)          # global: micro-batch x accum x world x block
@@ -21,7 +21,11 @@ figures::
 
 (``Trainer(callbacks=[...])`` also works, but the Trainer calls the reporting integrations first, so they miss
 the ``optbench/`` keys; the recorder warns once at train begin when ``report_to`` is set and it was not placed
-before them. transformers has no callback-priority API, hence the explicit call.)
+before them. transformers has no callback-priority API, hence the explicit call.) ``attach_callbacks`` also has the
+recorder watch the Trainer's per-step loss and gradient norm (:mod:`hf_optbench.measure.step_values`): every step
+gets its row whatever ``logging_steps``, read from the device at the Trainer's loss logs (and before each
+evaluation, save and the end: the recorder has the Trainer log then), so on a GPU the host waits only there; a
+recorder passed as ``Trainer(callbacks=[...])`` sees the logged steps alone.
 
 What ran: at train begin the recorder reads the optimizer and the scheduler the Trainer holds (whoever built them:
 ``trainer_optimizer``, ``Trainer(optimizers=(opt, sched))``, DeepSpeed's re-initialisation) with

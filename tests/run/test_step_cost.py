@@ -39,16 +39,22 @@ def test_training_output_with_labels_has_no_logits_and_the_same_loss() -> None:
 def test_under_bf16_accelerate_converts_no_logits_to_fp32() -> None:
     """accelerate's ConvertOutputsToFp32 wraps the forward of a prepared model: with ours inside it, a training
     step's output holds only the loss (the fp32 copy of the logits is gone), evaluation's output its logits."""
-    accelerator = Accelerator(mixed_precision="bf16", cpu=True)
-    model = tiny_model()
-    drop_training_logits(model)
-    prepared = accelerator.prepare(model)
-    batch = _batch()
-    out = prepared(**batch)
-    assert list(out.keys()) == ["loss"]
-    prepared.eval()
-    with torch.no_grad():
-        assert prepared(**batch).logits.dtype == torch.float32  # eval: converted, as before
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)  # a singleton: an earlier test's precision would stay
+    try:
+        accelerator = Accelerator(mixed_precision="bf16", cpu=True)
+        model = tiny_model()
+        drop_training_logits(model)
+        prepared = accelerator.prepare(model)
+        batch = _batch()
+        out = prepared(**batch)
+        assert list(out.keys()) == ["loss"]
+        prepared.eval()
+        with torch.no_grad():
+            assert prepared(**batch).logits.dtype == torch.float32  # eval: converted, as before
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
 
 
 def _trainer(out: Path, *, lean: bool, bf16: bool = False) -> Trainer:
