@@ -11,7 +11,8 @@ built by hand, no callback of ours, the same logging interval) separates the Tra
 
     python benchmarks/bench_harness.py --shapes demo --threads 1   # the CPU demo's shape (issue 42: <= 1.15x)
     python benchmarks/bench_harness.py                             # every shape
-    python benchmarks/bench_harness.py --rounds 2 --steps 10       # quicker
+    python benchmarks/bench_harness.py --rounds 2 --steps 20       # quicker
+    python benchmarks/bench_harness.py --shapes demo --threads 1 --clock cpu    # on a machine others load too
 
 Shapes: demo (the CPU demo's: tiny, micro-batch 4 x 64, 32-token vocabulary), tiny (8 x 128, vocab 4096),
 tiny-b1-s16 (almost no compute: what remains is the fixed cost per step), mini-b16-s256 (a step of >= 100 ms,
@@ -217,9 +218,9 @@ def main(argv: list[str] | None = None, reexec: bool = False) -> int:
     p.add_argument("--rounds", type=int, default=6, help="rounds; each runs every variant once (default 6)")
     p.add_argument("--steps", type=int, default=25, help="optimizer steps per run (default 25)")
     p.add_argument("--skip", type=int, default=3, help="first steps dropped per run: warm-up (default 3)")
-    p.add_argument("--logging-steps", type=int, default=1,
+    p.add_argument("--logging-steps", type=int, default=10,
                    help="the Trainer's logging_steps and the plain loop's log interval: one host sync per that many "
-                        "steps on each side (default 1, the CPU default; the GPU recipes log every 10)")
+                        "steps on each side (default 10, a run's default since issue 42; 1 adds the toggled figure)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default 0: torch's default; "
                    "the CPU demo runs with 1)")
     p.add_argument("--clock", choices=list(run_path.CLOCKS), default="wall",

@@ -38,7 +38,7 @@ FULL = [
     ("CPU MFU per size against a measured GEMM peak; gelu_new vs fused tanh GELU", ["bench_cpu_mfu.py"]),
 ]
 QUICK = {
-    "bench_harness.py": ["--rounds", "2", "--steps", "15"],
+    "bench_harness.py": ["--rounds", "2", "--steps", "20"],
     "bench_callbacks.py": ["--rounds", "3", "--steps", "25"],
     "bench_data.py": ["--mb", "2", "--workers", "1"],
     "bench_startup.py": ["--repeats", "3"],

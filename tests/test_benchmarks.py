@@ -121,7 +121,7 @@ def test_bench_harness_measures_all_variants_and_our_own_time(capsys):
 
     steps, skip = 8, 1
     assert bench_harness.main(["--shapes", "tiny-b1-s16", "--rounds", "1", "--steps", str(steps), "--skip",
-                               str(skip), "--malloc", "default", "--json"]) == 0
+                               str(skip), "--logging-steps", "1", "--malloc", "default", "--json"]) == 0
     (res,) = _json_out(capsys.readouterr().out)
     assert res["steps_measured"] == {"plain": steps - skip, "trainer": steps - skip, "hf_optbench": steps - skip}
     assert all(v > 0 for v in res["median_step_ms"].values())
