@@ -2,11 +2,12 @@
 doubled until memory is nearly full (the largest micro-batch that fits, as GPU-utilization studies use). Skipped (exit 0, says so) where no CUDA
 device exists.
 
-Two variants per size, at the same micro-batch, interleaved: nanoGPT's plain loop (bf16 autocast, compiled model)
-and an hf_optbench run (a stock ``Trainer`` + our callbacks with ``bf16=True, torch_compile=True`` and a loss log
-every step, as a GPU recipe runs). Their ratio is the harness's cost on a GPU, where the Trainer's per-step host
-work and loss sync matter more than on a CPU. The micro-batch is the largest power of two whose eager step fits
-(compiled steps need no more memory than eager ones), searched with the plain loop.
+Two variants per size, at the same micro-batch, interleaved: nanoGPT's plain loop (bf16 autocast, compiled model,
+the loss read back every ``--logging-steps``) and an hf_optbench run (what ``hf-optbench run`` assembles, with
+``bf16=True, torch_compile=True`` and a loss log every ``--logging-steps``, as a GPU recipe runs: 10). Their ratio
+is the harness's cost on a GPU, where the Trainer's per-step host work and syncs matter more than on a CPU. The
+micro-batch is ``--batch``, or the largest power of two whose eager step fits (compiled steps need no more memory
+than eager ones), searched with the plain loop.
 
     python benchmarks/bench_gpu_mfu.py [--sizes gpt2 gpt2-medium] [--block 1024] [--steps 30] [--trace DIR]
     python benchmarks/bench_gpu_mfu.py --device cpu --sizes tiny --batch 2 --block 64 --steps 4 --no-compile \
@@ -69,7 +70,7 @@ def _row(variant: str, size: str, batch: int, block: int, intervals: list[float]
 
 
 def measure(size: str, batch: int, block: int, steps: int, device: str, bf16: bool, compile_: bool,
-            rounds: int, trace: str | None) -> list[dict[str, Any]]:
+            rounds: int, trace: str | None, logging_steps: int = 10) -> list[dict[str, Any]]:
     from hf_optbench.measure.flops import device_peak_flops, flops_per_token
     from hf_optbench.models import build_config, padded_vocab_size
 
@@ -77,7 +78,10 @@ def measure(size: str, batch: int, block: int, steps: int, device: str, bf16: bo
     fpt = flops_per_token(build_config(size, padded_vocab_size(VOCAB, 64), n_positions=block), seq_len=block)
     name = torch.cuda.get_device_name(0) if device.startswith("cuda") else None
     peak = device_peak_flops(name, "bf16" if bf16 else "tf32")
-    skip = 3  # compile and allocator warm-up
+    # compile and allocator warm-up: the first 3 steps, in whole sync intervals; the timed steps too
+    skip = -(-3 // logging_steps) * logging_steps
+    steps = -(-steps // logging_steps) * logging_steps
+    kw = {"device": device, "bf16": bf16, "compile_": compile_, "logging_steps": logging_steps}
     times: dict[str, list[float]] = {"plain": [], "hf_optbench": []}
     peak_mem: dict[str, float] = {}
     for r in range(rounds):
@@ -85,11 +89,10 @@ def measure(size: str, batch: int, block: int, steps: int, device: str, bf16: bo
             if device.startswith("cuda"):
                 torch.cuda.reset_peak_memory_stats()
             if variant == "plain":
-                times[variant] += plain_steps(size, batch, block, VOCAB, steps + skip, skip, device=device,
-                                              bf16=bf16, compile_=compile_)
+                times[variant] += plain_steps(size, batch, block, VOCAB, steps + skip, skip, **kw)
             else:
                 times[variant] += trainer_steps(size, batch, block, VOCAB, steps + skip, "hf_optbench", skip,
-                                                device=device, bf16=bf16, compile_=compile_)["intervals"]
+                                                **kw)["intervals"]
             if device.startswith("cuda"):
                 peak_mem[variant] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
             med = statistics.median(times[variant])
@@ -130,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--trace", default=None, help="directory for torch.profiler chrome traces")
+    p.add_argument("--logging-steps", type=int, default=10,
+                   help="steps between host syncs on both sides (the GPU recipes' logging_steps: 10)")
     p.add_argument("--json", help="also write the rows to this JSON file")
     a = p.parse_args(argv)
     if a.device.startswith("cuda") and not torch.cuda.is_available():
@@ -149,11 +154,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{size}: not even a micro-batch of 1 fits at block {a.block}; skipped")
             continue
         try:
-            rows += measure(size, batch, a.block, a.steps, a.device, bf16, not a.no_compile, a.rounds, a.trace)
+            rows += measure(size, batch, a.block, a.steps, a.device, bf16, not a.no_compile, a.rounds, a.trace,
+                            a.logging_steps)
         except torch.OutOfMemoryError:  # the Trainer's step can need a little more than the searched eager one
             _free()
             print(f"{size}: micro-batch {batch} ran out of memory in the timed runs; measuring at {batch // 2}")
-            rows += measure(size, batch // 2, a.block, a.steps, a.device, bf16, not a.no_compile, a.rounds, a.trace)
+            rows += measure(size, batch // 2, a.block, a.steps, a.device, bf16, not a.no_compile, a.rounds, a.trace,
+                            a.logging_steps)
     print(f"torch {torch.__version__}; {rows[0]['device'] if rows else a.device}")
     print("| size | variant | micro-batch x block | median step s | tokens/s | TFLOP/s | MFU | vs plain | "
           "max allocated GiB |")

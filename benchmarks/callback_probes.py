@@ -11,6 +11,7 @@ profiling (``torch.profiler``) does not attribute time to callbacks.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from typing import Any
@@ -89,3 +90,72 @@ class SelfTimer:
 
             setattr(callback, name, timed)
         return callback
+
+
+class Sections:
+    """Exclusive wall time per named part of each step interval, for a breakdown that adds up: a part's time
+    leaves out the parts timed inside it (``compute_loss`` inside ``training_step``), and :meth:`cut` closes the
+    interval at each step clock's stamp. ``wrap`` times a method of an object (set on the instance, so the
+    Trainer's ``self.method(...)`` finds it); ``time(name)`` is a context manager for code of one's own."""
+
+    def __init__(self, clock: Any = time.perf_counter) -> None:
+        self.clock = clock
+        self.intervals: list[dict[str, float]] = [{}]
+        self._stack: list[list[Any]] = []  # [name, start, time of the parts inside]
+
+    def _enter(self, name: str) -> None:
+        self._stack.append([name, self.clock(), 0.0])
+
+    def _exit(self) -> None:
+        name, start, inner = self._stack.pop()
+        spent = self.clock() - start
+        now = self.intervals[-1]
+        now[name] = now.get(name, 0.0) + spent - inner
+        if self._stack:
+            self._stack[-1][2] += spent
+
+    @contextlib.contextmanager
+    def time(self, name: str):
+        self._enter(name)
+        try:
+            yield
+        finally:
+            self._exit()
+
+    def wrap(self, obj: Any, attr: str, name: str) -> None:
+        method = getattr(obj, attr)
+
+        @functools.wraps(method)
+        def timed(*args, **kwargs):
+            self._enter(name)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._exit()
+
+        setattr(obj, attr, timed)
+
+    def wrap_callback(self, callback: Any, name: str) -> None:
+        """Every event method of a Trainer callback, as one part."""
+        for event in (*EVENTS, "on_pre_optimizer_step", "on_substep_end", "on_epoch_begin", "on_epoch_end",
+                      "on_init_end", "on_prediction_step"):
+            if hasattr(callback, event):
+                self.wrap(callback, event, name)
+
+    def watch_gc(self, name: str = "Python's garbage collector") -> Any:
+        """Time the garbage collector's runs as a part of their own (out of the part that allocated); returns the
+        callback, for ``gc.callbacks.remove``."""
+        import gc
+
+        def on_gc(phase: str, info: dict) -> None:
+            if phase == "start":
+                self._enter(name)
+            elif self._stack and self._stack[-1][0] == name:
+                self._exit()
+
+        gc.callbacks.append(on_gc)
+        return on_gc
+
+    def cut(self) -> None:
+        """End the current interval (called at a step clock's stamp); parts still open count to the next one."""
+        self.intervals.append({})

@@ -1,21 +1,31 @@
 """The Python half of ``benchmarks/gpu_check.sh``: the steps that are more than one command, and the collector.
 
     python benchmarks/gpu_check.py env OUT.json               # versions, device
-    python benchmarks/gpu_check.py headline WORK OUT.json     # the headline recipe, ~100 steps, then a resume
+    python benchmarks/gpu_check.py tests OUT.json             # the gpu-marked tests, outcomes by test
+    python benchmarks/gpu_check.py resume WORK OUT.json       # gpt2 eager, 20 steps, a checkpoint at 10, a resume
     python benchmarks/gpu_check.py zero WORK OUT.json         # ZeRO-2 on one GPU with hf_optbench's Lion
+    python benchmarks/gpu_check.py headline WORK OUT.json     # the headline recipe, compiled, ~30 steps, timed
     python benchmarks/gpu_check.py collect WORK OUTDIR        # WORK's steps.tsv + step JSONs -> OUTDIR/gpu_check.json
 
-``--rehearse`` (headline, zero) runs the same code path on the CPU at a toy shape (``tiny``, fp32, no compile,
-10 steps): a check of the script before a GPU is lent, never a measurement.
+``--rehearse`` (resume, zero, headline) runs the same code path on the CPU at a toy shape (``tiny``, fp32, no
+compile): a check of the script before a GPU is lent, never a measurement.
 
-The headline step runs ``accelerate launch -m hf_optbench.run recipes/lion_gpt2_large.yaml`` on one GPU as the
-recipe says (gpt2-large, Lion, bf16, ``torch.compile``, block 1024, micro-batch 4), with three changes that the
-machine forces: the data is generated here in the c4 layout that ``allenai/c4`` config ``th`` has on the Hub
-(documents recombined from the bundled Thai sample's sentences, read through the same json builder as the Hub's
-files), the tokenizer is the bundled ``builtin:thai-bpe-2k`` (the Hub's ``flax-community/gpt2-base-thai`` cannot
-be fetched there: 2,048 rows instead of 50,304 in the embedding), and ``gradient_accumulation_steps`` is 2, not
-32 (the 100 steps fit the time limit; tokens per step 8,192). It runs 100 steps with a checkpoint at 50, then a
-second run resumes from that checkpoint into another directory; their losses over steps 51-100 are compared.
+Every run uses data generated here in the c4 layout that ``allenai/c4`` config ``th`` has on the Hub (documents
+recombined from the bundled Thai sample's sentences, read through the same json builder as the Hub's files) and
+the bundled tokenizer ``builtin:thai-bpe-2k`` (the Hub's ``flax-community/gpt2-base-thai`` cannot be fetched on
+the GPU machine: 2,048 rows instead of 50,304 in the embedding).
+
+* headline: ``accelerate launch -m hf_optbench.run recipes/lion_gpt2_large.yaml`` on one GPU as the recipe says
+  (gpt2-large, Lion, bf16, ``torch.compile``, block 1024), ~30 steps at the largest micro-batch the memory planner
+  fits on the device (:func:`largest_micro_batch`; 32 on an 80 GB H100, and at most 32), no gradient accumulation,
+  no checkpoint and no evaluation
+  (``eval_strategy no``): its tokens/s and MFU are the figures, so nothing else runs in its time.
+* resume: ``recipes/lion_gpt2.yaml`` eager (no compile: its time is the resume's, not a compiler's), 20 steps with
+  a checkpoint at 10, then a second run resumes from checkpoint-10 into another directory: the plan's identity
+  stamped in the checkpoint is checked by the run itself (a mismatch exits 2), and the losses of steps 11-20 are
+  compared.
+* zero: ``recipes/lion_gpt2.yaml`` through accelerate's DeepSpeed ZeRO-2 plugin on one GPU (DeepSpeed wraps
+  hf_optbench's Lion), 20 steps.
 """
 
 from __future__ import annotations
@@ -176,75 +186,138 @@ def _plan(size: str, optimizer: str, summary: dict[str, Any], zero_stage: int = 
 
 
 BLOCK = 1024
+RESUME_RECIPE = "recipes/lion_gpt2.yaml"
+# measured peak allocated over the planner's total at gpt2-large, Lion, bf16, micro-batch 4 (1.1633, H100,
+# benchmarks/results/gpu_check_h100.md): the planner leaves out the step's temporary buffers, so the headline's
+# micro-batch is chosen with this much room beyond the planner's own margin (FIT_MARGIN)
+PEAK_OVER_PLAN = 1.2
 
 
-def _shape(rehearse: bool) -> dict[str, Any]:
+def largest_micro_batch(size: str, optimizer: str, vocab_size: int, capacity_bytes: int, limit: int = 256) -> int:
+    """The largest power-of-two micro-batch whose planned memory (x PEAK_OVER_PLAN) stays within the planner's
+    fit margin of ``capacity_bytes`` (1 if none does): no search by trial, which cost the MFU step 50 s before."""
+    from hf_optbench.measure.planner import FIT_MARGIN, plan_memory
+
+    best = 1
+    micro = 1
+    while micro <= limit:
+        plan = plan_memory(size, optimizer, precision="bf16", micro_batch_size=micro, block_size=BLOCK,
+                           vocab_size=vocab_size, n_positions=BLOCK)
+        if plan.total_bytes * PEAK_OVER_PLAN > FIT_MARGIN * capacity_bytes:
+            break
+        best, micro = micro, micro * 2
+    return best
+
+
+REHEARSAL = ["--model_size", "tiny", "--bf16", "false", "--torch_compile", "false", "--use_cpu", "true",
+             "--block_size", "64", "--dataloader_num_workers", "0"]
+REHEARSAL_LAUNCH = ["--cpu", "--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no",
+                    "--dynamo_backend", "no"]
+GPU_LAUNCH = ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "bf16", "--dynamo_backend", "no"]
+
+
+def _data_args(work: Path, tokens: int, seed: int = 0) -> tuple[list[str], dict[str, Any]]:
+    """The c4-layout data for ``tokens`` training tokens (and 16 blocks of validation text), and the arguments
+    that read it."""
+    cpt = _chars_per_token()
+    data = make_c4_layout(work / "data", train_chars=int(tokens * cpt * 1.3), valid_chars=int(16 * BLOCK * cpt),
+                          seed=seed)
+    args = ["--data_source", "local", "--data_files", str(work / "data"), "--tokenizer_name", TOKENIZER,
+            "--max_train_tokens", str(tokens), "--report_to", "none", "--write_model_card", "false",
+            "--save_final_model", "false"]
+    return args, {"files": data, "chars_per_token": round(cpt, 3)}
+
+
+def _vocab() -> int:
+    from hf_optbench.data.tokenizers import load_tokenizer
+
+    return len(load_tokenizer(TOKENIZER))
+
+
+def headline(work: str, out: str, rehearse: bool, timeout: float, steps: int = 30) -> int:
+    """The headline recipe, compiled, ``steps`` steps at the largest micro-batch that fits, nothing else."""
     global BLOCK
-    if rehearse:  # the code path on a CPU: never a measurement
-        BLOCK = 64
-        return {"size": "tiny", "steps": 10, "save": 5, "accum": 1, "micro": 2,
-                "extra": ["--model_size", "tiny", "--bf16", "false", "--torch_compile", "false", "--use_cpu", "true",
-                          "--block_size", "64", "--per_device_train_batch_size", "2",
-                          "--per_device_eval_batch_size", "2", "--dataloader_num_workers", "0"],
-                "launch": ["--cpu", "--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no",
-                           "--dynamo_backend", "no"]}
-    BLOCK = 1024
-    return {"size": "gpt2-large", "steps": 100, "save": 50, "accum": 2, "micro": 4, "extra": [],
-            "launch": ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "bf16",
-                       "--dynamo_backend", "no"]}
-
-
-def headline(work: str, out: str, rehearse: bool, timeout: float, compile_: bool = True) -> int:
-    """The headline recipe on one device, 100 steps with a checkpoint at 50, then a resume from checkpoint-50."""
-    shape = _shape(rehearse)
     w = Path(work)
     w.mkdir(parents=True, exist_ok=True)
-    tokens_per_step = shape["micro"] * shape["accum"] * BLOCK
-    train_tokens = tokens_per_step * (shape["steps"] + 2)
-    cpt = _chars_per_token()
-    data = make_c4_layout(w / "data", train_chars=int(train_tokens * cpt * 1.3), valid_chars=int(16 * BLOCK * cpt))
-    common = ["-m", "hf_optbench.run", HEADLINE, "--data_source", "local", "--data_files", str(w / "data"),
-              "--tokenizer_name", TOKENIZER, "--max_steps", str(shape["steps"]), "--gradient_accumulation_steps",
-              str(shape["accum"]), "--save_steps", str(shape["save"]), "--eval_steps", str(shape["save"]),
-              "--max_train_tokens", str(train_tokens), "--report_to", "none", "--write_model_card", "false",
-              "--save_final_model", "false", "--metrics_flush_every", "1", "--logging_steps", "1",
-              *shape["extra"], *([] if compile_ else ["--torch_compile", "false"])]
-    result: dict[str, Any] = {"recipe": HEADLINE, "rehearsal": rehearse, "data": data,
-                              "tokenizer": TOKENIZER, "chars_per_token": round(cpt, 3),
-                              "tokens_per_step": tokens_per_step, "steps": shape["steps"],
-                              "checkpoint_step": shape["save"], "torch_compile": compile_ and not rehearse}
+    BLOCK = 64 if rehearse else 1024
+    if rehearse:
+        micro, size, launch = 2, "tiny", REHEARSAL_LAUNCH
+    else:
+        import torch
+
+        # at most 32 (32,768 tokens a step, ~0.5 s on an H100): an H200's 64 would double the timed steps' share
+        # of the step's time limit, which compiling already fills most of
+        micro = largest_micro_batch("gpt2-large", "lion", _vocab(), torch.cuda.get_device_properties(0).total_memory,
+                                    limit=32)
+        size, launch = "gpt2-large", GPU_LAUNCH
+    tokens_per_step = micro * BLOCK
+    data_args, data = _data_args(w, tokens_per_step * (steps + 2))
+    args = ["-m", "hf_optbench.run", HEADLINE, *data_args, "--max_steps", str(steps),
+            "--gradient_accumulation_steps", "1", "--per_device_train_batch_size", str(micro),
+            "--save_strategy", "no", "--eval_strategy", "no", "--logging_steps", "10",
+            *(REHEARSAL if rehearse else [])]
+    result: dict[str, Any] = {"recipe": HEADLINE, "rehearsal": rehearse, "data": data, "tokenizer": TOKENIZER,
+                              "micro_batch": micro, "micro_batch_rule": "fixed (rehearsal)" if rehearse else
+                              f"planner x {PEAK_OVER_PLAN} within its fit margin",
+                              "tokens_per_step": tokens_per_step, "steps": steps,
+                              "torch_compile": not rehearse}
+    run_dir = w / "run"
+    result["run"] = _launch([*launch, *args, "--output_dir", str(run_dir)], w / "run.log", timeout)
+    result["run"]["summary"] = _summary(run_dir)
+    if result["run"]["summary"] and result["run"]["summary"].get("micro_batch_size"):
+        result["memory_vs_planner"] = _plan(size, "lion", result["run"]["summary"])
+    _write(out, result)
+    print(json.dumps({k: v for k, v in result.items() if k != "data"}, indent=1, default=str)[:6000])
+    return 0 if result["run"]["rc"] == 0 else 1
+
+
+def resume(work: str, out: str, rehearse: bool, timeout: float, steps: int = 20, save: int = 10) -> int:
+    """gpt2 eager: ``steps`` steps with a checkpoint at ``save``, then a resume from it; losses compared."""
+    global BLOCK
+    w = Path(work)
+    w.mkdir(parents=True, exist_ok=True)
+    BLOCK = 64 if rehearse else 1024
+    micro = 2 if rehearse else 8
+    launch = REHEARSAL_LAUNCH if rehearse else GPU_LAUNCH
+    data_args, data = _data_args(w, micro * BLOCK * (steps + 2), seed=2)
+    common = ["-m", "hf_optbench.run", RESUME_RECIPE, *data_args, "--max_steps", str(steps),
+              "--gradient_accumulation_steps", "1", "--per_device_train_batch_size", str(micro),
+              "--per_device_eval_batch_size", str(micro), "--save_steps", str(save), "--eval_steps", str(steps),
+              "--torch_compile", "false", "--metrics_flush_every", "1", *(REHEARSAL if rehearse else [])]
+    result: dict[str, Any] = {"recipe": RESUME_RECIPE, "rehearsal": rehearse, "data": data, "steps": steps,
+                              "checkpoint_step": save, "torch_compile": False}
     started = time.monotonic()
     first = w / "run"
-    result["run"] = _launch([*shape["launch"], *common, "--output_dir", str(first)], w / "run.log", timeout)
+    result["run"] = _launch([*launch, *common, "--output_dir", str(first)], w / "run.log", timeout)
     result["run"]["summary"] = _summary(first)
-    if result["run"]["summary"] and result["run"]["summary"].get("micro_batch_size"):
-        result["memory_vs_planner"] = _plan(shape["size"], "lion", result["run"]["summary"])
     _write(out, result)  # kept if the step's time limit stops the resume
-    ckpt = first / f"checkpoint-{shape['save']}"
+    ckpt = first / f"checkpoint-{save}"
     if result["run"]["rc"] == 0 and ckpt.is_dir():
         second = w / "resumed"
         left = max(30.0, timeout - (time.monotonic() - started))
-        result["resume"] = _launch([*shape["launch"], *common, "--output_dir", str(second),
-                                    "--resume_from_checkpoint", str(ckpt)], w / "resumed.log", left)
+        result["resume"] = _launch([*launch, *common, "--output_dir", str(second), "--resume_from_checkpoint",
+                                    str(ckpt)], w / "resumed.log", left)
         result["resume"]["summary"] = _summary(second)
-        a, b = _losses(first), _losses(second)
-        shared = sorted(set(a) & set(b))
-        diffs = [abs(a[s] - b[s]) for s in shared]
-        result["resume"]["compare"] = {
-            "steps_compared": [shared[0], shared[-1]] if shared else [],
-            "n_steps_compared": len(shared), "resumed_steps_logged": sorted(b)[:1] + sorted(b)[-1:],
-            "max_abs_loss_diff": max(diffs) if diffs else None,
-            "mean_abs_loss_diff": sum(diffs) / len(diffs) if diffs else None,
-            "loss_at_checkpoint": a.get(shape["save"]), "loss_at_end_uninterrupted": a.get(shape["steps"]),
-            "loss_at_end_resumed": b.get(shape["steps"]),
-        }
+        result["resume"]["compare"] = _compare(_losses(first), _losses(second), save, steps)
     _write(out, result)
     ok = result["run"]["rc"] == 0 and result.get("resume", {}).get("rc") == 0
     print(json.dumps({k: v for k, v in result.items() if k != "data"}, indent=1, default=str)[:6000])
     return 0 if ok else 1
 
 
-def zero(work: str, out: str, rehearse: bool, timeout: float) -> int:
+def _compare(a: dict[int, float], b: dict[int, float], save: int, steps: int) -> dict[str, Any]:
+    """The uninterrupted run's losses against the resumed run's, over the steps both logged."""
+    shared = sorted(set(a) & set(b))
+    diffs = [abs(a[s] - b[s]) for s in shared]
+    return {"steps_compared": [shared[0], shared[-1]] if shared else [], "n_steps_compared": len(shared),
+            "resumed_steps_logged": sorted(b)[:1] + sorted(b)[-1:],
+            "max_abs_loss_diff": max(diffs) if diffs else None,
+            "mean_abs_loss_diff": sum(diffs) / len(diffs) if diffs else None,
+            "loss_at_checkpoint": a.get(save), "loss_at_end_uninterrupted": a.get(steps),
+            "loss_at_end_resumed": b.get(steps)}
+
+
+def zero(work: str, out: str, rehearse: bool, timeout: float, steps: int = 20) -> int:
     """ZeRO-2 through accelerate's DeepSpeed plugin on one device: DeepSpeed wraps hf_optbench's Lion."""
     try:
         import deepspeed  # noqa: F401
@@ -256,19 +329,14 @@ def zero(work: str, out: str, rehearse: bool, timeout: float) -> int:
     w = Path(work)
     w.mkdir(parents=True, exist_ok=True)
     BLOCK = 64 if rehearse else 1024
-    steps, micro = 20, 8 if not rehearse else 2
-    cpt = _chars_per_token()
-    data = make_c4_layout(w / "data", train_chars=int(micro * BLOCK * (steps + 2) * cpt * 1.3),
-                          valid_chars=int(16 * BLOCK * cpt), seed=1)
-    extra = (["--model_size", "tiny", "--bf16", "false", "--block_size", "64", "--use_cpu", "true"]
-             if rehearse else [])
+    micro = 2 if rehearse else 8
+    data_args, data = _data_args(w, micro * BLOCK * (steps + 2), seed=1)
+    extra = ["--model_size", "tiny", "--bf16", "false", "--block_size", "64", "--use_cpu", "true"] if rehearse else []
     args = ["--config_file", ZERO_CONFIG, "--num_processes", "1",
-            *(["--mixed_precision", "no"] if rehearse else []), "-m", "hf_optbench.run", ZERO_RECIPE,
-            "--data_source", "local", "--data_files", str(w / "data"), "--tokenizer_name", TOKENIZER,
+            *(["--mixed_precision", "no"] if rehearse else []), "-m", "hf_optbench.run", ZERO_RECIPE, *data_args,
             "--max_steps", str(steps), "--gradient_accumulation_steps", "1", "--per_device_train_batch_size",
             str(micro), "--per_device_eval_batch_size", str(micro), "--save_strategy", "no", "--eval_steps",
-            str(steps), "--torch_compile", "false", "--report_to", "none", "--write_model_card", "false",
-            "--save_final_model", "false", "--max_train_tokens", str(micro * BLOCK * (steps + 2)), *extra]
+            str(steps), "--torch_compile", "false", *extra]
     run_dir = w / "zero2"
     result: dict[str, Any] = {"config": ZERO_CONFIG, "recipe": ZERO_RECIPE, "rehearsal": rehearse, "data": data}
     result["run"] = _launch([*args, "--output_dir", str(run_dir)], w / "zero2.log", timeout)
@@ -279,6 +347,36 @@ def zero(work: str, out: str, rehearse: bool, timeout: float) -> int:
     _write(out, result)
     print(json.dumps(result, indent=1, default=str)[:4000])
     return 0 if result["run"]["rc"] == 0 and s and "Lion" in str(s.get("optimizer_impl")) else 1
+
+
+def tests(out: str, timeout: float) -> int:
+    """The ``gpu``-marked tests (4 workers; the MFU benchmark's own test left to the mfu step), outcomes to
+    ``out`` by test from pytest's JUnit report."""
+    import xml.etree.ElementTree as ET
+
+    junit = Path(out).with_suffix(".xml")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-n", "4", "-p", "no:cacheprovider", "--timeout", "100",
+           "--continue-on-collection-errors", "--deselect",
+           "tests/test_benchmarks.py::test_bench_gpu_mfu_on_cuda_reports_mfu", "--junitxml", str(junit), "tests"]
+    try:
+        rc = subprocess.run(cmd, cwd=ROOT, timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        rc = 124
+    try:
+        root = ET.parse(junit).getroot()
+    except (OSError, ET.ParseError) as exc:
+        _write(out, {"error": f"no junit report: {exc}"})
+        return rc or 1
+    cases = []
+    for c in root.iter("testcase"):
+        bad = next((k for k in c if k.tag in ("failure", "error", "skipped")), None)
+        cases.append({"test": f"{c.get('classname')}::{c.get('name')}", "outcome": "passed" if bad is None else
+                      bad.tag, "s": float(c.get("time", 0)), "message": "" if bad is None else
+                      bad.get("message", "")[:300]})
+    counts = {k: sum(c["outcome"] == k for c in cases) for k in ("passed", "failure", "error", "skipped")}
+    _write(out, {"counts": counts, "cases": cases})
+    print(counts)
+    return rc
 
 
 # --------------------------------------------------------------------------------------------------- collect
@@ -312,24 +410,26 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("env").add_argument("out")
-    for name in ("headline", "zero"):
+    p = sub.add_parser("tests")
+    p.add_argument("out")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole pytest run")
+    for name in ("headline", "resume", "zero"):
         p = sub.add_parser(name)
         p.add_argument("work")
         p.add_argument("out")
         p.add_argument("--rehearse", action="store_true", help="the code path on CPU at a toy shape")
         p.add_argument("--timeout", type=float, default=600.0, help="seconds for the step's launches together")
-        p.add_argument("--no-compile", action="store_true", help="headline: both runs without torch.compile")
     p = sub.add_parser("collect")
     p.add_argument("workdir")
     p.add_argument("outdir")
     a = ap.parse_args(argv)
     if a.cmd == "env":
         return env(a.out)
+    if a.cmd == "tests":
+        return tests(a.out, a.timeout)
     if a.cmd == "collect":
         return collect(a.workdir, a.outdir)
-    if a.cmd == "headline":
-        return headline(a.work, a.out, a.rehearse, a.timeout, compile_=not a.no_compile)
-    return zero(a.work, a.out, a.rehearse, a.timeout)
+    return {"headline": headline, "resume": resume, "zero": zero}[a.cmd](a.work, a.out, a.rehearse, a.timeout)
 
 
 if __name__ == "__main__":

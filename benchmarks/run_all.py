@@ -22,6 +22,10 @@ HERE = Path(__file__).resolve().parent
 
 FULL = [
     ("Harness overhead (hf_optbench vs a plain PyTorch loop)", ["bench_harness.py"]),
+    ("Harness overhead at the CPU demo's shape, one thread (issue 42: at most 1.15x)",
+     ["bench_harness.py", "--shapes", "demo", "--threads", "1", "--steps", "200", "--skip", "20"]),
+    ("One training step at the CPU demo's shape, part by part", ["bench_step_breakdown.py"]),
+    ("torch.compile at the CPU demo's shape: compile time, step time, results", ["bench_compile.py"]),
     ("Callback overhead (with vs without our callbacks)", ["bench_callbacks.py"]),
     ("Optimizer step cost on a GPT-2 124M parameter set", ["bench_optimizer_step.py", "--threads", "1"]),
     ("Data pipeline: tokenize + pack throughput and peak RSS", ["bench_data.py"]),
@@ -34,7 +38,7 @@ FULL = [
     ("CPU MFU per size against a measured GEMM peak; gelu_new vs fused tanh GELU", ["bench_cpu_mfu.py"]),
 ]
 QUICK = {
-    "bench_harness.py": ["--rounds", "2", "--steps", "15"],
+    "bench_harness.py": ["--rounds", "2", "--steps", "20"],
     "bench_callbacks.py": ["--rounds", "3", "--steps", "25"],
     "bench_data.py": ["--mb", "2", "--workers", "1"],
     "bench_startup.py": ["--repeats", "3"],
@@ -43,6 +47,8 @@ QUICK = {
     "speedup_rates.py": ["--trials", "100"],
     "bench_run_overhead.py": ["--pairs", "2"],
     "bench_cpu_mfu.py": ["--rounds", "2", "--steps", "8"],
+    "bench_step_breakdown.py": ["--rounds", "2", "--steps", "100"],
+    "bench_compile.py": ["--steps", "100"],
 }
 
 

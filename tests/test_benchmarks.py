@@ -121,14 +121,37 @@ def test_bench_harness_measures_all_variants_and_our_own_time(capsys):
 
     steps, skip = 8, 1
     assert bench_harness.main(["--shapes", "tiny-b1-s16", "--rounds", "1", "--steps", str(steps), "--skip",
-                               str(skip), "--malloc", "default", "--json"]) == 0
+                               str(skip), "--logging-steps", "1", "--malloc", "default", "--json"]) == 0
     (res,) = _json_out(capsys.readouterr().out)
-    assert res["steps_measured"] == {"plain": steps - 1 - skip, "trainer": steps - 1 - skip,
-                                     "hf_optbench": steps - 1 - skip}
+    assert res["steps_measured"] == {"plain": steps - skip, "trainer": steps - skip, "hf_optbench": steps - skip}
     assert all(v > 0 for v in res["median_step_ms"].values())
+    assert all(len(v) == 1 for v in res["median_step_ms_per_round"].values())
     ours = res["ours_on_top_ms"]
     assert sum(ours["toggled_steps"].values()) == steps - 1 - skip and min(ours["toggled_steps"].values()) > 0
     assert 0 < ours["self_median"] < res["median_step_ms"]["hf_optbench"]  # our callbacks ran and were timed
+
+
+def test_bench_harness_syncs_every_logging_steps_on_both_sides_at_the_demo_shape(capsys):
+    """--logging-steps 4: both sides' step times come from whole 4-step intervals between syncs (the first
+    interval, holding the warm-up step, dropped); no toggled figure (it needs a sync every step)."""
+    import bench_harness
+
+    assert bench_harness.main(["--shapes", "demo", "--rounds", "1", "--steps", "8", "--skip", "1",
+                               "--logging-steps", "4", "--malloc", "default", "--json"]) == 0
+    (res,) = _json_out(capsys.readouterr().out)
+    assert (res["micro_batch"], res["block_size"], res["vocab"], res["logging_steps"]) == (4, 64, 32, 4)
+    assert res["steps_measured"] == {"plain": 4, "trainer": 4, "hf_optbench": 4}
+    assert res["ours_on_top_ms"]["toggled"] is None and res["ratio_per_round"]["median"] > 0
+
+
+def test_bench_harness_help_is_whole(capsys):
+    import bench_harness
+
+    with pytest.raises(SystemExit):
+        bench_harness.main(["--help"])
+    text = capsys.readouterr().out
+    assert "malloc thresholds pinned (pinned_malloc.py)." in text and "--logging-steps" in text
+    assert "<= 1.15 at the demo's shape" in text
 
 
 def test_bench_callbacks_runs(capsys):
@@ -255,3 +278,46 @@ def test_bench_ns_precision_runs_the_cell_at_both_precisions(tmp_path):
     assert row["bf16"]["final_eval_loss"] != row["fp32"]["final_eval_loss"]  # the precision changed the run
     assert "cited values" in res["meta"]["tuned"]
     assert "| 1 |" in (tmp_path / "out" / "ns_precision.md").read_text()
+
+
+@pytest.mark.slow
+def test_bench_step_breakdown_assigns_the_step_to_parts_and_writes_its_files(tmp_path, capsys):
+    """The CPU demo's run, both sides part by part (~20 s: the demo's sweep file is read and its data built)."""
+    import bench_step_breakdown
+
+    assert bench_step_breakdown.main(["--rounds", "1", "--steps", "12", "--skip", "3", "--malloc", "default",
+                                      "--logging-steps", "3", "--out-dir", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "step_breakdown.json").read_text())
+    ours, plain = res["hf_optbench"]["parts_ms"], res["plain"]["parts_ms"]
+    for part in ("data", "forward", "backward", "optimizer step", "Trainer: logging", "Trainer: loop",
+                 "callback: OptBenchRecorder", "callback: ConsoleProgress", "callback: PlanStamp"):
+        assert ours[part] > 0, part
+    assert {"data", "forward", "backward", "optimizer step", "plain: loop"} <= set(plain)
+    assert all(v > 0 for v in res["eval_per_run_s"].values()) and res["logging_steps"] == 3
+    text = (tmp_path / "step_breakdown.md").read_text()
+    assert "| callback: OptBenchRecorder |" in text and "ratio" in text
+
+
+def test_bench_compile_break_even_and_reproducibility_from_constructed_runs():
+    """The arithmetic of bench_compile.py on made-up runs (its measurement runs compile for minutes): eager 10 ms a
+    step, compiled 8 ms with 5 s more per warm run and 30 s for the cold one."""
+    import bench_compile
+
+    def run(variant, tag, step, beyond, losses):
+        return {"variant": variant, "tag": tag, "process_wall_s": 0.0, "startup_s": 0.0, "train_runtime_s": 1.0,
+                "step_time_median_s": step, "beyond_steady_s": beyond, "steps": 3, "final_train_loss": losses[3],
+                "final_eval_loss": 2.0, "losses": losses}
+
+    eager, compiled = {1: 3.0, 2: 2.5, 3: 2.25}, {1: 3.0, 2: 2.5, 3: 2.2500001}
+    runs = [run("eager", "a", 0.010, 2.0, eager), run("eager", "b", 0.010, 2.0, dict(eager)),
+            run("compiled, cold cache", "cold", 0.008, 32.0, compiled),
+            run("compiled, warm cache", "warm1", 0.008, 7.0, dict(compiled)),
+            run("compiled, warm cache", "warm2", 0.008, 7.0, dict(compiled))]
+    res = bench_compile._analyse(runs, [1000, 2000, 4000], 3)
+    assert res["eager_identical_run_to_run"] and res["compiled_identical_run_to_run"]
+    assert res["compile_cost_s"] == {"cold": 30.0, "warm1": 5.0, "warm2": 5.0}
+    assert res["break_even_steps"] == pytest.approx(2500)  # 5 s / 2 ms
+    assert res["net_over_demo_runs_s"] == pytest.approx(7000 * 0.002 - 2 * 5.0 - 30.0)
+    assert res["runs"][2]["max_abs_loss_diff_vs_eager"] == pytest.approx(1e-7, abs=1e-9)
+    text = bench_compile.render({**res, "date": "d", "machine": "m", "torch": "t", "load_average": 0.0}, "cmd")
+    assert "break-even after 2500 steps" in text and "would cost 26 s" in text

@@ -31,7 +31,10 @@ STEPS, SAVE_EVERY = 12, 4
 RESUME_ATOL = 0.0
 ARGS = ["--max_steps", str(STEPS), "--save_strategy", "steps", "--save_steps", str(SAVE_EVERY),
         "--eval_steps", str(STEPS), "--block_size", "64", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "2", "--seed", "0",
-        "--use_cpu", "true", "--write_model_card", "false", "--metrics_flush_every", "1"]
+        "--use_cpu", "true", "--write_model_card", "false", "--metrics_flush_every", "1",
+        # a row every step: the kill must find rows past a checkpoint before the next save starts (with a log
+        # every 10 steps the rows of steps 5-8 come at the save of checkpoint-8, which the recorder logs before)
+        "--logging_steps", "1"]
 
 pytestmark = pytest.mark.slow
 

@@ -26,7 +26,8 @@ GLOBAL_BATCH = 8
 LOSS_ATOL = 1e-4
 COMMON = ["--optimizer", "lion", "--max_steps", str(STEPS), "--eval_steps", str(STEPS), "--block_size", "64",
           "--per_device_eval_batch_size", "2",
-          "--save_strategy", "no", "--seed", "0", "--use_cpu", "true", "--write_model_card", "false"]
+          "--save_strategy", "no", "--seed", "0", "--use_cpu", "true", "--write_model_card", "false",
+          "--logging_steps", "3"]  # two loss logs, each reading 3 steps' values from every rank
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -107,6 +108,14 @@ def test_metrics_are_gathered_across_ranks(ddp_two: dict, one_process: dict) -> 
     per_rank_peaks = s2.get("peak_memory_bytes_per_rank")
     assert isinstance(per_rank_peaks, list) and len(per_rank_peaks) == 2 and all(p > 0 for p in per_rank_peaks)
     assert s2["peak_memory_bytes"] in per_rank_peaks  # rank 0's own figure, like optimizer_state_bytes
+    # each step's loss, read from the device every 3 steps and averaged over the ranks by the recorder, makes up the
+    # Trainer's own log: its mean over the 3 steps
+    history = json.loads((ddp_two["out"] / "trainer_state.json").read_text())["log_history"]
+    logged = {r["step"]: r["loss"] for r in history if "loss" in r}
+    rows = _train(ddp_two["rows"])
+    assert sorted(logged) == [3, 6]
+    for step, loss in logged.items():
+        assert loss == pytest.approx(sum(rows[s]["loss"] for s in range(step - 2, step + 1)) / 3, rel=1e-6)
 
 
 @pytest.fixture(scope="module")

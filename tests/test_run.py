@@ -157,6 +157,20 @@ def test_final_tuning_loss_is_recorded_and_kept_out_of_the_eval_metrics(tmp_path
     assert not any("tuning" in key for row in history for key in row)
 
 
+def test_eval_strategy_no_evaluates_nothing_and_every_step_has_its_row(tmp_path: Path) -> None:
+    """No final evaluation either (gpu_check's timed headline run relies on it); with a loss log every 4 steps the
+    rows still cover every step, and the summary's final train loss is the last step's."""
+    out = tmp_path / "run"
+    assert run_mod.main([QUICK, "--output_dir", str(out), *FAST, "--save_strategy", "no", "--eval_strategy", "no",
+                         "--logging_steps", "4"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert summary["final_eval_loss"] is None and not [r for r in rows if r["kind"] == "eval"]
+    train = [r for r in rows if r["kind"] == "train"]
+    assert [r["step"] for r in train] == list(range(1, 7))
+    assert summary["final_train_loss"] == train[-1]["loss"]
+
+
 def test_tuning_split_smaller_than_one_eval_batch_is_refused(tmp_path: Path, monkeypatch, capsys) -> None:
     _with_tuning(monkeypatch, lambda bundle: bundle.eval.select(range(1)))
     rc = run_mod.main([QUICK, "--output_dir", str(tmp_path / "run"), *FAST])

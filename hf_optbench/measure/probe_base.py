@@ -98,6 +98,7 @@ class RunContext:
     clock: TrainClock = field(default_factory=TrainClock)
     device: Any = None
     world_size: int = 1
+    per_step_rows: bool = False  # the recorder reads every step's values (it watches the Trainer), not only logs
     warned: set[str] = field(default_factory=set)
 
     @property
@@ -132,7 +133,8 @@ class Probe:
     """One measured topic. Every hook is optional; the recorder calls them in this order for each train() call:
 
     ``on_train_begin`` (reset the series) -> ``replay`` (kept rows of a resume) -> per step ``on_step_begin``,
-    ``on_optimizer_step``, ``on_step_end``, ``on_train_row`` (the step's logged loss), ``on_log`` (any log event)
+    ``on_optimizer_step``, ``on_step_end``; at each loss log ``on_sync``, then ``on_train_row`` for each step since
+    the last one (in step order), ``on_log`` (any log event)
     -> ``on_eval_row`` -> ``final_logs`` (the Trainer's last log) -> ``on_train_end``. ``summary`` any time.
     Hooks returning rows give whole metrics.jsonl rows (with ``kind``); the recorder writes them.
     """
@@ -152,6 +154,10 @@ class Probe:
 
     def on_step_end(self, ctx: RunContext, state: TrainerState) -> None:
         pass
+
+    def on_sync(self, ctx: RunContext) -> None:
+        """Read back what this probe kept on the device since the last read (the recorder calls it at each loss
+        log, when the Trainer has just waited for the GPU, and before evaluation, saving and train end)."""
 
     def on_train_row(self, ctx: RunContext, rec: Record, control: TrainerControl) -> None:
         """Add this probe's fields to a train row (``rec.row``) and its figures to ``rec.logs``."""

@@ -35,7 +35,9 @@ def perplexity(loss: Any) -> float | None:
 
 class ConvergenceProbe(Probe):
     """Adds ``eval_perplexity`` (and ``eval_accuracy`` when the Trainer computed it) to eval rows; summary:
-    ``targets``, ``loss_auc_tokens``, ``final_eval_accuracy`` (the last eval row's, None without one)."""
+    ``targets``, ``loss_auc_tokens``, ``final_eval_accuracy`` (the last eval row's, None without one),
+    ``final_train_loss`` (the last train row's: the last step's loss, also where the Trainer logs a mean over the
+    steps since its previous log)."""
 
     def __init__(self, bench: BenchArguments) -> None:
         self.bench = bench
@@ -47,6 +49,7 @@ class ConvergenceProbe(Probe):
         self._auc_x: list[float] = []
         self._auc_y: list[float] = []
         self._eval_accuracy: float | None = None
+        self._final_train_loss: float | None = None
 
     def on_train_begin(self, ctx: RunContext, args: TrainingArguments, model: torch.nn.Module) -> None:
         self._reset()
@@ -60,6 +63,7 @@ class ConvergenceProbe(Probe):
 
     def _observe_train(self, row: Mapping[str, Any]) -> None:
         loss, tokens = finite(row.get("loss")), row.get("tokens")
+        self._final_train_loss = loss
         self._train_targets.update(loss, row["step"], tokens, row.get("elapsed_s"))
         if loss is not None and tokens is not None:
             self._auc_x.append(float(tokens))
@@ -90,4 +94,5 @@ class ConvergenceProbe(Probe):
             "target_smoothing_steps": self.bench.target_smoothing_steps,
             "loss_auc_tokens": trapezoid_auc(self._auc_x, self._auc_y),
             "final_eval_accuracy": self._eval_accuracy,
+            "final_train_loss": self._final_train_loss,
         }

@@ -1,11 +1,15 @@
 """Stability probe: loss and grad-norm spikes, and divergence control.
 
-Reads the Trainer's per-step log (``logs["loss"]``, ``logs["grad_norm"]`` = total norm before clipping). The
-spike rule is ``metrics.SpikeDetector``'s (a streaming Hampel identifier). A NaN/Inf loss or grad norm stops
-training cleanly (``control.should_training_stop``; no eval or checkpoint of the broken model at that step) and
-sets the status to "diverged". This needs ``logging_steps=1`` and ``logging_nan_inf_filter=False`` (with the
-filter on, the Trainer replaces a NaN loss by the running mean; the grad norm still catches it): the probe warns
-once otherwise.
+Reads every step's loss and grad norm (total norm before clipping): the recorder hands them over at each of the
+Trainer's loss logs, all the steps since the last one (``step_values``: read from the device in one transfer, so
+``logging_steps`` sets how often the host waits for the GPU, not which steps are seen; a Trainer the recorder does
+not watch gives only its logged steps, as ``logs["loss"]``). The spike rule is ``metrics.SpikeDetector``'s (a
+streaming Hampel identifier). A NaN/Inf loss or grad norm stops training cleanly (``control.should_training_stop``;
+no eval or checkpoint of the broken model: the recorder has the Trainer log before each evaluation and save) and
+sets the status to "diverged", at the step where it happened; with ``logging_steps`` N the run stops at the log
+that reads it, up to N - 1 steps later. ``logging_nan_inf_filter=False`` is needed where the recorder does not watch
+the Trainer (with the filter on, the Trainer replaces a NaN loss by the running mean; the grad norm still catches
+it): the probe warns once otherwise.
 """
 
 from __future__ import annotations
@@ -49,12 +53,15 @@ class StabilityProbe(Probe):
 
     def on_train_begin(self, ctx: RunContext, args: TrainingArguments, model: torch.nn.Module) -> None:
         self._reset()
-        if args.logging_strategy != "steps" or args.logging_steps != 1:
+        if args.logging_strategy != "steps" or (args.logging_steps != 1 and not ctx.per_step_rows):
             ctx.warn_once(
                 "logging_steps",
-                f"OptBenchRecorder needs logging_strategy='steps' and logging_steps=1 to see every step's loss and "
-                f"grad norm (got {args.logging_strategy}, {args.logging_steps}): per-step rows, spikes and divergence "
-                "checks only cover logged steps. Set logging_steps=1.",
+                f"OptBenchRecorder reads the steps' losses and grad norms at the Trainer's loss logs (got "
+                f"logging_strategy {args.logging_strategy}, logging_steps {args.logging_steps}): "
+                + ("divergence is only caught at evaluations, saves and the end. Set logging_strategy='steps'."
+                   if args.logging_strategy != "steps" else
+                   "without attach_callbacks(trainer, [recorder]) it sees only the logged steps, so per-step rows, "
+                   "spikes and divergence checks cover those alone. Attach it, or set logging_steps=1."),
             )
         if args.logging_nan_inf_filter:
             ctx.warn_once(

@@ -3,10 +3,14 @@
 Step time runs from ``on_step_begin`` to ``on_step_end``: forward/backward of every micro-batch, clipping,
 optimizer and scheduler step, what callbacks do in ``on_optimizer_step`` (Sophia-G's Hessian estimate every k
 steps: part of its step), zero_grad; not data loading, eval, logging, saving or the memory probe's one-off
-walk. On CUDA ``torch.cuda.synchronize()`` runs at both ends. The first ``timing_warmup_steps`` of each
-``train()`` call are written as ``null`` and left out of the median/p90. ``tokens_per_s = tokens_per_step /
-median``; ``mfu = flops_per_token * tokens_per_s / (device peak * world size)`` with the peak from
-``flops.DEVICE_PEAK_FLOPS`` (null on CPU and unlisted devices) unless ``device_peak_tflops`` is set.
+walk (its host time is subtracted). On CPU it is ``time.perf_counter`` at both ends. On CUDA it is the GPU's own
+time between two events recorded on the stream at both ends, read when the recorder next reads the step values
+(``on_sync``, at the Trainer's loss log, after its own wait for the GPU): no host sync in the step (two
+``torch.cuda.synchronize()`` per step before issue 42 made the GPU idle while the host did the Trainer's and the
+callbacks' work). The first ``timing_warmup_steps`` of each ``train()`` call are written as ``null`` and left out
+of the median/p90. ``tokens_per_s = tokens_per_step / median``; ``mfu = flops_per_token * tokens_per_s / (device
+peak * world size)`` with the peak from ``flops.DEVICE_PEAK_FLOPS`` (null on CPU and unlisted devices) unless
+``device_peak_tflops`` is set.
 """
 
 from __future__ import annotations
@@ -51,13 +55,15 @@ class TimingProbe(Probe):
         self._step_times: list[float] = []
         self._steps_this_call = 0
         self._t_step = 0.0
+        self._start_event: Any = None
         self._excluded_at_begin = 0.0
-        self._last: tuple[int, float | None] = (-1, None)  # (global step, its step time)
+        self._times: dict[int, float | None] = {}  # global step -> its step time, until its row is written
+        self._pending: list[tuple[int, Any, Any, float, bool]] = []  # CUDA: (step, start, end, excluded, warm-up)
 
     def on_train_begin(self, ctx: RunContext, args: TrainingArguments, model: torch.nn.Module) -> None:
         import torch
 
-        self._step_times, self._steps_this_call, self._last = [], 0, (-1, None)
+        self._step_times, self._steps_this_call, self._times, self._pending = [], 0, {}, []
         self.device_name = torch.cuda.get_device_name(ctx.device) if ctx.cuda else None
         self.precision = precision_of(args)
         if ctx.bench.device_peak_tflops is not None:
@@ -77,22 +83,48 @@ class TimingProbe(Probe):
                              if r.get("kind") == "train" and r.get("step_time_s") is not None]
 
     def on_step_begin(self, ctx: RunContext) -> None:
-        ctx.sync()
         self._excluded_at_begin = ctx.clock.excluded
+        if ctx.cuda:
+            import torch
+
+            self._start_event = torch.cuda.Event(enable_timing=True)
+            self._start_event.record()
         self._t_step = time.perf_counter()
 
     def on_step_end(self, ctx: RunContext, state: TrainerState) -> None:
-        ctx.sync()
-        duration: float | None = time.perf_counter() - self._t_step - (ctx.clock.excluded - self._excluded_at_begin)
+        excluded = ctx.clock.excluded - self._excluded_at_begin
         self._steps_this_call += 1
-        if self._steps_this_call <= ctx.bench.timing_warmup_steps:
-            duration = None
+        warm_up = self._steps_this_call <= ctx.bench.timing_warmup_steps
+        if ctx.cuda and self._start_event is not None:
+            import torch
+
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._pending.append((state.global_step, self._start_event, end, excluded, warm_up))
+            self._start_event = None
+            return
+        self._record(state.global_step, time.perf_counter() - self._t_step - excluded, warm_up)
+
+    def on_sync(self, ctx: RunContext) -> None:
+        """The CUDA events of the steps since the last read, as step times (one wait, for the last event)."""
+        pending, self._pending = self._pending, []
+        if pending and not pending[-1][2].query():  # done when the step values were read just before: no wait
+            pending[-1][2].synchronize()
+        for step, start, end, excluded, warm_up in pending:
+            self._record(step, max(0.0, start.elapsed_time(end) / 1e3 - excluded), warm_up)
+
+    def _record(self, step: int, duration: float, warm_up: bool) -> None:
+        if warm_up:
+            self._times[step] = None
         else:
+            self._times[step] = duration
             self._step_times.append(duration)
-        self._last = (state.global_step, duration)
 
     def on_train_row(self, ctx: RunContext, rec: Record, control: TrainerControl) -> None:
-        step_time = self._last[1] if self._last[0] == rec.row["step"] else None
+        step = rec.row["step"]
+        step_time = self._times.get(step)
+        for done in [s for s in self._times if s <= step]:  # rows are written in step order
+            del self._times[done]
         rec.row["step_time_s"] = None if step_time is None else round(step_time, 6)
         if step_time is not None:
             rec.logs["step_time_s"] = step_time

@@ -9,7 +9,7 @@ figures::
     from hf_optbench.config.bench_args import BenchArguments
     from hf_optbench.measure.recorder import attach_callbacks, default_callbacks
 
-    args = TrainingArguments("out", max_steps=200, logging_steps=1, logging_nan_inf_filter=False,
+    args = TrainingArguments("out", max_steps=200, logging_steps=10, logging_nan_inf_filter=False,
                              eval_strategy="steps", eval_steps=50, report_to="tensorboard")
     callbacks = default_callbacks(BenchArguments(target_losses=[5.0, 4.0]), "out",
                                   tokens_per_step=8 * 256)          # global: micro-batch x accum x world x block
@@ -23,6 +23,10 @@ figures::
 given to the constructor, so at init end the recorder moves itself before them (transformers hands a callback
 neither the Trainer nor its callback handler: the recorder takes the handler from the event's caller, checked to
 hold it; where it cannot, it warns once at train begin, naming ``attach_callbacks``).
+``attach_callbacks``, and a recorder passed as ``Trainer(callbacks=[...])`` at init end, also have the recorder watch
+the Trainer's per-step loss and gradient norm (:mod:`hf_optbench.measure.step_values`): every step gets its row
+whatever ``logging_steps``, read from the device at the Trainer's loss logs (and before each evaluation, save and the
+end: the recorder has the Trainer log then), so on a GPU the host waits only there.
 
 What ran: at init end and train begin the recorder reads the optimizer and the scheduler the Trainer holds (whoever
 built them: ``trainer_optimizer``, ``Trainer(optimizers=(opt, sched))``, DeepSpeed's re-initialisation) with
@@ -79,6 +83,7 @@ from hf_optbench.measure.probe_memory import MemoryProbe
 from hf_optbench.measure.probe_stability import StabilityProbe
 from hf_optbench.measure.probe_timing import TimingProbe
 from hf_optbench.measure.runlog import RunLog
+from hf_optbench.measure.step_values import StepValues
 from hf_optbench.rundir import METRICS_FILE, SUMMARY_FILE, read_summary, write_json_atomic
 
 if TYPE_CHECKING:
@@ -138,23 +143,27 @@ def attach_callbacks(trainer: Trainer, callbacks: Iterable[Any]) -> None:
     for cb in mine:
         if isinstance(cb, OptBenchRecorder):
             cb._handler = weakref.ref(handler)
+            cb.steps.watch(trainer)  # every step's loss and grad norm, read at the Trainer's loss logs
 
 
-def _calling_handler(callback: Any) -> Any:
-    """The transformers ``CallbackHandler`` whose event is running and holds ``callback``, or None. Why from the
-    call stack: transformers passes a callback neither its Trainer nor its handler, and the handler calling this
-    event (``CallbackHandler.call_event``) is a few frames up; it is checked to be one and to hold ``callback``."""
+def _calling_handler(callback: Any) -> tuple[Any, Any]:
+    """The transformers ``CallbackHandler`` whose event is running and holds ``callback``, and the Trainer that owns
+    it (its ``callback_handler``), each None where not found. Why from the call stack: transformers passes a callback
+    neither its Trainer nor its handler, and the handler calling this event (``CallbackHandler.call_event``) is a few
+    frames up, the Trainer calling the handler a few more; each is checked to be what it claims."""
     from transformers.trainer_callback import CallbackHandler
 
-    frame = sys._getframe(1)
-    for _ in range(6):
+    frame, handler = sys._getframe(1), None
+    for _ in range(10):
         if frame is None:
-            return None
+            break
         owner = frame.f_locals.get("self")
-        if isinstance(owner, CallbackHandler) and any(cb is callback for cb in owner.callbacks):
-            return owner
+        if handler is None and isinstance(owner, CallbackHandler) and any(cb is callback for cb in owner.callbacks):
+            handler = owner
+        elif handler is not None and getattr(owner, "callback_handler", None) is handler:
+            return handler, owner
         frame = frame.f_back
-    return None
+    return handler, None
 
 
 class OptBenchRecorder(TrainerCallback):
@@ -203,6 +212,7 @@ class OptBenchRecorder(TrainerCallback):
         # the order of the fields in a row: memory, timing, stability, convergence
         self.probes: list[Probe] = [self.memory, self.timing, self.stability, self.convergence]
         self._handler: weakref.ref | None = None  # set by attach_callbacks
+        self.steps = StepValues()  # watching the Trainer's per-step values: set by attach_callbacks
         self._last_train_step = -1
 
     # ---------------------------------------------------------------------------------------------- public state
@@ -244,9 +254,11 @@ class OptBenchRecorder(TrainerCallback):
         """Passed as ``Trainer(callbacks=[...])``: move before the report_to integrations, which transformers put
         first (:func:`_calling_handler`). A Trainer given ``optimizers=(opt, sched)`` holds them already: say what
         they hold in its arguments now, before the integrations record them at train begin."""
-        handler = _calling_handler(self) if self._handler is None else None
+        handler, trainer = _calling_handler(self) if self._handler is None else (None, None)
         if handler is not None:
             self._handler = weakref.ref(handler)
+            if trainer is not None:
+                self.steps.watch(trainer)  # every step's row, as attach_callbacks gives
             ahead = handler.callbacks[:next(i for i, cb in enumerate(handler.callbacks) if cb is self)]
             if any(isinstance(cb, _reporter_types()) for cb in ahead):  # a new list: this event's loop is undisturbed
                 handler.callbacks = _placed(handler.callbacks, [self])
@@ -272,6 +284,8 @@ class OptBenchRecorder(TrainerCallback):
             )
         ctx.device = args.device
         ctx.world_size = int(getattr(args, "world_size", 1) or 1)
+        ctx.per_step_rows = self.steps.watched
+        self.steps.reset()
         resume = self.resume or state.global_step > 0
         kept = self.runlog.start(state.global_step if resume else None)
         ctx.clock.reset()
@@ -360,10 +374,18 @@ class OptBenchRecorder(TrainerCallback):
         for probe in self.probes:
             for row in probe.on_optimizer_step(self.ctx, state, optimizer, model):
                 self.runlog.emit(row)
+        if self.steps.watched:
+            self.steps.note_lr(kwargs.get("lr_scheduler"), optimizer)
 
     def on_step_end(self, args, state, control, **kwargs):
         for probe in self.probes:
             probe.on_step_end(self.ctx, state)
+        if self.steps.watched:
+            self.steps.end_step(state.global_step, state.epoch, self.ctx.tokens(state), self.ctx.clock.elapsed(),
+                                self.ctx.cuda)
+            if args.logging_strategy == "steps" and (control.should_evaluate or control.should_save
+                                                     or control.should_training_stop):
+                control.should_log = True  # the steps' rows (a divergence among them) before evaluating or saving
         self.ctx.clock.set_mark()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -371,7 +393,7 @@ class OptBenchRecorder(TrainerCallback):
             return
         forward: dict[str, Any] = {}
         if "loss" in logs and state.global_step > self._last_train_step:
-            forward.update(self._train_row(state, control, logs))
+            forward.update(self._train_rows(state, control, logs))
         for probe in self.probes:
             forward.update(probe.on_log(self.ctx, logs))
         if "train_runtime" in logs:  # the Trainer's final log of a train() call
@@ -381,15 +403,43 @@ class OptBenchRecorder(TrainerCallback):
         if self.ctx.in_train:
             self.ctx.clock.set_mark()
 
-    def _train_row(self, state: TrainerState, control: TrainerControl, logs: dict[str, Any]) -> dict[str, Any]:
-        """Write the train row of ``state.global_step``; returns the figures to forward."""
-        step, tokens = state.global_step, self.ctx.tokens(state)
+    def _train_rows(self, state: TrainerState, control: TrainerControl,
+                    logs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Write the train rows of the steps since the last ones (read from the device in one go when the Trainer
+        is watched, else the logged step's from ``logs``); returns the figures to forward to report_to: the last
+        step's, with a spike flag set if any of these steps had one."""
+        ctx = self.ctx
+        steps = self.steps.read(ctx.clock.elapsed()) if self.steps.watched else []  # the one wait, if any
+        for probe in self.probes:
+            probe.on_sync(ctx)
+        if self.steps.watched:
+            steps = [v for v in steps if v["step"] > self._last_train_step]
+        elif logs is not None:
+            steps = [{"step": state.global_step, "epoch": state.epoch, "tokens": ctx.tokens(state),
+                      "loss": logs.get("loss"), "grad_norm": logs.get("grad_norm"), "lr": logs.get("learning_rate"),
+                      "elapsed_s": ctx.clock.elapsed()}]
+        else:
+            return {}
+        forward: dict[str, Any] = {}
+        for values in steps:
+            figures = self._train_row(values, control)
+            for flag in ("loss_spike", "grad_norm_spike"):
+                figures[flag] = max(figures.get(flag, 0), forward.get(flag, 0))
+            if "diverged_step" in forward:  # the first
+                figures["diverged_step"] = forward["diverged_step"]
+            forward.update(figures)
+        return forward
+
+    def _train_row(self, values: Mapping[str, Any], control: TrainerControl) -> dict[str, Any]:
+        """Write one step's train row; returns the figures to forward."""
+        step, tokens = values["step"], values["tokens"]
         row = {
-            "kind": "train", "step": step, "epoch": finite(state.epoch), "loss": finite(logs.get("loss")),
-            "grad_norm": finite(logs.get("grad_norm")), "lr": finite(logs.get("learning_rate")), "tokens": tokens,
-            "elapsed_s": round(self.ctx.clock.elapsed(), 6),
+            "kind": "train", "step": step, "epoch": finite(values["epoch"]), "loss": finite(values["loss"]),
+            "grad_norm": finite(values["grad_norm"]), "lr": finite(values["lr"]), "tokens": tokens,
+            "elapsed_s": round(values["elapsed_s"], 6),
         }
-        rec = Record(row, source=logs, logs={} if tokens is None else {"tokens": tokens})
+        source = {"loss": values["loss"], "grad_norm": values["grad_norm"]}
+        rec = Record(row, source=source, logs={} if tokens is None else {"tokens": tokens})
         for probe in self.probes:
             probe.on_train_row(self.ctx, rec, control)
         self._last_train_step = step
@@ -401,6 +451,7 @@ class OptBenchRecorder(TrainerCallback):
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         now = time.perf_counter()
         self.ctx.clock.exclude_since_mark(now)
+        self._train_rows(state, control)  # steps not logged yet (logging_strategy other than "steps") come first
         if not metrics or "eval_loss" not in metrics:
             self.ctx.warn_once("eval_loss", "OptBenchRecorder: evaluation metrics hold no 'eval_loss'; no eval row.")
             return
@@ -413,6 +464,7 @@ class OptBenchRecorder(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         self.ctx.clock.exclude_since_mark(time.perf_counter())
+        self._train_rows(state, control)
         self.runlog.flush()
 
     # ---------------------------------------------------------------------------------------------- end
@@ -424,6 +476,7 @@ class OptBenchRecorder(TrainerCallback):
             from hf_optbench.optim.registry import describe_optimizer
 
             self._held["optimizer_impl"] = describe_optimizer(optimizer, model=model)
+        self._train_rows(state, control)  # steps after the last log (a stop no log was forced for)
         self.ctx.clock.stop()  # what follows (the train-end memory walk) is not training time
         for probe in self.probes:
             for row in probe.on_train_end(self.ctx, state, optimizer, model):

@@ -2,7 +2,8 @@
 logged step.
 
 On a terminal one line is rewritten in place after each step (as tqdm does); in a log file (a sweep's stdout.log,
-CI) a plain line every ~10 % of the run. Both show the rate over this process's steps so far: a resumed run's ETA
+CI) a plain line every ~10 % of the run (at the first loss log past each mark: the Trainer logs every
+``logging_steps``; its loss there is the mean over the steps since its last log). Both show the rate over this process's steps so far: a resumed run's ETA
 is not skewed by steps an earlier process took.
 """
 
@@ -36,9 +37,11 @@ class ProgressLine:
         self.step0 = 0
         self._last_live = 0.0
         self._pending = False  # a live line is on screen without its newline
+        self._mark = 0
 
     def start(self, step: int) -> None:
         self.t0, self.step0 = self.clock(), step
+        self._mark = step // self.every  # the ~10 % marks passed: a line at the first loss log past each next one
 
     def rate(self, step: int) -> tuple[float | None, float | None]:
         """(steps/s, seconds left) over this process's steps, or (None, None) before the first one."""
@@ -78,7 +81,8 @@ class ProgressLine:
     def on_log(self, step: int, logs: dict[str, Any]) -> None:
         if "eval_loss" in logs:
             self.line(f"{self.status(step)} eval_loss {logs['eval_loss']:.4f}")
-        elif "loss" in logs and (step % self.every == 0 or step == 1):
+        elif "loss" in logs and (step // self.every > self._mark or step == 1):
+            self._mark = step // self.every
             grad = logs.get("grad_norm")
             grad_s = f" grad_norm {grad:.3g}" if isinstance(grad, int | float) else ""
             self.line(f"{self.status(step)} loss {logs['loss']:.4f} lr {logs.get('learning_rate', 0):.3g}{grad_s}")
@@ -92,7 +96,7 @@ class ProgressLine:
 
 class ConsoleProgress:
     """The Trainer callback that drives :class:`ProgressLine` on the main process; replaces transformers'
-    PrinterCallback/ProgressCallback (logging_steps=1 would otherwise print a dict every step)."""
+    PrinterCallback/ProgressCallback (which print a dict at every log)."""
 
     def __new__(cls, max_steps: int, tokens_per_step: int | None = None):  # transformers imported lazily
         from transformers import TrainerCallback

@@ -18,6 +18,7 @@ upload. There is no Trainer subclass.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -246,17 +247,23 @@ def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: l
     schedule's transformers type: the Trainer builds the schedule once, also under DeepSpeed), eval accuracy
     (:mod:`hf_optbench.run.eval_metrics`), our callbacks before the report_to integrations (``attach_callbacks``:
     they then receive the optbench/ figures, and the recorder attaches the ``hf_optbench`` tracker section after
-    them); no per-step printers."""
+    them); no per-step printers; what a step need not pay (:mod:`hf_optbench.run.step_cost`: the training logits'
+    fp32 copy, the FLOP count's walk over the modules, a wait for each batch's copy to the GPU)."""
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from transformers.utils.logging import disable_progress_bar
 
     from hf_optbench.measure.recorder import attach_callbacks
     from hf_optbench.run.eval_metrics import eval_metric_kwargs
+    from hf_optbench.run.step_cost import drop_training_logits, flops_once
     from hf_optbench.run.trainer import trainer_optimizer
 
     has_eval = prepared.eval_dataset is not None and len(prepared.eval_dataset) > 0
     args = trainer_arguments(plan.trainer_args(record))  # push_to_hub off: only hf_optbench.publish.hub uploads
+    if args.dataloader_pin_memory:  # batches copied to the GPU without a wait (nanoGPT's pin + non_blocking)
+        args.accelerator_config = dataclasses.replace(args.accelerator_config, non_blocking=True)
+    if args.bf16 or args.fp16:  # accelerate copies every output to fp32 then; in fp32 the wrapper costs ~60 us
+        drop_training_logits(prepared.model)  # no fp32 copy of the logits the training step does not use
     trainer = Trainer(
         model=prepared.model,
         args=args,
@@ -268,6 +275,7 @@ def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: l
         optimizers=(None, built.scheduler),
         **(eval_metric_kwargs() if has_eval else {}),
     )
+    flops_once(trainer)  # total_flos without a walk over every module per micro-batch
     trainer.remove_callback(PrinterCallback)  # replaced by ConsoleProgress
     trainer.remove_callback(ProgressCallback)
     if args.disable_tqdm:
@@ -276,23 +284,42 @@ def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: l
     return trainer
 
 
+def assemble(plan: RunPlan, prepared: Prepared, built: Built, record: dict[str, Any], out: Path, *,
+             resumption: Resumption | None = None, hub_target: Any = None) -> tuple[Trainer, Any, Any]:
+    """(trainer, recorder, segments): the run's Trainer with every callback it trains with, in their order (the
+    measurements, the optimizer's own, console, plan stamp, checkpoint uploads, training segments). One function,
+    so that ``benchmarks/`` time exactly what :func:`train` runs."""
+    from hf_optbench.run.segments import SegmentRecorder
+
+    callbacks, recorder = _build_callbacks(plan, out, prepared.model, built, record, resumption)
+    callbacks += hub_callbacks(hub_target, out)  # hub_strategy every_save: hf_optbench's own checkpoint uploads
+    segments = SegmentRecorder(out, resume=resumption is not None)
+    callbacks.append(segments)
+    return _build_trainer(plan, prepared, built, callbacks, record), recorder, segments
+
+
 def _fit(trainer: Trainer, prepared: Prepared, recorder: Any, resumption: Resumption | None,
          summary: dict[str, Any]) -> None:
-    """trainer.train(), then a final evaluation at the last step if the schedule of evals missed it, and the
-    final loss on the tuning split."""
-    trainer.train(resume_from_checkpoint=str(resumption.checkpoint) if resumption is not None else None)
+    """trainer.train(), then a final evaluation at the last step if the schedule of evals missed it (none with
+    ``eval_strategy no``: no evaluation at all, as the split checks assume), and the final loss on the tuning
+    split."""
+    from hf_optbench.run.step_cost import start_up_heap_frozen
+
+    with start_up_heap_frozen():  # no full garbage collection over start-up's objects while training
+        trainer.train(resume_from_checkpoint=str(resumption.checkpoint) if resumption is not None else None)
     status = recorder.status
     last_eval_step = next((row.get("step") for row in reversed(trainer.state.log_history)
                            if "eval_loss" in row), None)
-    has_eval = prepared.eval_dataset is not None and len(prepared.eval_dataset) > 0
+    has_eval = prepared.eval_dataset is not None and len(prepared.eval_dataset) > 0 \
+        and trainer.args.eval_strategy != "no"
     if status != "diverged" and has_eval and last_eval_step != trainer.state.global_step:
         trainer.evaluate()  # the final eval loss is always measured at the last step
-    summary["final_tuning_loss"] = _tuning_loss(trainer, prepared) if status != "diverged" else None
+    summary["final_tuning_loss"] = tuning_loss(trainer, prepared) if status != "diverged" else None
     summary["status"] = status
     trainer.save_state()
 
 
-def _tuning_loss(trainer: Trainer, prepared: Prepared) -> float | None:
+def tuning_loss(trainer: Trainer, prepared: Prepared) -> float | None:
     """The final model's loss on the tuning split, or None without one. Through ``evaluation_loop`` (what ``evaluate`` runs, every rank taking part in the gather) rather than
     ``evaluate``, which would log it and call ``on_evaluate``: the tuning loss selects learning rates and must not
     appear among the reported eval metrics (metrics.jsonl, log history, report_to). ``get_test_dataloader``
@@ -382,7 +409,6 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     from hf_optbench.run.epochs import with_epoch_steps
     from hf_optbench.run.identity import choose_checkpoint
     from hf_optbench.run.plan import plan_record, resolve_plan
-    from hf_optbench.run.segments import SegmentRecorder
 
     args = cfg.training
     out = Path(args.output_dir)
@@ -401,13 +427,10 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
         prepared = prepare(plan)
         built = build_optimization(plan, prepared.model)
         record = plan_record(plan, built.groups, built.impl)
-        callbacks, recorder = _build_callbacks(plan, out, prepared.model, built, record, resumption)
-        callbacks += hub_callbacks(hub_target, out)  # hub_strategy every_save: hf_optbench's own checkpoint uploads
-        segments = SegmentRecorder(out, resume=resumption is not None)
-        callbacks.append(segments)
         if is_main:
             prepare_output_dir(plan, out, record, resumption)
-        trainer = _build_trainer(plan, prepared, built, callbacks, record)
+        trainer, recorder, segments = assemble(plan, prepared, built, record, out, resumption=resumption,
+                                               hub_target=hub_target)
         summary = build_summary(plan, prepared, record, resumption=resumption, git=git)
         recorded = False
         try:

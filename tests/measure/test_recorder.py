@@ -328,6 +328,20 @@ def test_recorder_passed_to_the_constructor_moves_before_reporters(tmp_path):
         trainer.train()
 
 
+def test_recorder_passed_to_the_constructor_keeps_a_row_for_every_step(tmp_path):
+    """A recorder given as ``Trainer(callbacks=[recorder])`` finds its Trainer at init end and watches its per-step
+    loss and gradient norm as ``attach_callbacks`` has it do: a row for every step, not only at the loss logs."""
+    from hf_optbench.rundir import read_metrics
+
+    recorder = OptBenchRecorder(tmp_path, BenchArguments(), tokens_per_step=BATCH * SEQ)
+    args = training_args(tmp_path, max_steps=6, logging_steps=3)
+    Trainer(model=tiny_model(), args=args, train_dataset=token_data(32), data_collator=default_data_collator,
+            callbacks=[recorder]).train()
+    rows = read_metrics(tmp_path)["train"]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert all(r.get("loss") is not None and r.get("grad_norm") is not None for r in rows)
+
+
 def test_recorder_added_after_init_warns_once_naming_attach_callbacks(tmp_path):
     pytest.importorskip("tensorboard")
     recorder = OptBenchRecorder(tmp_path, BenchArguments(), tokens_per_step=BATCH * SEQ)

@@ -58,3 +58,15 @@ def test_on_a_terminal_one_line_is_rewritten_and_evals_are_kept() -> None:
     assert text.startswith("\r[step 1/4] 10 tok/s ETA 0:03\r[step 2/4] 10 tok/s ETA 0:02\n")
     assert "[step 2/4] 10 tok/s ETA 0:02 eval_loss 3.2500\n" in text
     assert text.endswith("\r[step 4/4] 13 tok/s ETA 0:00\n")
+
+
+def test_with_a_loss_log_every_few_steps_a_line_comes_at_the_first_log_past_each_tenth() -> None:
+    clock, out = Clock(), io.StringIO()
+    progress = ProgressLine(100, stream=out, live=False, clock=clock)
+    progress.start(0)
+    for step in range(1, 101):
+        clock.t += 1.0
+        if step % 3 == 0 or step == 100:  # logging_steps 3, and the forced log at the last step
+            progress.on_log(step, {"loss": 4.0})
+    steps = [int(line.split("/")[0].removeprefix("[step ")) for line in out.getvalue().splitlines()]
+    assert steps == [12, 21, 30, 42, 51, 60, 72, 81, 90, 100]
