@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,22 @@ def demo_run_args(steps: int, logging_steps: int, out: str) -> list[str]:
                        "--report_to", "none"]
 
 
+@contextlib.contextmanager
+def _in_memory_data(in_memory: bool) -> Iterator[None]:
+    """Where the run's data come in memory, the synthetic source its arguments name (for the plan's vocabulary:
+    GPT-2's in bench_gpu_mfu) is never generated, so the source's memory bound (config.bounds, issue 41: its tables
+    at GPT-2's vocabulary would need ~150 GiB) does not apply; every other check of parse_args does."""
+    import importlib.util
+
+    if not in_memory or importlib.util.find_spec("hf_optbench.config.bounds") is None:  # an older checkout has none
+        yield
+        return
+    from unittest import mock
+
+    with mock.patch("hf_optbench.config.bounds.check_synthetic_memory", lambda values, room=None: None):
+        yield
+
+
 def project_trainer(argv: list[str], data: list[dict[str, torch.Tensor]] | None = None) -> tuple[Any, Any, Any, Any]:
     """(trainer, recorder, prepared, built) as ``hf_optbench.run.train.train`` builds them for ``argv``. ``data``: the
     training examples (in memory, as the plain loop gets them) in place of the run's prepared splits; the model is
@@ -79,7 +95,8 @@ def project_trainer(argv: list[str], data: list[dict[str, torch.Tensor]] | None 
     from hf_optbench.run import train as run_train
     from hf_optbench.run.plan import plan_record, resolve_plan
 
-    cfg = parse_args(argv)
+    with _in_memory_data(data is not None):
+        cfg = parse_args(argv)
     plan = resolve_plan(cfg)
     if data is None:
         prepared = run_train.prepare(plan)

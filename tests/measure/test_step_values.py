@@ -101,9 +101,20 @@ def test_rows_are_read_before_each_evaluation_and_save(tmp_path: Path) -> None:
     assert sorted(logs.logs) == [3, 4, 5, 6, 8]  # logs at 5 (logging_steps) and before each eval, save and the end
 
 
+def test_a_recorder_given_to_the_constructor_is_watched_too(tmp_path: Path) -> None:
+    rows, _, recorder = _run(tmp_path, 4, attach=False)  # Trainer(callbacks=[recorder]): it finds its Trainer
+    assert [r["step"] for r in _train(rows)] == list(range(1, 12)) and recorder.steps.watched
+
+
 def test_an_unwatched_recorder_writes_the_logged_steps_only(tmp_path: Path) -> None:
+    """Added after the Trainer's init (``add_callback``): no init event finds the Trainer, so it says how."""
+    args = TrainingArguments(str(tmp_path), max_steps=8, per_device_train_batch_size=BATCH, use_cpu=True,
+                             report_to="none", logging_steps=4, save_strategy="no", disable_tqdm=True)
+    trainer = Trainer(model=tiny_model(), args=args, train_dataset=token_data(96), data_collator=default_data_collator)
+    trainer.add_callback(default_callbacks(BenchArguments(), str(tmp_path), tokens_per_step=BATCH * SEQ)[0])
     with pytest.warns(UserWarning, match="attach_callbacks"):
-        rows, _, _ = _run(tmp_path, 4, attach=False)
+        trainer.train()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in _train(rows)] == [4, 8]
 
 
