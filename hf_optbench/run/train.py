@@ -253,6 +253,7 @@ def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: l
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from transformers.utils.logging import disable_progress_bar
 
+    from hf_optbench.data.block_view import block_view
     from hf_optbench.measure.recorder import attach_callbacks
     from hf_optbench.run.eval_metrics import eval_metric_kwargs
     from hf_optbench.run.step_cost import drop_training_logits, flops_once
@@ -267,8 +268,8 @@ def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: l
     trainer = Trainer(
         model=prepared.model,
         args=args,
-        train_dataset=prepared.train_dataset,
-        eval_dataset=prepared.eval_dataset,
+        train_dataset=block_view(prepared.train_dataset),  # tensors from the Arrow columns: no lists per step
+        eval_dataset=block_view(prepared.eval_dataset),
         data_collator=prepared.data_collator,
         processing_class=prepared.tokenizer,
         optimizer_cls_and_kwargs=trainer_optimizer(built.optimizer),
@@ -325,10 +326,12 @@ def tuning_loss(trainer: Trainer, prepared: Prepared) -> float | None:
     appear among the reported eval metrics (metrics.jsonl, log history, report_to). ``get_test_dataloader``
     because ``get_eval_dataloader`` hands back the cached eval loader when workers persist.
     """
+    from hf_optbench.data.block_view import block_view
+
     tuning = tuning_dataset(prepared)
     if tuning is None:
         return None
-    output = trainer.evaluation_loop(trainer.get_test_dataloader(tuning), description="Tuning",
+    output = trainer.evaluation_loop(trainer.get_test_dataloader(block_view(tuning)), description="Tuning",
                                      prediction_loss_only=True, metric_key_prefix="tuning")
     loss = output.metrics.get("tuning_loss")
     return float(loss) if loss is not None else None
