@@ -51,10 +51,13 @@ from hf_optbench.study.sweep_state import plan_slots
 
 CALIBRATION_FILE = "step_calibration.json"
 SCHEMA = 1
-# A few dozen steps per entry: 3 rounds of 12 measured steps after 3 dropped ones (45 steps; at the demo's shape,
-# ~15 ms each, under 1 s per optimizer). Three rounds give a spread; the dropped steps cover the first steps' warm-up
-# (allocator, oneDNN's kernel choice), which measure.probe_timing also leaves out of a run's median.
-ROUNDS, STEPS_PER_ROUND, WARMUP_STEPS = 3, 12, 3
+# A few dozen steps per entry and round: 3 rounds of 30 measured steps after 10 dropped ones (120 steps; at the
+# demo's shape ~7 ms each, about 1 s per optimizer). Three rounds give a spread. Each round builds its entry afresh,
+# and its first steps run cold (allocator, oneDNN's kernel choice): measured 2026-11-27 on this project's 2-core CPU
+# machine at the demo's shape, AdamW's median plain step read 11.6 ms after 2 dropped steps of 6, 7.9 ms after 5 of
+# 20 and 7.0 ms after 10 of 40, against ~7 ms in a whole run; Lion's and Muon's moved alike (17.7 -> 6.7, 17.4 ->
+# 12.6 ms), which would distort their ratios to AdamW's.
+ROUNDS, STEPS_PER_ROUND, WARMUP_STEPS = 3, 30, 10
 # The vocabulary assumed for a text source before any run has reported its own (the GPT-2 tokenizer's): only the
 # ETA's first estimate uses it; the end-of-sweep calibration reads each run's summary.json.
 DEFAULT_VOCAB = 50257
@@ -227,12 +230,12 @@ def measure(entries: Sequence[Entry], *, rounds: int = ROUNDS, steps: int = STEP
     return out
 
 
-def quick_step_times(entries: Sequence[Entry], threads: int | None, steps: int = 6,
-                     warmup: int = 2) -> dict[tuple[str, str], float]:
-    """{(optimizer, size): median seconds per step} from a short in-process measurement (one round): the ETA's
-    relative cost of each optimizer x size before its runs say more (~1 s for four optimizers at the demo's size).
-    An entry that cannot be built here (a sweep that skips validation, an optimizer needing a GPU) is left out: its
-    runs will say what it costs."""
+def quick_step_times(entries: Sequence[Entry], threads: int | None, steps: int = 30,
+                     warmup: int = WARMUP_STEPS) -> dict[tuple[str, str], float]:
+    """{(optimizer, size): median seconds per step} from a short in-process measurement (one round, past the cold
+    first steps: see :data:`WARMUP_STEPS`): the ETA's cost of each optimizer x size before its runs say more (~3 s
+    for four optimizers at the demo's size). An entry that cannot be built here (a sweep that skips validation, an
+    optimizer needing a GPU) is left out: its runs will say what it costs."""
     out = {}
     with torch_threads(threads):
         for entry in entries:
