@@ -15,6 +15,7 @@ from hf_optbench.study.calibration import settings
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, attach_tuned_file, load_sweep
 
 DEMO = Path(__file__).resolve().parents[2] / "recipes" / "sweeps" / "cpu_demo.yaml"
+DEMO_AS_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "cpu_demo_85db3b8.yaml"  # the rounds replayed below
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def test_the_demo_s_structure(demo: SweepSpec) -> None:
     their own budgets, Muon's attribution at the five comparison seeds, at each of the two ratios."""
     s = eta.structure(demo)
     e = eta.EXPECTED_EXTENSIONS
-    for tpp in (1.0, 2.0):
+    for tpp in (0.5, 1.0):
         base = demo.steps[("tiny", "adamw", tpp)]
         for opt in ("adamw", "lion", "muon", "adafactor"):
             assert s.expected[("tune", opt, "tiny", tpp, "lr", None)] == 4 + e
@@ -36,7 +37,7 @@ def test_the_demo_s_structure(demo: SweepSpec) -> None:
         assert s.expected[("tune", "adamw", "tiny", tpp, "nm", None)] == s.expected[("tune", "muon", "tiny", tpp, "nm",
                                                                                      None)] == 2 + e
         assert ("tune", "adafactor", "tiny", tpp, "nm", None) not in s.expected
-        for dx in (0.25, 0.5, 2.0, 4.0):
+        for dx in (0.5, 2.0, 4.0):
             assert s.expected[("tune", "adamw", "tiny", tpp, "rung", dx)] == 3 + e
             assert s.steps[("tune", "adamw", "tiny", tpp, "rung", dx)] == round(dx * base)  # a 4x rung: 4x the steps
             assert s.expected[("compare", "adamw", "tiny", tpp, None, dx)] == 5
@@ -48,13 +49,13 @@ def test_the_demo_s_structure(demo: SweepSpec) -> None:
 
 def test_a_second_tuning_draw_counts_its_tuning_and_a_share_of_the_comparison(demo: SweepSpec) -> None:
     """tune.second_draw (issue 40) at the 1 token/param cell: that cell's every tuning axis once more, and
-    EXPECTED_DRAW_RERUN of its comparison runs; the 2 tokens/param cell is as without a draw."""
+    EXPECTED_DRAW_RERUN of its comparison runs; the 0.5 tokens/param cell is as without a draw."""
     from hf_optbench.study.second_draw import SecondDraw
 
     plain = eta.structure(demo)
     drawn = eta.structure(dataclasses.replace(demo, second_draw=SecondDraw(seed=6, cells=(("tiny", 1.0),))))
     for key, count in plain.expected.items():
-        if key[3] == 2.0 or key[0] == "attribution":
+        if key[3] == 0.5 or key[0] == "attribution":
             assert drawn.expected[key] == count, key
         elif key[0] == "tune":
             assert drawn.expected[key] == 2 * count, key  # one tuning seed, then the draw's
@@ -110,7 +111,7 @@ def test_the_first_eta_of_a_simulated_demo_is_within_a_quarter_of_its_end() -> N
     part plus its steps x its optimizer's step (AdamW 8.7, Lion 9.4, Muon 16.1, Adafactor 12.1 ms: the committed
     demo's runs), the plain steps 4 ms less: the ETA after the first two runs and at every later run lies within
     25 % of the simulated end (issue 38's target), and it counts down to the calibration."""
-    demo = load_sweep(DEMO, "/nonexistent/eta-demo-sim")  # its own: the simulation adds runs
+    demo = load_sweep(DEMO_AS_RUN, "/nonexistent/eta-demo-sim")  # its own: the simulation adds runs
     step = {"adamw": 0.0087, "lion": 0.0094, "muon": 0.0161, "adafactor": 0.0121}
     fixed = 1.3
     plain = {(o, "tiny"): t - 0.004 for o, t in step.items()}
