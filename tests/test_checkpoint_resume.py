@@ -369,6 +369,7 @@ def test_a_run_stopped_after_its_last_checkpoint_is_not_trained_past_its_end(run
     proc = subprocess.run(_cmd(done, "--resume_from_checkpoint", "true"), cwd=ROOT, env=_env(), capture_output=True,
                           text=True, timeout=300)
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    print(f"rc {proc.returncode}: {' | '.join(lines)}")  # what the user saw (pytest -s)
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     assert f"checkpoint-{STEPS}" in lines[0] and "nothing is left to train" in lines[0]
     assert not (done / f"checkpoint-{STEPS + 1}").exists() and not (done / "summary.json").exists()
@@ -423,6 +424,7 @@ def test_no_readable_checkpoint_is_exit_2_naming_them(runs: dict, tmp_path: Path
     proc = subprocess.run(_cmd(run, "--resume_from_checkpoint", "true"), cwd=ROOT, env=_env(), capture_output=True,
                           text=True, timeout=300)
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    print(f"rc {proc.returncode}: {' | '.join(lines)}")  # what the user saw (pytest -s)
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     assert "no checkpoint is readable" in lines[0] and f"checkpoint-{STEPS} (model.safetensors" in lines[0]
     assert {p.name for p in run.glob("checkpoint-*")} == {f"checkpoint-{STEPS - SAVE_EVERY}",
@@ -441,6 +443,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 def _error_line(proc: subprocess.CompletedProcess) -> str:
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    print(f"rc {proc.returncode}: {' | '.join(lines)}")  # what the user saw (pytest -s)
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     return lines[0]
 
@@ -511,6 +514,7 @@ def test_a_newer_checkpoint_whose_trainer_state_does_not_parse_is_passed_over_sa
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = [line for line in proc.stderr.splitlines() if line.startswith(f"[hf_optbench] checkpoint-{STEPS} is "
                                                                           "damaged (trainer_state.json: ")]
+    print(f"rc {proc.returncode}: {' | '.join(said)}")  # what the user saw (pytest -s)
     assert len(said) == 1 and f"resuming from checkpoint-{STEPS - SAVE_EVERY}" in said[0], proc.stderr[-3000:]
     assert "torn_checkpoints/" in said[0]
     summary = json.loads((run / "summary.json").read_text())

@@ -34,7 +34,7 @@ DOCS = (REPO / "README.md", REPO / "docs" / "METHOD.md", REPO / "benchmarks" / "
 STUDY_OPEN = "<!-- study-table: filled from docs/results/cpu_study/report.md -->"
 STUDY_CLOSE = "<!-- /study-table -->"
 STUDY_REPORT = REPO / "docs" / "results" / "cpu_study" / "report.md"
-STUDY_SOURCES = (STUDY_REPORT, STUDY_REPORT.with_name("summary.csv"))
+STUDY_SOURCES = (STUDY_REPORT, STUDY_REPORT.with_name("evidence.md"), STUDY_REPORT.with_name("summary.csv"))
 README_MAX_LINES = 250  # issue 33: model READMEs in this field run 130-390 lines; the lab notebook went to docs/
 
 _FENCE = re.compile(r"^```.*?^```[ \t]*$", re.M | re.S)

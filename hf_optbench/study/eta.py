@@ -14,7 +14,9 @@ costs 4 budget units: issue 38 measured it 2.5-4x short. The sweep knows its str
 * **attribution**: the comparison seeds again for each optimizer other than the baseline whose non-matrix group is
   tuned;
 * **second tuning draw** (``tune.second_draw``): each drawn cell's tuning once more at the draw's seed, and
-  :data:`EXPECTED_DRAW_RERUN` of its comparison runs (those whose tuned values the draw changes);
+  :data:`EXPECTED_DRAW_RERUN` of its comparison runs (those whose tuned values the draw changes), in groups of their
+  own (:data:`DRAW`): the draw runs after the main tuning has settled, and its comparison reruns runs whose ids the
+  main comparison has finished;
 * **calibration**: the sweep-end step-time measurement (study.calibration).
 
 A run's cost is a fixed part (process, data, model, evaluation) plus its steps times the step time of its optimizer x
@@ -57,9 +59,11 @@ from hf_optbench.study.tuning import RUNG_MULTIPLIERS
 # 22 axes (learning rate 3 over 8, weight decay 2 over 2, non-matrix ratio 3 over 4, rungs 5 over 8): 0.59.
 EXPECTED_EXTENSIONS = 0.6
 # Share of a drawn cell's comparison runs the second tuning draw reruns (those whose optimizer's tuned values it
-# changed): a prior, not a measurement. Issue 40's redraw of the demo's 1 token/param cell changed one optimizer's
-# picks of four, AdamW's, whose ladder holds about 70 % of the cell's comparison steps: half lies between.
-EXPECTED_DRAW_RERUN = 0.5
+# changed). Measured in the CPU study of 2026-11-27 (docs/results/cpu_study/sweep_time.txt): the draw at its three
+# 0.15 tokens/param cells reran 90 of their 120 comparison runs (AdamW's picks moved at every size, so every rung of
+# its ladder reran; Muon's at two sizes, Lion's at one): 0.75. Issue 40's redraw of the demo's 1 token/param cell had
+# moved AdamW's picks alone (about 0.5).
+EXPECTED_DRAW_RERUN = 0.75
 # A run's cost beyond its steps (the warm worker's fork 0.79 s, benchmarks/RESULTS.md; the data, the model and the
 # final evaluation of 384 blocks), before a run has measured it: recipes/sweeps/cpu_demo.yaml's 1.2 s.
 PRIOR_FIXED_S = 1.2
@@ -76,17 +80,23 @@ CALIBRATION_START_S, CALIBRATION_BUILD_S = 4.0, 0.2
 # Tuning runs in rounds (each axis's grid, its extensions, the next axis): about 1.5 per level of axes (demo: 5
 # rounds for 3 levels).
 ROUNDS_PER_LEVEL = 1.5
+# The second tuning draw's groups: its phases' names with this prefix ("draw-tune", "draw-compare"). Until the study's
+# run of 2026-11-27 they shared the main phases' groups, and the ETA dropped the draw once the main tuning settled:
+# it read 0:00:42 for the last 9 minutes.
+DRAW = "draw-"
 
 
-def group_of(run: RunSpec) -> tuple[Any, ...]:
+def group_of(run: RunSpec, draw: bool = False) -> tuple[Any, ...]:
     """The group a run counts in: (phase, optimizer, size, data ratio, axis, budget multiple); the axis of a tuning
-    run from its id (``__wdx``: weight decay, ``__nmx``: the non-matrix ratio, ``__dx``: a rung's rate)."""
+    run from its id (``__wdx``: weight decay, ``__nmx``: the non-matrix ratio, ``__dx``: a rung's rate). ``draw``: a
+    run of the second tuning draw, whose phase is prefixed with :data:`DRAW`."""
+    phase = DRAW + run.phase if draw else run.phase
     if run.phase != "tune":
-        return (run.phase, run.optimizer, run.model_size, run.budget_tpp, None, run.budget_multiple)
+        return (phase, run.optimizer, run.model_size, run.budget_tpp, None, run.budget_multiple)
     point = parse_run_id(run.run_id)
     axis = "rung" if point.get("budget_multiple") is not None else "nm" if point.get("nonmatrix_multiplier") \
         is not None else "wd" if point.get("wd_multiplier") is not None else "lr"
-    return ("tune", run.optimizer, run.model_size, run.budget_tpp, axis, point.get("budget_multiple"))
+    return (phase, run.optimizer, run.model_size, run.budget_tpp, axis, point.get("budget_multiple"))
 
 
 @dataclass
@@ -131,28 +141,30 @@ def structure(spec: SweepSpec) -> Structure:
         o, z, t = pair.optimizer, pair.size, pair.tpp
         base = _base_steps(spec, o, z, t)
         # a cell of the second tuning draw (study.second_draw) runs its whole tuning once more, at the draw's seed
-        seeds = len(tune.seeds) + (1 if draw is not None and draw.includes(z, t) else 0)
-        _add(s, ("tune", o, z, t, "lr", None), (len(tune.multipliers) + EXPECTED_EXTENSIONS) * seeds + 2 * confirm,
-             base)
-        later = 0
-        for axis, on, grid in (("wd", pair.tune_wd, tune.wd_multipliers), ("nm", pair.tune_nm,
-                                                                           tune.nonmatrix_multipliers)):
-            if on and grid:
-                later += 1
-                _add(s, ("tune", o, z, t, axis, None),
-                     (len(grid) - (1.0 in grid) + EXPECTED_EXTENSIONS) * seeds, base)
-        for dx in pair.rungs:
-            _add(s, ("tune", o, z, t, "rung", dx),
-                 (len(RUNG_MULTIPLIERS) + EXPECTED_EXTENSIONS) * seeds + (2 * confirm if tune.confirm_rungs else 0),
-                 budgets.ladder_steps(base, dx))
+        for phase, seeds in (("tune", len(tune.seeds)), (DRAW + "tune", 1)):
+            if phase != "tune" and (draw is None or not draw.includes(z, t)):
+                continue
+            _add(s, (phase, o, z, t, "lr", None),
+                 (len(tune.multipliers) + EXPECTED_EXTENSIONS) * seeds + 2 * confirm, base)
+            later = 0
+            for axis, on, grid in (("wd", pair.tune_wd, tune.wd_multipliers), ("nm", pair.tune_nm,
+                                                                               tune.nonmatrix_multipliers)):
+                if on and grid:
+                    later += 1
+                    _add(s, (phase, o, z, t, axis, None),
+                         (len(grid) - (1.0 in grid) + EXPECTED_EXTENSIONS) * seeds, base)
+            for dx in pair.rungs:
+                _add(s, (phase, o, z, t, "rung", dx),
+                     (len(RUNG_MULTIPLIERS) + EXPECTED_EXTENSIONS) * seeds
+                     + (2 * confirm if tune.confirm_rungs else 0), budgets.ladder_steps(base, dx))
         if pair.tune_nm and o != baseline:
             _add(s, ("attribution", o, z, t, None, None), compare_seeds, base)
         levels = max(levels, 1 + later + (1 if pair.rungs else 0))
     s.tuning_levels = levels
-    if draw is not None:  # the draw's comparison: the runs whose tuned values it changed, under the same groups
+    if draw is not None:  # the draw's comparison: the runs whose tuned values it changed
         for run in spec.runs:
             if run.phase == "compare" and draw.includes(run.model_size, run.budget_tpp):
-                _add(s, group_of(run), EXPECTED_DRAW_RERUN, s.steps[group_of(run)])
+                _add(s, group_of(run, draw=True), EXPECTED_DRAW_RERUN, s.steps[group_of(run)])
     return s
 
 
@@ -248,33 +260,51 @@ class Predictor:
         self.flying: dict[tuple[str, str], float] = {}
         self.settled: set[str] = set()
         self.extra: dict[str, list[RunSpec]] = {}  # runs of phases the spec does not hold (the attribution's)
+        self.drawn: dict[str, list[RunSpec]] = {}  # the second draw's runs by phase, once the draw has begun
+        self.in_draw = False  # the draw runs last (before the calibration): every run from its start on is its
         self.rounds_done = 0  # tuning rounds begun
+        self.draw_rounds_done = 0  # the draw's
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- what the sweep reports
-    def known(self) -> list[RunSpec]:
+    def known(self) -> list[tuple[bool, RunSpec]]:
+        """(whether of the second draw, run) for every run known now."""
         tuning = self.spec.tuning.runs if self.spec.tuning is not None else []
-        return [*tuning, *self.spec.runs, *(r for runs in self.extra.values() for r in runs)]
+        main = [*tuning, *self.spec.runs, *(r for runs in self.extra.values() for r in runs)]
+        return [(False, r) for r in main] + [(True, r) for runs in self.drawn.values() for r in runs]
 
-    def begin_phase(self, runs: Sequence[RunSpec], finished: Iterable[RunSpec]) -> None:
+    def _key(self, run: RunSpec, draw: bool | None = None) -> tuple[str, str]:
+        draw = self.in_draw if draw is None else draw
+        return (DRAW + run.phase if draw else run.phase, run.run_id)
+
+    def begin_phase(self, runs: Sequence[RunSpec], finished: Iterable[RunSpec], draw: bool = False) -> None:
+        """A phase (or a tuning round) begins with these runs, ``finished`` of them already; ``draw``: a phase of the
+        second tuning draw (study.second_draw_phase), whose runs count in groups of their own."""
         with self._lock:
-            for run in runs:
-                if run.phase not in ("tune", "compare"):
-                    self.extra[run.phase] = list(runs)
+            if draw:
+                self.in_draw = True
+                for run in runs:
+                    self.drawn[run.phase] = list(runs)
                     break
-            self.done |= {(r.phase, r.run_id) for r in finished}
-            self.rounds_done += any(r.phase == "tune" for r in runs)
+                self.draw_rounds_done += any(r.phase == "tune" for r in runs)
+            else:
+                for run in runs:
+                    if run.phase not in ("tune", "compare"):
+                        self.extra[run.phase] = list(runs)
+                        break
+                self.rounds_done += any(r.phase == "tune" for r in runs)
+            self.done |= {self._key(r, draw) for r in finished}
 
     def started(self, run: RunSpec) -> None:
         with self._lock:
-            self.flying[(run.phase, run.run_id)] = time.monotonic()
+            self.flying[self._key(run)] = time.monotonic()
 
     def ended(self, run: RunSpec, duration: float, summary: Mapping[str, Any] | None) -> None:
         with self._lock:
-            self.flying.pop((run.phase, run.run_id), None)
-            self.done.add((run.phase, run.run_id))
+            self.flying.pop(self._key(run), None)
+            self.done.add(self._key(run))
             if summary is not None:
-                self.cost.observe(run.optimizer, run.model_size, duration, summary, self._steps(run))
+                self.cost.observe(run.optimizer, run.model_size, duration, summary, self._steps(run, self.in_draw))
 
     def settle(self, phase: str) -> None:
         """``phase``'s runs are all known now: its groups count what they hold, no more."""
@@ -282,24 +312,21 @@ class Predictor:
             self.settled.add(phase)
 
     # ---------------------------------------------------------------- the prediction
-    def _steps(self, run: RunSpec) -> int:
+    def _steps(self, run: RunSpec, draw: bool = False) -> int:
         """The run's steps (max_steps, which validation sets, else its group's); 1 when neither is known (a sweep
         without validation or budget): a run is then its own unit of cost."""
-        return int(run.max_steps or self.structure.steps.get(group_of(run), 0) or 1)
-
-    def _run_s(self, run: RunSpec) -> float:
-        return self.cost.run_s(run.optimizer, run.model_size, self._steps(run))
+        return int(run.max_steps or self.structure.steps.get(group_of(run, draw), 0) or 1)
 
     def work(self) -> tuple[float, int, float]:
         """(run-seconds left, runs left, the mean run's seconds) over the known and the expected runs."""
         now, seconds, left, counts = time.monotonic(), 0.0, 0, {}
-        for run in self.known():
-            key = group_of(run)
+        for draw, run in self.known():
+            key = group_of(run, draw)
             counts[key] = counts.get(key, 0) + 1
-            if (run.phase, run.run_id) in self.done:
+            if self._key(run, draw) in self.done:
                 continue
-            cost = self._run_s(run)
-            started = self.flying.get((run.phase, run.run_id))
+            cost = self.cost.run_s(run.optimizer, run.model_size, self._steps(run, draw))
+            started = self.flying.get(self._key(run, draw))
             seconds += max(0.0, cost - (now - started)) if started is not None else cost
             left += started is None
         for key, expected in self.structure.expected.items():
@@ -320,6 +347,9 @@ class Predictor:
             rounds = 0.0
             if "tune" not in self.settled and self.spec.tuning is not None:
                 rounds += max(1.0, ROUNDS_PER_LEVEL * self.structure.tuning_levels - self.rounds_done)
+            if DRAW + "tune" not in self.settled and any(k[0] == DRAW + "tune" for k in self.structure.expected):
+                rounds += max(1.0, ROUNDS_PER_LEVEL * self.structure.tuning_levels - self.draw_rounds_done)
+                rounds += DRAW + "compare" not in self.settled
             rounds += ("compare" not in self.settled) + ("attribution" not in self.settled and any(
                 k[0] == "attribution" for k in self.structure.expected))
             idle = rounds * mean * (self.jobs - 1) / (2 * self.jobs) if left else 0.0
@@ -334,10 +364,10 @@ class Predictor:
         """(runs known now, runs expected in all)."""
         with self._lock:
             counts: dict[tuple[Any, ...], int] = {}
-            for run in self.known():
-                counts[group_of(run)] = counts.get(group_of(run), 0) + 1
+            for draw, run in self.known():
+                counts[group_of(run, draw)] = counts.get(group_of(run, draw), 0) + 1
             extra = sum(max(0.0, e - counts.get(k, 0)) for k, e in self.structure.expected.items()
-                        if k[0] != "compare")
+                        if k[0] != "compare" and k[0] not in self.settled)
             return sum(counts.values()), sum(counts.values()) + round(extra)
 
     def describe(self) -> str:

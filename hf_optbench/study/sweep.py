@@ -402,6 +402,7 @@ def _second_draw(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_
                  progress: Progress, pool: WorkerPool) -> dict[str, int]:
     """The second tuning draw (study.second_draw_phase), once the comparison has finished: the drawn cells' tuning
     at the draw's seed, its tuned file, then the comparison runs whose tuned values it changed."""
+    from hf_optbench.study.eta import DRAW
     from hf_optbench.study.second_draw_phase import draw_comparison, draw_spec
 
     draw = draw_spec(spec)
@@ -409,8 +410,12 @@ def _second_draw(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_
                                                        progress, pool)
     if not finished:
         return counts
+    if progress.predictor is not None:
+        progress.predictor.settle(DRAW + "tune")
     _tune_then_attach(draw, out_stream)
     draw_comparison(spec, draw, lambda text: print(f"[sweep] second draw: {text}", file=out_stream, flush=True))
+    if progress.predictor is not None:  # its reruns are known now
+        progress.predictor.settle(DRAW + "compare")
     compared, _ = _run_phase(draw, max_runs, retry_failed, out_stream, sweep_copy=False, rerun_changed=rerun_changed,
                              progress=progress, pool=pool)
     return _add(counts, compared)

@@ -318,7 +318,9 @@ class Progress:
             if phase is not None:
                 self.runs_dir = phase.runs_dir
                 if self.predictor is not None:
-                    self.predictor.begin_phase(phase.runs, finished)
+                    from hf_optbench.study.second_draw_phase import is_draw_phase
+
+                    self.predictor.begin_phase(phase.runs, finished, draw=is_draw_phase(phase))
 
     def eta(self, pending: Sequence[RunSpec]) -> float | None:
         if self.predictor is not None:

@@ -148,6 +148,7 @@ def test_each_hostile_input_is_one_line_and_exit_2_through_the_installed_command
     proc = subprocess.run([str(exe), *argv], capture_output=True, text=True, cwd=workspace, timeout=300,
                           env={**os.environ, "HF_OPTBENCH_CACHE": str(workspace / "cache"), "HF_HUB_OFFLINE": "1"})
     lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("[INFO]")]
+    print(f"{case.id}: rc {proc.returncode}: {' | '.join(lines)[:600]}")  # what the user saw (pytest -s)
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-3000:]
