@@ -82,7 +82,7 @@ CALIBRATION_START_S, CALIBRATION_BUILD_S = 4.0, 0.2
 ROUNDS_PER_LEVEL = 1.5
 # The second tuning draw's groups: its phases' names with this prefix ("draw-tune", "draw-compare"). Until the study's
 # run of 2026-11-27 they shared the main phases' groups, and the ETA dropped the draw once the main tuning settled:
-# it read 0:00:42 for the last 9 minutes.
+# it read 0:00:42 for the last 13 minutes.
 DRAW = "draw-"
 
 

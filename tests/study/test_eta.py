@@ -68,7 +68,7 @@ def test_a_second_tuning_draw_counts_its_tuning_and_a_share_of_the_comparison(de
 
 
 def test_the_eta_keeps_the_second_draw_after_the_main_phases_settle(demo: SweepSpec) -> None:
-    """The CPU study of 2026-11-27 read "sweep ETA 0:00:42" (its calibration alone) for the last 9 minutes: the
+    """The CPU study of 2026-11-27 read "sweep ETA 0:00:42" (its calibration alone) for the last 13 minutes: the
     draw's tuning counted in the main tuning's groups, dropped when those settled, and its comparison reruns carry
     the ids of runs the main comparison had finished. Now: once every main run is done, what is left is the draw's
     expected work; its runs count as they begin, apart from the main runs of the same ids, down to the calibration."""
