@@ -295,6 +295,13 @@ def _groups(layouts: tuple[GroupLayout, ...], lr: Sourced, wd: Sourced | None,
     return tuple(out)
 
 
+def train_device(cfg: RunConfig) -> str:
+    """"cuda" or "cpu": where a run of ``cfg`` trains on this machine (a GPU unless there is none or ``use_cpu``)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() and not getattr(cfg.training, "use_cpu", False) else "cpu"
+
+
 def _resolve_ns_precision(cfg: RunConfig, spec: OptimizerSpec | None, ctor: dict[str, Sourced]) -> None:
     """Muon's Newton-Schulz precision, ``auto`` resolved here, once, from what torch reports of the device the run
     trains on (``optim.muon.resolve_ns_precision``); its source then says why (the capability read) beside the
@@ -304,10 +311,7 @@ def _resolve_ns_precision(cfg: RunConfig, spec: OptimizerSpec | None, ctor: dict
     entry = ctor.get(NS_KEY)
     if spec is None or NS_KEY not in spec.kwargs or entry is None:
         return
-    import torch
-
-    device = "cuda" if torch.cuda.is_available() and not getattr(cfg.training, "use_cpu", False) else "cpu"
-    precision, why = resolve_ns_precision(entry.value, device)
+    precision, why = resolve_ns_precision(entry.value, train_device(cfg))
     ctor[NS_KEY] = entry if precision == entry.value else Sourced(precision, f"{why} | {entry.source}")
 
 

@@ -47,7 +47,7 @@ from typing import Any
 
 from hf_optbench.rundir import STATE_FILE, read_summary, write_json_atomic
 from hf_optbench.study.sweep_spec import SweepSpec
-from hf_optbench.study.sweep_state import plan_slots
+from hf_optbench.study.sweep_state import launcher_environ, plan_slots
 
 CALIBRATION_FILE = "step_calibration.json"
 SCHEMA = 1
@@ -92,12 +92,6 @@ class Case:
 
 
 # ------------------------------------------------------------------------------------------- building one entry
-def _device(cfg: Any) -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() and not getattr(cfg.training, "use_cpu", False) else "cpu"
-
-
 def _vocab(cfg: Any, entry: Entry) -> int:
     if entry.vocab_size:
         return int(entry.vocab_size)
@@ -112,12 +106,12 @@ def build_case(entry: Entry, scratch: Path) -> Case:
     from hf_optbench.config.parse import parse_args
     from hf_optbench.models import build_model
     from hf_optbench.optim.registry import build_resolved
-    from hf_optbench.run.plan import resolve_optimization
+    from hf_optbench.run.plan import resolve_optimization, train_device
 
     hardware = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
     cfg = parse_args([*entry.args, "--output_dir", str(scratch), *hardware])
     opt, mgn, _ = resolve_optimization(cfg)
-    device, t = _device(cfg), cfg.training
+    device, t = train_device(cfg), cfg.training
     torch.manual_seed(0)
     model = build_model(cfg.model.model_size, _vocab(cfg, entry), n_positions=cfg.model.n_positions or cfg.data.block_size,
                         attn_implementation=cfg.model.attn_implementation,
@@ -340,7 +334,7 @@ def run_cores(spec: SweepSpec) -> list[int]:
 def run_threads(spec: SweepSpec) -> int:
     """torch threads one of the sweep's runs used: OMP_NUM_THREADS of launcher.env or the environment, else its
     cores."""
-    env = {**os.environ, **{str(k): str(v) for k, v in (spec.launcher.get("env") or {}).items()}}
+    env = launcher_environ(spec.launcher)
     try:
         return max(1, int(env["OMP_NUM_THREADS"]))
     except (KeyError, ValueError):
@@ -364,7 +358,7 @@ def run_sweep_calibration(spec: SweepSpec, say: Callable[[str], None]) -> Path |
     if out.is_file() and states and out.stat().st_mtime >= max(states):
         say(f"step-time calibration: {out} is newer than every run of the sweep: kept")
         return out
-    env = {**os.environ, **{str(k): str(v) for k, v in (spec.launcher.get("env") or {}).items()}}
+    env = launcher_environ(spec.launcher)
     cores = run_cores(spec)
     with tempfile.TemporaryDirectory() as tmp:
         request = Path(tmp) / "entries.json"

@@ -261,7 +261,7 @@ class Predictor:
         self.settled: set[str] = set()
         self.extra: dict[str, list[RunSpec]] = {}  # runs of phases the spec does not hold (the attribution's)
         self.drawn: dict[str, list[RunSpec]] = {}  # the second draw's runs by phase, once the draw has begun
-        self.in_draw = False  # the draw runs last (before the calibration): every run from its start on is its
+        self.in_draw = False  # begin_draw: the draw runs last (before the calibration), so all from then on is its
         self.rounds_done = 0  # tuning rounds begun
         self.draw_rounds_done = 0  # the draw's
         self._lock = threading.Lock()
@@ -277,15 +277,19 @@ class Predictor:
         draw = self.in_draw if draw is None else draw
         return (DRAW + run.phase if draw else run.phase, run.run_id)
 
-    def begin_phase(self, runs: Sequence[RunSpec], finished: Iterable[RunSpec], draw: bool = False) -> None:
-        """A phase (or a tuning round) begins with these runs, ``finished`` of them already; ``draw``: a phase of the
-        second tuning draw (study.second_draw_phase), whose runs count in groups of their own."""
+    def begin_draw(self) -> None:
+        """The second tuning draw (study.second_draw_phase) begins: every phase and run from now on is the draw's,
+        counted in groups of its own."""
         with self._lock:
+            self.in_draw = True
+
+    def begin_phase(self, runs: Sequence[RunSpec], finished: Iterable[RunSpec]) -> None:
+        """A phase (or a tuning round) begins with these runs, ``finished`` of them already."""
+        with self._lock:
+            draw = self.in_draw
             if draw:
-                self.in_draw = True
-                for run in runs:
-                    self.drawn[run.phase] = list(runs)
-                    break
+                if runs:
+                    self.drawn[runs[0].phase] = list(runs)
                 self.draw_rounds_done += any(r.phase == "tune" for r in runs)
             else:
                 for run in runs:

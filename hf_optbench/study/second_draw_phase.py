@@ -40,14 +40,6 @@ def draw_dir(sweep_dir: str | Path) -> Path:
     return Path(sweep_dir) / DRAW_DIR
 
 
-def is_draw_phase(phase: SweepSpec) -> bool:
-    """Whether ``phase`` is one of the second draw's (its tuning or its comparison, as :func:`draw_spec` makes them):
-    the sweep's ETA counts their runs apart from the main phases' (study.eta)."""
-    out = Path(phase.output_dir)
-    return phase.name.endswith(("-second-draw", "-second-draw-tuning")) and (
-        out.name == DRAW_DIR or (out.name == TUNING_DIR and out.parent.name == DRAW_DIR))
-
-
 def draw_spec(spec: SweepSpec) -> SweepSpec:
     """The second draw as a sweep of its own in ``<output_dir>/second_draw``: its tuning phase holds the drawn
     cells' initial grids at the draw's seed (every optimizer of the matrix), its tune section the main one at that

@@ -406,6 +406,8 @@ def _second_draw(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_
     from hf_optbench.study.second_draw_phase import draw_comparison, draw_spec
 
     draw = draw_spec(spec)
+    if progress.predictor is not None:
+        progress.predictor.begin_draw()
     counts, max_runs, finished = _tune_until_bracketed(draw, max_runs, retry_failed, out_stream, rerun_changed,
                                                        progress, pool)
     if not finished:

@@ -209,6 +209,12 @@ def _memory_cap() -> int | None:
         return None
 
 
+def launcher_environ(launcher: dict[str, Any], environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a sweep's run sees: ``environ`` (default: this process's) with ``launcher.env`` on top."""
+    return {**(dict(os.environ) if environ is None else environ),
+            **{str(k): str(v) for k, v in (launcher.get("env") or {}).items()}}
+
+
 def plan_slots(launcher: dict[str, Any], n_runs: int, environ: dict[str, str] | None = None) -> list[Slot]:
     """The slots of a local sweep with ``n_runs`` to run. ``launcher.jobs`` "auto" (the default): one run per
     visible GPU (per accelerate process group); without a GPU, the cores this process may use (sched_getaffinity)
@@ -217,8 +223,7 @@ def plan_slots(launcher: dict[str, Any], n_runs: int, environ: dict[str, str] | 
     know. Slot i gets core block i of that width (GPU machines: an equal share of the cores) and GPU block i;
     blocks wrap when ``jobs`` asks for more than there are. One slot is not pinned: a sweep run one at a time stays
     as it always was."""
-    env = {**(dict(os.environ) if environ is None else environ),
-           **{str(k): str(v) for k, v in (launcher.get("env") or {}).items()}}
+    env = launcher_environ(launcher, environ)
     cores = sorted(os.sched_getaffinity(0))
     gpus, procs = visible_gpus(env), processes_per_run(launcher)
     jobs = launcher.get("jobs", "auto")
@@ -318,9 +323,7 @@ class Progress:
             if phase is not None:
                 self.runs_dir = phase.runs_dir
                 if self.predictor is not None:
-                    from hf_optbench.study.second_draw_phase import is_draw_phase
-
-                    self.predictor.begin_phase(phase.runs, finished, draw=is_draw_phase(phase))
+                    self.predictor.begin_phase(phase.runs, finished)
 
     def eta(self, pending: Sequence[RunSpec]) -> float | None:
         if self.predictor is not None:
@@ -350,7 +353,8 @@ class Progress:
         self.say(f"running {run.run_id}{note} ({self._eta_text(pending)})")
 
     def ended(self, run: RunSpec, status: str, duration: float, detail: str = "") -> None:
-        summary = read_summary(self.runs_dir / run.run_id) if self.runs_dir is not None else None
+        summary = read_summary(self.runs_dir / run.run_id) \
+            if self.predictor is not None and self.runs_dir is not None else None  # only the predictor reads it
         with self._lock:
             self.done += 1
             self.durations.setdefault(run.model_size, []).append(duration)

@@ -22,6 +22,7 @@ from typing import Any
 from hf_optbench.machine import gpu_visible
 from hf_optbench.publish.redact import redact_argv
 from hf_optbench.study.stopping import IN_FLIGHT
+from hf_optbench.study.sweep_state import launcher_environ
 from hf_optbench.study.worker import Channel
 
 WARM_WORKER_ENV = "HF_OPTBENCH_WARM_WORKER"  # "0"/"false"/"no"/"off": every run in a plain subprocess instead
@@ -35,8 +36,7 @@ class WorkerUnavailable(Exception):
 
 def unavailable_reason(launcher: dict[str, Any], environ: dict[str, str] | None = None) -> str | None:
     """Why a sweep's runs must start as plain subprocesses (None: the warm worker may run them)."""
-    env = {**(dict(os.environ) if environ is None else environ),
-           **{str(k): str(v) for k, v in (launcher.get("env") or {}).items()}}
+    env = launcher_environ(launcher, environ)
     if launcher.get("type") != "python":
         return f"launcher type {launcher.get('type')} (the warm worker serves type python only)"
     if launcher.get("executor", "local") != "local":

@@ -91,14 +91,15 @@ def test_the_eta_keeps_the_second_draw_after_the_main_phases_settle(demo: SweepS
     # the draw's tuning begins: its first round's runs are counted as themselves, not as the main tuning's
     drawn = [dataclasses.replace(r, run_id=r.run_id.replace("__s0__", "__s6__"), seed=6)
              for r in spec.tuning.runs if r.budget_tpp == 1.0]
-    p.begin_phase(drawn, [], draw=True)
+    p.begin_draw()
+    p.begin_phase(drawn, [])
     assert p.remaining() >= left - 1e-6
     for run in drawn:
         p.started(run)
         p.ended(run, 3.0, {"train_runtime_s": 2.0, "steps": run.max_steps})
     p.settle("draw-tune")
     reruns = [r for r in spec.runs if r.budget_tpp == 1.0 and r.optimizer == "adamw"]  # ids the main run finished
-    p.begin_phase(reruns, [], draw=True)
+    p.begin_phase(reruns, [])
     p.settle("draw-compare")
     before = p.remaining()
     assert before == pytest.approx(sum(cost.run_s(r.optimizer, "tiny", r.max_steps) for r in reruns), rel=0.01)
@@ -212,7 +213,7 @@ def test_the_progress_line_carries_the_predictor_s_eta(tmp_path: Path) -> None:
         def __init__(self) -> None:
             self.events: list[tuple[str, str, object]] = []
 
-        def begin_phase(self, runs, finished, draw=False):
+        def begin_phase(self, runs, finished):
             self.events.append(("begin", str(len(runs)), len(list(finished))))
 
         def started(self, run):
