@@ -171,6 +171,25 @@ def test_eval_strategy_no_evaluates_nothing_and_every_step_has_its_row(tmp_path:
     assert summary["final_train_loss"] == train[-1]["loss"]
 
 
+@pytest.mark.slow  # a run as a process: ~15 s
+def test_a_cpu_run_without_use_cpu_pins_nothing_and_warns_nothing(tmp_path: Path) -> None:
+    """A recipe without ``use_cpu: true`` on a machine with no accelerator, run as a user runs it: torch's warning
+    "'pin_memory' argument is set as true but no accelerator is found" would print for every DataLoader; the Trainer
+    is told there is nothing to pin."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device pins for real")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("".join(line for line in Path(QUICK).read_text().splitlines(keepends=True)
+                              if not line.startswith("use_cpu")))
+    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_VERBOSITY"}  # a user's default: warnings shown
+    done = subprocess.run([sys.executable, "-m", "hf_optbench.run", str(recipe), "--output_dir", str(tmp_path / "run"),
+                           *FAST], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "pin_memory" not in done.stderr
+
+
 def test_tuning_split_smaller_than_one_eval_batch_is_refused(tmp_path: Path, monkeypatch, capsys) -> None:
     _with_tuning(monkeypatch, lambda bundle: bundle.eval.select(range(1)))
     rc = run_mod.main([QUICK, "--output_dir", str(tmp_path / "run"), *FAST])

@@ -49,6 +49,21 @@ def _parser() -> Any:
     return parser
 
 
+# What each printed number is, with its unit (hf_optbench/data/difficulty.py defines them).
+MEANINGS = {
+    "token_ratio": "gzip bits per token / log2(vocab): 1 = no structure, ~0.75 hard but learnable",
+    "byte_ratio": "gzip bytes / UTF-8 bytes of the text",
+    "ratio": "the token ratio the found alphas give",
+    "target_ratio": "the token ratio searched for",
+    "alpha_x": "Dirichlet concentration of the synthetic source's emission rows (smaller: sharper)",
+    "alpha_z": "Dirichlet concentration of its hidden-state transition rows (smaller: sharper)",
+    "tokens": "tokens sampled",
+    "vocab_size": "token ids",
+    "documents": "documents read",
+    "bytes": "UTF-8 bytes read",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     """``hf-optbench data difficulty [DataArguments flags] [--target_ratio R] [--tune both|alpha_x|alpha_z]``."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -79,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in result.items():
         if key == "evaluations":
             continue
-        print(f"{key:>24}: {value:.4g}" if isinstance(value, float) else f"{key:>24}: {value}")
+        text = f"{value:.4g}" if isinstance(value, float) else f"{value}"
+        meaning = MEANINGS.get(key)
+        print(f"{key:>24}: {text}" + (f"  ({meaning})" if meaning else ""))
     if "alpha_x" in result and extra.target_ratio is not None:
         print(f"recipe lines: synthetic_alpha_x: {result['alpha_x']:.4g}\n              synthetic_alpha_z: {result['alpha_z']:.4g}")
     return 0

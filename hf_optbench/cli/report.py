@@ -103,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tuning_dir", default=None,
                         help="a tuning sweep (runs at lr multipliers) whose tuning curves the report shows "
                              "(default: SWEEP_DIR/tuning when it exists)")
+    parser.add_argument("--include_transient", default=None, choices=("true", "false"),
+                        help="put cells that end at or above the bigram reference back into the trends (default: the "
+                             "sweep file's report.include_transient, else false)")
     args = parser.parse_args(argv)
     targets = analysis.parse_targets(args.target_loss)
     with one_line_warnings():
@@ -113,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
             tuning_dir = Path(args.sweep_dir) / TUNING_DIR
         if tuning_dir is not None:  # its runs picked the learning rates the report states: checked like the sweep's
             check_sweep_dir(str(tuning_dir))
-        files = report.build_report(args.sweep_dir, args.output, targets, tuning_dir=tuning_dir)
+        include = None if args.include_transient is None else args.include_transient == "true"
+        files = report.build_report(args.sweep_dir, args.output, targets, tuning_dir=tuning_dir,
+                                    include_transient=include)
     print(f"wrote {files['report.md']}, {files['evidence.md']}, {files['report.html']}, {files['summary.csv']}, "
           f"{files['runs.parquet']} and {sum(1 for k in files if k.endswith('.png'))} plots")
     return 0

@@ -79,7 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerun_changed", action="store_true",
                         help="run again the finished runs whose settings the edited sweep file changed (each old "
                              "dir moved aside to <run_id>.changed-N); without it such a sweep is refused")
+    parser.add_argument("--target_trend", type=float, default=None,
+                        help="with --dry_run: the seeds needed to detect this trend of ln(speedup) per decade of data")
+    parser.add_argument("--power_from", default=None,
+                        help="with --dry_run: an earlier sweep's report/summary.csv (or sweep dir) whose seed spread "
+                             "the power statement uses")
     args = parser.parse_args(argv)
+    if (args.target_trend is not None or args.power_from is not None) and not args.dry_run:
+        raise OptBenchError("--target_trend and --power_from plan seeds before a sweep: add --dry_run.")
+    if args.target_trend is not None and args.power_from is None:
+        raise OptBenchError("--target_trend needs --power_from: an earlier sweep's report/summary.csv whose seeds' "
+                            "spread the plan uses (e.g. docs/results/cpu_study/summary.csv).")
     if args.max_runs is not None and args.max_runs < 0:
         raise OptBenchError(f"--max_runs must be >= 0, got {args.max_runs}.")
 
@@ -87,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             counts = sweep.run_sweep(args.sweep_file, output_dir=args.output_dir, dry_run=args.dry_run,
                                      max_runs=args.max_runs, retry_failed=args.retry_failed,
-                                     rerun_changed=args.rerun_changed)
+                                     rerun_changed=args.rerun_changed, target_trend=args.target_trend,
+                                     power_from=args.power_from)
         except KeyboardInterrupt:
             print(stop.line(), file=sys.stderr, flush=True)
             if stop.name is not None:  # a signal: exit now (stop.exit_now says why), never a traceback on a second

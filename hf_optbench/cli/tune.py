@@ -18,7 +18,7 @@ DESCRIPTION = ("Writes the best learning-rate multiplier per optimizer and size 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Write (merge into) the tuned-values YAML, print it; warnings (a best value at the grid's edge, a size where
+    """Write (merge into) the tuned-values YAML and say where, one line per file; warnings (a best value at the grid's edge, a size where
     every multiplier diverged) go to stderr."""
     from hf_optbench.study import tuning_phase
 
@@ -32,7 +32,6 @@ def main(argv: list[str] | None = None) -> int:
     paths, warnings = tuning_phase.tune(args.sweep_dir, args.output)  # one file per data ratio of the sweep
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
-    for path in paths:
-        print(path.read_text(encoding="utf-8"))
+    for path in paths:  # the file itself is the record; its path is what a user needs next (--tuned_hparams_file)
         print(f"wrote {path}")
     return 0

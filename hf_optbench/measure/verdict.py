@@ -64,6 +64,7 @@ procedure runs over every cell of both axes at once, so the chance of any false 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -78,7 +79,11 @@ from hf_optbench.measure.intervals import (
     t_interval,
     t_p_values,
 )
+from hf_optbench.measure.primary import PRIMARY, SECONDARY, ReportSpec, trend_mde
 from hf_optbench.rundir import BASELINE
+
+# How every printed trend is oriented (:attr:`Verdict.advantage_trend`).
+ADVANTAGE_SIGN = "+: advantage grows"
 
 # Words that name a trend: on the data axis they read "shrinks with data" (:attr:`Verdict.word`).
 TREND_WORDS = ("grows", "gaining", "shrinks", "deficit vanishes")
@@ -307,6 +312,7 @@ class SizeComparison:
     bounded: Censor = None
     p_ahead: float = 1.0  # one-sided p-values of "beyond -margin" / "beyond +margin"
     p_behind: float = 1.0
+    transient: bool = False  # the baseline ends at or above the bigram reference here: shown, left out of the trend
 
     @property
     def significant(self) -> bool:
@@ -392,6 +398,49 @@ class Verdict:
     axis: str = SIZE_AXIS  # "size": points are model sizes; "data": points are tokens per parameter at one size
     at: str = ""  # where on the other axis: the data ratio of a size-axis cell ("" for one), the size of a data one
     trend: str | None = None  # the trend's outcome (one of TRENDS; None: no trend to judge)
+    tier: str = ""  # its Holm family where the sweep declares primary questions: "primary" / "secondary" ("": one
+    trend_spread: tuple[float, int] | None = None  # (sd of the per-seed slopes, seeds): the trend's power
+
+    @cached_property
+    def trend_mde(self) -> float | None:
+        """The smallest true trend (per decade, either way) its test would call beyond the threshold with 80 % power
+        at the cell's level; None without a trend, inf where no number of this seeds' spread could (computed when
+        asked: the error-rate simulations judge thousands of tables and read none of them)."""
+        if self.trend_spread is None or self.threshold is None:
+            return None
+        sd, seeds = self.trend_spread
+        try:
+            return trend_mde(sd, seeds, self.interval_level, self.threshold)
+        except (ValueError, ArithmeticError):
+            return math.inf
+
+    @property
+    def judged_points(self) -> list[SizeComparison]:
+        """The points the verdict's tests used: every shown point but the transient ones."""
+        return [p for p in self.points if not p.transient]
+
+    @property
+    def advantage_trend(self) -> float | None:
+        """The trend as a reader reads it: per decade, positive when the optimizer's advantage grows. For a speedup
+        it is the slope of ln(speedup); for other ratio metrics the slope of ln(baseline / optimizer); for a
+        difference metric the slope of (baseline - optimizer). The stored slope is of the oriented difference
+        (negative is better), so this is its negative."""
+        return None if self.slope_per_decade is None else -self.slope_per_decade
+
+    @property
+    def advantage_ci(self) -> tuple[float, float] | None:
+        return None if self.slope_ci is None else (-self.slope_ci[1], -self.slope_ci[0])
+
+    def trend_unit(self) -> str:
+        """"ln/decade" for a ratio metric, "nats/decade" (its unit) for a difference metric."""
+        return "ln/decade" if self.metric.mode == "ratio" else f"{self.metric.unit or 'units'}/decade"
+
+    def trend_text(self) -> str:
+        """"+0.270 ln/decade [+0.153, +0.388] (+: advantage grows)", or "" without a trend."""
+        a, ci = self.advantage_trend, self.advantage_ci
+        if a is None or ci is None:
+            return ""
+        return f"{a:+.3f} {self.trend_unit()} [{ci[0]:+.3f}, {ci[1]:+.3f}] ({ADVANTAGE_SIGN})"
 
     @property
     def word(self) -> str:
@@ -412,9 +461,9 @@ class Verdict:
     def p_text(self) -> str:
         """"cell p 6.9e-06 = 2 × min(p at 2 tok/param 3.4e-06, trend p 0.41), tested at 0.0033 (Holm over 15 cells)":
         what the cell's p is the p of (:meth:`_Cell.p_value`), and the level it was tested at."""
-        if self.p_value is None or not self.points:
+        if self.p_value is None or not self.judged_points:
             return ""
-        last = self.points[-1]
+        last = self.judged_points[-1]
         parts = [f"p at {last.model_size} {last.p_value:.2g}"]
         if self.trend_p_value is not None:
             parts.append(f"trend p {self.trend_p_value:.2g}")
@@ -422,18 +471,20 @@ class Verdict:
         of = f"min({', '.join(parts)})" if len(parts) > 1 else parts[0]
         capped = ", capped at 1" if 2 * smaller > 1 else ""
         return (f"cell p {self.p_value:.2g} = 2 × {of}{capped}, tested at {self.level:.2g} "
-                f"(Holm over {self.family} cells)")
+                f"(Holm over {self.family} {self.tier + ' ' if self.tier else ''}cells)")
 
     @property
     def evidence(self) -> str:
         """One line a reader can check against the tables."""
-        if not self.points:
+        if not self.judged_points:
             return "; ".join(self.notes) or "no data"
-        first, last = self.points[0], self.points[-1]
+        first, last = self.judged_points[0], self.judged_points[-1]
         parts = [f"{first.describe(self.metric)} -> {last.describe(self.metric)}"]
         if self.slope_per_decade is not None and self.slope_ci is not None:
-            parts.append(f"trend {self.slope_per_decade:+.3f}/decade [{self.slope_ci[0]:+.3f}, "
-                         f"{self.slope_ci[1]:+.3f}] vs ±{self.threshold:.3f}: {TREND_PHRASES[self.trend or 'unresolved']}")
+            mde = (f" (smallest detectable trend {self.trend_mde:.3g})"
+                   if self.trend_mde is not None and math.isfinite(self.trend_mde) else "")
+            parts.append(f"advantage trend {self.trend_text()} vs ±{self.threshold:.3f}: "
+                         f"{TREND_PHRASES[self.trend or 'unresolved']}{mde}")
         if self.p_value is not None:
             parts.append(self.p_text())
         parts.append(f"intervals {confidence_text(self.interval_level)}")
@@ -652,12 +703,19 @@ class _Cell:
     notes: list[str]
     trend: _Trend | None
     pooled: tuple[float | None, int]
+    transient: frozenset[str] = frozenset()  # points shown but left out of the trend and the cell's test
+
+    @property
+    def judged(self) -> dict[str, _Pairs]:
+        """The points the cell's tests use: every point but the transient ones."""
+        return {s: p for s, p in self.sizes.items() if s not in self.transient}
 
     def p_value(self) -> float | None:
         """2 min(p of the largest size's difference, p of the trend): None without two sizes to judge."""
-        if len(self.sizes) < 2:
+        judged = self.judged
+        if len(judged) < 2:
             return None
-        last = _compare(*list(self.sizes.items())[-1], self.spec, 1.0, self.pooled)
+        last = _compare(*list(judged.items())[-1], self.spec, 1.0, self.pooled)
         p = last.p_value
         if self.trend is not None:
             fav, unfav = t_p_values(self.trend.slope, self.trend.sd, self.trend.seeds,
@@ -666,26 +724,33 @@ class _Cell:
         return min(1.0, 2.0 * p)
 
 
-def _cell(observations: Iterable[Observation], optimizer: str, spec: MetricSpec, baseline: str) -> _Cell:
+def _cell(observations: Iterable[Observation], optimizer: str, spec: MetricSpec, baseline: str,
+          transient: frozenset[str] = frozenset()) -> _Cell:
     notes: list[str] = []
     sizes = _collect(list(observations), optimizer, baseline, spec, notes)
-    trend = _trend(sizes, spec, notes) if len(sizes) >= 2 else None
-    return _Cell(optimizer, spec, sizes, notes, trend, _pooled(sizes, spec))
+    left_out = frozenset(s for s in sizes if s in transient)
+    judged = {s: p for s, p in sizes.items() if s not in left_out}
+    if left_out:
+        notes.append(f"transient (left out of the trend and the cell's test): {', '.join(s for s in sizes if s in left_out)}")
+    trend = _trend(judged, spec, notes) if len(judged) >= 2 else None
+    return _Cell(optimizer, spec, sizes, notes, trend, _pooled(judged, spec), left_out)
 
 
 def _judge(cell: _Cell, alpha: float) -> Verdict:
     """The cell's verdict with both its tests at ``alpha / 2``."""
-    spec, sizes, notes = cell.spec, cell.sizes, list(cell.notes)
+    spec, sizes, notes = cell.spec, cell.judged, list(cell.notes)
+    shown = [dataclasses.replace(_compare(s, p, spec, alpha / 2, cell.pooled), transient=s in cell.transient)
+             for s, p in cell.sizes.items()]
     if len(sizes) < 2:
-        pts = [_compare(s, p, spec, alpha / 2, cell.pooled) for s, p in sizes.items()]
+        pts = shown if cell.transient else [_compare(s, p, spec, alpha / 2, cell.pooled) for s, p in sizes.items()]
         zero_sizes = {n.split(" ")[0] for n in notes if "ratio 0" in n}
         # e.g. SGD without momentum keeps no state: a 100 % saving at every size, which no ratio can express
         label = "holds" if not pts and len(zero_sizes) >= 2 else "insufficient data"
         return Verdict(cell.optimizer, spec, label, pts, notes=notes, level=alpha)
-    points = [_compare(s, p, spec, alpha / 2, cell.pooled) for s, p in sizes.items()]
+    points = [p for p in shown if not p.transient]
     # "level" at every size is an equivalence claim (TOST at alpha/2 per size); it is never a false difference
     all_level = all(p.stance == "level" for p in points)
-    slope, ci, change, threshold, trend_p = None, None, None, None, (1.0, 1.0)
+    slope, ci, change, threshold, trend_p, spread = None, None, None, None, (1.0, 1.0), None
     if cell.trend is not None:
         tr = cell.trend
         slope, threshold, change = tr.slope, spec.margin / tr.span, tr.slope * tr.span
@@ -694,12 +759,14 @@ def _judge(cell: _Cell, alpha: float) -> Verdict:
         width = float(student_t.ppf(1 - alpha / 4, tr.seeds - 1)) * tr.sd / math.sqrt(tr.seeds)  # at alpha / 2
         ci = (slope - width, slope + width)
         trend_p = t_p_values(slope, tr.sd, tr.seeds, threshold)
+        spread = (tr.sd, tr.seeds)
     direction = trend_direction(ci, threshold)
     censored = sum(p.censored_pairs for p in points)
     if censored:
         notes.append(f"{censored} pair(s) include {spec.censored_means}")
-    return Verdict(cell.optimizer, spec, classify(points, direction, all_level), points, slope, ci, change, threshold,
-                   notes, cell.p_value(), alpha, trend_p, trend=direction if cell.trend is not None else None)
+    return Verdict(cell.optimizer, spec, classify(points, direction, all_level), shown, slope, ci, change, threshold,
+                   notes, cell.p_value(), alpha, trend_p, trend=direction if cell.trend is not None else None,
+                   trend_spread=spread)
 
 
 def verdict_for(observations: Iterable[Observation], optimizer: str, spec: MetricSpec, *,
@@ -728,18 +795,21 @@ def holm_levels(p_values: Sequence[float | None], alpha: float = ALPHA) -> list[
 class Family:
     """One slice of the verdict table, judged along one axis: ``records`` whose ``model_size`` and ``num_params``
     are the axis's points (sizes and parameter counts; on the data axis, ratio labels and tokens per parameter),
-    ``at`` where on the other axis, the ``metrics`` it judges, and its ``unmeasurable`` cells (see :func:`verdict`)."""
+    ``at`` where on the other axis, the ``metrics`` it judges, its ``unmeasurable`` cells (see :func:`verdict`) and
+    its ``transient`` points (labels as in ``model_size``: shown, left out of every trend and test)."""
 
     records: Sequence[Mapping[str, object]]
     axis: str = SIZE_AXIS
     at: str = ""
     metrics: Sequence[MetricSpec] = METRICS
     unmeasurable: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    transient: frozenset[str] = frozenset()
 
 
 def verdict(records: Sequence[Mapping[str, object]], *, baseline: str = BASELINE,
             metrics: Sequence[MetricSpec] = METRICS, alpha: float = ALPHA,
-            unmeasurable: Mapping[tuple[str, str], str] | None = None) -> list[Verdict]:
+            unmeasurable: Mapping[tuple[str, str], str] | None = None, report: ReportSpec | None = None,
+            transient: frozenset[str] = frozenset()) -> list[Verdict]:
     """All verdicts along model size: every optimizer other than ``baseline`` x every metric, with Holm's control of
     the family-wise error over the table (see the module doc); a table of one :class:`Family`.
 
@@ -749,13 +819,16 @@ def verdict(records: Sequence[Mapping[str, object]], *, baseline: str = BASELINE
     key): reason} for cells this machine cannot measure (wall-clock figures under load or sharing): they get
     "not measurable here" and stay out of the family.
     """
-    return verdict_table([Family(records, metrics=metrics, unmeasurable=dict(unmeasurable or {}))],
-                         baseline=baseline, alpha=alpha)
+    return verdict_table([Family(records, metrics=metrics, unmeasurable=dict(unmeasurable or {}),
+                                 transient=transient)], baseline=baseline, alpha=alpha, report=report)
 
 
-def verdict_table(families: Sequence[Family], *, baseline: str = BASELINE, alpha: float = ALPHA) -> list[Verdict]:
+def verdict_table(families: Sequence[Family], *, baseline: str = BASELINE, alpha: float = ALPHA,
+                  report: ReportSpec | None = None) -> list[Verdict]:
     """Every family's verdicts, with Holm's procedure over the testable cells of all of them at once (the whole
-    table, both axes: the module doc). Each verdict says its ``axis`` and ``at``."""
+    table, both axes: the module doc), or, given a ``report`` spec, over its primary cells (``report.primary``: each
+    a metric along an axis) and, separately, over the rest (:mod:`hf_optbench.measure.primary`). Each verdict says
+    its ``axis``, ``at`` and ``tier``."""
     cells: list[tuple[_Cell, Family]] = []
     out: list[Verdict | None] = []
     for fam in families:
@@ -769,14 +842,21 @@ def verdict_table(families: Sequence[Family], *, baseline: str = BASELINE, alpha
                     out.append(Verdict(name, spec, NOT_MEASURABLE, notes=[fam.unmeasurable[(name, spec.key)]],
                                        axis=fam.axis, at=fam.at))
                     continue
-                cells.append((_cell(obs, name, spec, baseline), fam))
+                cells.append((_cell(obs, name, spec, baseline, fam.transient), fam))
                 out.append(None)
+    tiers = ["" if report is None else PRIMARY if report.is_primary(c.spec.key, fam.axis) else SECONDARY
+             for c, fam in cells]
     p_values = [c.p_value() for c, _ in cells]
-    family = sum(p is not None for p in p_values)
+    levels, family = [ALPHA] * len(cells), {}
+    for tier in dict.fromkeys(tiers):
+        idx = [i for i, t in enumerate(tiers) if t == tier]
+        family[tier] = sum(p_values[i] is not None for i in idx)
+        for i, level in zip(idx, holm_levels([p_values[i] for i in idx], alpha), strict=True):
+            levels[i] = level
     judged = []
-    for (c, fam), level in zip(cells, holm_levels(p_values, alpha), strict=True):
+    for (c, fam), level, tier in zip(cells, levels, tiers, strict=True):
         v = _judge(c, level)
-        v.family, v.axis, v.at = family, fam.axis, fam.at
+        v.family, v.axis, v.at, v.tier = family[tier], fam.axis, fam.at, tier
         judged.append(v)
     it = iter(judged)
     return [v if v is not None else next(it) for v in out]
@@ -789,11 +869,12 @@ def ratio_label(tpp: float) -> str:
 
 def grid_families(records: Sequence[Mapping[str, object]], *, metrics: Sequence[MetricSpec] = METRICS,
                   unmeasurable: Callable[[Sequence[Mapping[str, object]]], Mapping[tuple[str, str], str]] | None = None,
-                  key: str = "budget_tpp") -> list[Family]:
+                  key: str = "budget_tpp", transient: frozenset[tuple[str, float]] = frozenset()) -> list[Family]:
     """The families of a sweep over model sizes and data ratios (``records[key]``: a run's tokens per parameter
     budget; None everywhere: one ratio, one family as :func:`verdict` judges it): the size axis at each ratio every
     size ran, and the data axis at each size (its points the ratios, at ``num_params`` = tokens per parameter; the
-    metrics of :data:`DATA_QUESTIONS`). ``unmeasurable(records)`` gives each family's unmeasurable cells."""
+    metrics of :data:`DATA_QUESTIONS`). ``unmeasurable(records)`` gives each family's unmeasurable cells;
+    ``transient``: the (size, ratio) cells left out of every trend and test (shown all the same)."""
     def skip(rows: Sequence[Mapping[str, object]]) -> dict[tuple[str, str], str]:
         return dict(unmeasurable(rows)) if unmeasurable is not None else {}
 
@@ -808,12 +889,14 @@ def grid_families(records: Sequence[Mapping[str, object]], *, metrics: Sequence[
     for tpp in ratios:
         rows = [r for r in records if r.get(key) == tpp]
         if {str(r["model_size"]) for r in rows} == set(sizes):
-            out.append(Family(rows, SIZE_AXIS, ratio_label(tpp), metrics, skip(rows)))
+            out.append(Family(rows, SIZE_AXIS, ratio_label(tpp), metrics, skip(rows),
+                              frozenset(s for s, t in transient if t == tpp)))
     along = [m for m in metrics if m.question in DATA_QUESTIONS]
     for size in sizes:
         rows = [{**r, "model_size": ratio_label(float(r[key])), "num_params": float(r[key])}  # type: ignore[arg-type]
                 for r in records if str(r["model_size"]) == size and r.get(key) is not None]
-        out.append(Family(rows, DATA_AXIS, size, along, skip(rows)))
+        out.append(Family(rows, DATA_AXIS, size, along, skip(rows),
+                          frozenset(ratio_label(t) for s, t in transient if s == size)))
     return out
 
 

@@ -93,6 +93,9 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     sweep_dir: Path | None = None
     tuning_noise: Any = None  # report.draw_shift.TuningNoise: the second tuning draw's shifts, where the sweep ran one
+    report_spec: Any = None  # measure.primary.ReportSpec: the sweep's primary questions, transient cells in or out
+    regime: Any = None  # report.reference.Regime, computed once before the verdicts (None: not computed)
+    regime_text: str = ""  # its one line for report.md
 
     def ok(self) -> list[dict[str, Any]]:
         return [r for r in self.records if r["status"] in FINISHED_STATUSES]
@@ -104,8 +107,11 @@ class Analysis:
 
     def file_key(self, cell: str) -> str:
         """A cell as a file name's part: "tiny", or "tiny__tpp0.5" (as run ids spell the ratio)."""
+        import re
+
         tpp = self.cell_tpp.get(cell)
-        return self.cell_size.get(cell, cell) + ("" if tpp is None else f"__tpp{tpp:g}")
+        key = self.cell_size.get(cell, cell) + ("" if tpp is None else f"__tpp{tpp:g}")
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", key)  # never a '/' or a space from a label in a file name
 
     def verdicts_along(self, axis: str, at: str | None = None) -> list[Any]:
         """The verdicts along ``axis`` ("size", "data"), those at ``at`` only when given."""
@@ -171,15 +177,50 @@ def window_note(an: Analysis) -> str | None:
             "the recipe sets the window")
 
 
+def report_spec_of(sweep_dir: str | os.PathLike[str], include_transient: bool | None = None) -> Any:
+    """The sweep's ``report:`` section as its manifest recorded it (the defaults where it has none: the
+    benchmark's own question as the primary family, transient cells out of the trends), ``include_transient``
+    overriding the file's choice where given."""
+    import dataclasses
+    import json
+
+    from hf_optbench.measure.primary import parse_report_spec
+    from hf_optbench.measure.verdict import METRICS
+    from hf_optbench.rundir import MANIFEST_FILE
+
+    manifest = Path(sweep_dir) / MANIFEST_FILE
+    raw = None
+    if manifest.is_file():
+        try:
+            raw = json.loads(manifest.read_text(encoding="utf-8")).get("report")
+        except (OSError, ValueError, AttributeError):
+            raw = None
+    spec = parse_report_spec(raw, [m.key for m in METRICS], f"report of {manifest}")
+    return spec if include_transient is None else dataclasses.replace(spec, include_transient=include_transient)
+
+
+def transient_cells(an: Analysis) -> frozenset[tuple[str, float | None]]:
+    """(size, ratio) of every cell the regime calls transient, unless the report spec puts them back in."""
+    from hf_optbench.report.reference import TRANSIENT
+
+    if an.regime is None or (an.report_spec is not None and an.report_spec.include_transient):
+        return frozenset()
+    return frozenset((an.cell_size.get(c, c), an.cell_tpp.get(c)) for c, w in an.regime.cells.items() if w == TRANSIENT)
+
+
 def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, float] | None = None,
-            baseline: str = BASELINE, tuning_dir: str | os.PathLike[str] | None = None) -> Analysis:
+            baseline: str = BASELINE, tuning_dir: str | os.PathLike[str] | None = None,
+            include_transient: bool | None = None) -> Analysis:
     """Everything the report shows, computed once. ``tuning_dir``: a tuning sweep whose runs give the tuning
-    curves (the sweep's own runs at lr multipliers other than 1 always do)."""
+    curves (the sweep's own runs at lr multipliers other than 1 always do). ``include_transient``: put the cells
+    that end at or above the bigram reference back into the trends (the sweep file's ``report.include_transient``
+    otherwise decides; default no)."""
     from hf_optbench.measure.verdict import grid_families, verdict, verdict_table
     from hf_optbench.report.comparability import check_comparable
     from hf_optbench.report.draw_shift import apply_tuning_noise
     from hf_optbench.report.noise import unmeasurable
     from hf_optbench.report.planned import planner_state, predicted_ratios
+    from hf_optbench.report.short_report import regime_line
     from hf_optbench.report.speedups import derive_speedups
     from hf_optbench.study.comparison_runs import attribution_dir
 
@@ -205,6 +246,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
                         "in the tuning curves and the run list, not in the comparison")
     ok = an.ok()
     _set_cells(an, ok)
+    _drop_leftover_tuning(an)
     an.optimizers = sorted({r["optimizer"] for r in an.records if r.get("optimizer")},
                            key=lambda o: (o != baseline, o))
     for r in everything + extra:
@@ -215,17 +257,35 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
         _derive(an, r)
         r["planner_optimizer_state_bytes"] = planner_state(r)
     derive_speedups(an, baseline)
+    an.report_spec = report_spec_of(sweep_dir, include_transient)
+    an.regime_text, an.regime = regime_line(an)
+    transient = transient_cells(an)
     if any(r["optimizer"] == baseline for r in ok) and an.multi:
         an.verdicts = verdict_table(grid_families(ok, unmeasurable=lambda rows: unmeasurable(
-            rows, an.optimizers, list(dict.fromkeys(str(r["model_size"]) for r in rows)), baseline)),
-            baseline=baseline)
+            rows, an.optimizers, list(dict.fromkeys(str(r["model_size"]) for r in rows)), baseline),
+            transient=frozenset((s, t) for s, t in transient if t is not None)),
+            baseline=baseline, report=an.report_spec)
     elif any(r["optimizer"] == baseline for r in ok):
-        an.verdicts = verdict(ok, baseline=baseline, unmeasurable=unmeasurable(ok, an.optimizers, an.sizes, baseline))
+        an.verdicts = verdict(ok, baseline=baseline, unmeasurable=unmeasurable(ok, an.optimizers, an.sizes, baseline),
+                              report=an.report_spec, transient=frozenset(s for s, _ in transient))
     else:
         an.notes.append(f"no completed '{baseline}' runs: ratios and verdicts need the baseline")
     an.tuning_noise = apply_tuning_noise(an, baseline)  # intervals widened by the second tuning draw's shift
     an.predicted = predicted_ratios(an, baseline)
     return an
+
+
+def _drop_leftover_tuning(an: Analysis) -> None:
+    """Tuning runs of cells the sweep no longer has (a ratio or size removed from the file after they ran) are named
+    in a note and left out of the tuning curves: they tuned nothing this report compares."""
+    if not an.sizes:
+        return
+    leftover = [r for r in an.tuning if cell_of(r) not in an.sizes]
+    if leftover:
+        cells = sorted({cell_of(r) for r in leftover})
+        an.tuning = [r for r in an.tuning if cell_of(r) in an.sizes]
+        an.notes.append(f"{len(leftover)} tuning run(s) of cell(s) this sweep no longer has ({', '.join(cells)}): "
+                        "listed under Runs, left out of the tuning curves")
 
 
 def _set_cells(an: Analysis, ok: Sequence[Mapping[str, Any]]) -> None:

@@ -415,10 +415,12 @@ def _runs(doc: Doc, an: Analysis) -> None:
 # ------------------------------------------------------------------------------------------------- report
 def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None,
                  target_loss: float | dict[str, float] | None = None,
-                 tuning_dir: str | os.PathLike[str] | None = None) -> dict[str, Path]:
+                 tuning_dir: str | os.PathLike[str] | None = None,
+                 include_transient: bool | None = None) -> dict[str, Path]:
     """Write report.md (the answer, ``report.short_report``), evidence.md (everything behind it), report.html (both,
     the evidence collapsed), summary.csv, runs.parquet and the PNG plots; returns their paths by name.
-    ``tuning_dir``: a tuning sweep whose runs give the tuning curves."""
+    ``tuning_dir``: a tuning sweep whose runs give the tuning curves; ``include_transient``: transient cells back in
+    the trends (:func:`report.analysis.analyse`)."""
     from hf_optbench.report.draw_shift import noise_section
     from hf_optbench.report.export import write_runs_parquet
     from hf_optbench.report.rate_transfer import plot_transfer, transfer_line, transfer_rows, transfer_section
@@ -426,14 +428,13 @@ def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[st
         answer_tables,
         attribution_line,
         plot_and_link,
-        regime_line,
         tuning_noise_line,
     )
     from hf_optbench.report.time_to_quality import time_line, time_section
 
     sweep = Path(sweep_dir)
     out = Path(output) if output else sweep / "report"
-    an = analyse(sweep, target_loss, tuning_dir=tuning_dir)
+    an = analyse(sweep, target_loss, tuning_dir=tuning_dir, include_transient=include_transient)
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {"summary.csv": write_summary_csv(an.all_records, out / "summary.csv", DERIVED_COLUMNS)}
     files["runs.parquet"] = write_runs_parquet(an.all_records, an.metrics, out / "runs.parquet")
@@ -447,7 +448,7 @@ def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[st
     evidence.p("The answer, in short: [report.md](report.md). Below, everything it rests on.")
     _verdict(evidence, an, files)
     noise_section(evidence, an)
-    regime, reg = regime_line(an)
+    regime, reg = an.regime_text, an.regime
     reference_section(evidence, an, reg)
     _ratios(evidence, an, files)
     _speedup(evidence, an)

@@ -19,6 +19,7 @@ from typing import Any
 
 from hf_optbench.measure.intervals import POWER
 from hf_optbench.measure.verdict import (
+    ADVANTAGE_SIGN,
     ALPHA,
     DATA_QUESTIONS,
     METRICS,
@@ -91,11 +92,28 @@ def _levels_sentence(verdicts: Sequence[Any]) -> str:
             f"at half its level: {conf} here (each cell's in the Evidence table).")
 
 
+def control_text(an: Any, both: str = "") -> str:
+    """How the table's error is controlled: one Holm procedure over every testable cell, or, where the sweep
+    declares primary questions (measure/primary.py), one over the primary cells and another over the rest."""
+    tested = [v for v in an.verdicts if v.p_value is not None and v.verdict != NOT_MEASURABLE]
+    tiers = {v.tier: v.family for v in tested}
+    if not tiers or set(tiers) == {""}:
+        return (f"Error control over the whole table: Holm's step-down procedure over its testable cells{both} "
+                f"({_family(an) or 'none here: a cell needs two points'}) keeps the chance of any false difference claim "
+                f"at {ALPHA:.0%}.")
+    primary = an.report_spec.primary if an.report_spec is not None else ()
+    asked = ", ".join(q.text() for q in primary) or "none"
+    return (f"Error control: the sweep's pre-declared primary questions ({asked}) form their own family, Holm's "
+            f"step-down procedure over its {tiers.get('primary', 0)} testable cells holding the chance of any false "
+            f"primary claim at {ALPHA:.0%}; every other cell is secondary, under a second Holm procedure over its "
+            f"{tiers.get('secondary', 0)} cells at {ALPHA:.0%} (the Evidence table's tier column). The verdict words of "
+            "report.md are the primary family's (docs/METHOD.md: primary questions).")
+
+
 # ------------------------------------------------------------------------------------------------ legends
 def verdict_legend(an: Any) -> str:
     """The paragraph under the verdict table (the size axis): how a cell is decided and what controls the table's
     error, with the levels, confidences and margins its cells were computed at."""
-    family = _family(an)
     both = " (both axes: the size tables and the data tables below)" if an.multi else ""
     along = [v for v in an.verdicts if v.axis == "size"]
     return (f"Cells: the verdict, then the ratio (or gap) to {BASELINE} at the smallest → largest size run and where "
@@ -103,10 +121,9 @@ def verdict_legend(an: Any) -> str:
             "and data order); each size has a Student-t interval of the mean paired log-ratio (or difference), or, where "
             "some pairs are bounds (a speedup beyond the ladder, a run that never reached the target), a censored-normal "
             "likelihood interval (never a mean of bounds; ≥ / ≤ marks a figure that is itself a bound). The trend is the "
-            "mean of per-seed slopes over log10(parameters) with its own interval. Error control over the whole table: "
-            f"Holm's step-down procedure over its testable cells{both} "
-            f"({family or 'none here: a cell needs two sizes'}) keeps the chance of any false difference claim at "
-            f"{ALPHA:.0%}. {_levels_sentence(along)} Margins (a difference within one is level): "
+            f"mean of per-seed slopes over log10(parameters) with its own interval, printed as the advantage trend "
+            f"({ADVANTAGE_SIGN}). {control_text(an, both)} {_levels_sentence(along)} Margins (a difference within one "
+            "is level): "
             f"{margins_text(_judged(along) or METRICS)}. {TREND_RULE.format(points='sizes')} A \"no difference\" cell "
             f"states its MDE: the smallest true effect it would have called with {POWER:.0%} power at its level (exact, "
             "from the noncentral t). Wall-clock cells measured while runs shared the machine, or whose per-seed ratios "
@@ -119,7 +136,6 @@ def data_legend(an: Any) -> str:
     """The paragraph under the data-axis tables: what is judged along data, the error control they share, the levels,
     confidences and margins of their cells."""
     along = [v for v in an.verdicts if v.axis == "data"]
-    family = max((v.family for v in an.verdicts if v.p_value is not None), default=0)
     return (f"Along data per parameter, at each size: the same rule as along size, with log10(tokens per parameter) in "
             f"place of log10(parameters). Each seed is paired with {BASELINE} at each ratio (the same initial weights "
             "and data order, at another budget; each ratio tuned and laddered on its own), the trend is the mean of "
@@ -127,8 +143,7 @@ def data_legend(an: Any) -> str:
             "spanned. Cells: the verdict, then the ratio (or gap) at the smallest → largest ratio and where the optimizer "
             "stands at the largest; a trend reads \"... with data\" (Marin, arXiv:2509.02046, found Muon's speedup "
             f"shrinking with data). Judged: the {' and '.join(DATA_QUESTIONS)} metrics (a model's memory does not depend "
-            f"on its data budget). Holm's procedure runs over the testable cells of both axes together "
-            f"({family or 'none'}), so the chance of any false claim in all of these tables is {ALPHA:.0%}. "
+            f"on its data budget). {control_text(an, ' (both axes together)')} "
             f"{_levels_sentence(along)} Margins: {margins_text(_judged(along) or METRICS)}. "
             f"{TREND_RULE.format(points='data ratios')}")
 
@@ -138,9 +153,11 @@ def evidence_legend(verdicts: Sequence[Any]) -> str:
     each figure of a row is, and what its p is the p of."""
     shown = [v for v in verdicts if v.points]
     return ("Evidence: each row gives the paired comparison at the smallest and the largest point (size, or data ratio "
-            "along data) with its interval and stance, then the trend per decade [its interval] against ± its "
-            "threshold (the margin over the decades spanned) and where it lies: beyond the margin, inside it, or "
-            "neither. Then the cell's p, and what it is the p of: \"cell p = 2 × min(p at <largest point>, trend p)\" "
+            "along data) with its interval and stance, then the advantage trend per decade [its interval] ("
+            f"{ADVANTAGE_SIGN}: for a ratio metric the slope of ln(baseline / optimizer), of ln(speedup) for the "
+            "speedup) against ± its threshold (the margin over the decades spanned), where it lies (beyond the margin, "
+            "inside it, or neither) and the smallest trend its test could detect with 80 % power. "
+            "Then the cell's p, and what it is the p of: \"cell p = 2 × min(p at <largest point>, trend p)\" "
             "(at most 1; Bonferroni over the cell's two tests), where \"p at <largest point>\" is the two-sided p of "
             "the largest point's paired difference lying beyond its margin (twice the smaller one-sided p of \"below "
             "−margin\" and \"above +margin\") and \"trend p\" the same for the trend against ± its threshold. "

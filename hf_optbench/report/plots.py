@@ -32,6 +32,47 @@ EMPTY_TEXT = {"loss_spikes_per_1k": "no loss spikes in any run", "diverged": "no
 
 
 # ------------------------------------------------------------------------------------------------------- style
+FILLED, HOLLOW, FADED = "filled: beyond the margin", "hollow: not beyond it", "faded: transient, out of the trend"
+
+
+def fill_key(ax: Any, transient: bool = False) -> None:
+    """Legend entries that say what a marker's fill means, drawn as the points are drawn: a series' own entry is an
+    outline (its colour and shape), so the legend never shows a fill that some of its points do not have."""
+    ax.plot([], [], "o", color="0.35", mfc="0.35", mew=1.3, ms=6, ls="none", label=FILLED)
+    ax.plot([], [], "o", color="0.35", mfc="white", mew=1.3, ms=6, ls="none", label=HOLLOW)
+    if transient:
+        ax.plot([], [], "o", color="0.35", mfc="white", mew=1.3, ms=6, ls="none", alpha=0.35, label=FADED)
+
+
+def point_style(p: Any, c: Any) -> dict[str, Any]:
+    """How a verdict point is drawn: filled where beyond the margin (ahead or behind), hollow where not, faded where
+    the cell is transient (shown, left out of the trend)."""
+    return {"color": c, "mfc": c if p.significant else "white", "mew": 1.3, "ms": 7,
+            "alpha": 0.35 if getattr(p, "transient", False) else 1.0}
+
+
+TREND_KEY = "trend ln/decade, +: advantage grows"
+
+
+def verdict_label(name: str, v: Any) -> str:
+    """A series' legend text: its verdict and its advantage trend per decade (the legend's title,
+    :data:`TREND_KEY`, states the orientation)."""
+    a, ci = getattr(v, "advantage_trend", None), getattr(v, "advantage_ci", None)
+    trend = f"; trend {a:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]" if a is not None and ci is not None else ""
+    return f"{name}: {v.word}{trend}"
+
+
+def levels_text(points: Iterable[Any]) -> str:
+    """The confidence of the drawn intervals as the report states it ("99.84 %", or a range), from each point's
+    two-sided level; "n/a" without one."""
+    from hf_optbench.measure.verdict import confidence_text
+
+    levels = sorted({p.level for p in points})
+    if not levels:
+        return "n/a"
+    low, high = confidence_text(levels[-1]), confidence_text(levels[0])
+    return low if low == high else f"{low} to {high}"
+
 def plt_() -> Any:
     import matplotlib
 
@@ -211,16 +252,19 @@ def plot_lr_gradnorm(an: Analysis, size: str, path: Path) -> Path:
 
 
 def plot_memory(an: Analysis, path: Path) -> Path:
-    """Parameters, gradients, optimizer state and peak as side-by-side bars per optimizer, one panel per size, on
-    a log axis (the state of a factored optimizer is ~1e-4 of a CPU peak that includes the runtime). The legend is
-    the figure's, above the panels: inside one it covered the small bars' values."""
+    """Per size, two panels: what the model and its optimizer hold (parameters, gradients, optimizer state: side-by-
+    side bars per optimizer on a log axis, where a factored state of ~1e-4 of the parameters still shows) and the
+    peak the process reached, on its own axis (on a CPU it is mostly the runtime: hundreds of MiB beside a state of
+    kilobytes on one axis would read as nothing). The legend is the figure's, under the title."""
     plt = plt_()
-    sizes = an.model_sizes  # a model's memory is the same at every data ratio: one panel per size
-    fig, axes = plt.subplots(1, len(sizes), figsize=(4.6 * len(sizes), 4.6), squeeze=False)
-    parts = (("param_bytes", "parameters"), ("grad_bytes", "gradients"), ("optimizer_state_bytes", "optimizer state"),
-             ("peak_memory_bytes", "peak"))
+    sizes = an.model_sizes  # a model's memory is the same at every data ratio: one column per size
+    fig, axes = plt.subplots(2, len(sizes), figsize=(max(6.4, 4.6 * len(sizes)), 7.4), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 2]})
+    parts = (("param_bytes", "parameters"), ("grad_bytes", "gradients"), ("optimizer_state_bytes", "optimizer state"))
     width = 0.8 / len(parts)
-    for ax, size in zip(axes[0], sizes, strict=True):
+    kinds = {r.get("peak_memory_kind") for r in an.ok() if r.get("peak_memory_kind")}
+    for col, size in enumerate(sizes):
+        ax, peak_ax = axes[0][col], axes[1][col]
         for j, (key, label) in enumerate(parts):
             xs, vals = [], []
             for i, o in enumerate(an.optimizers):
@@ -231,16 +275,26 @@ def plot_memory(an: Analysis, path: Path) -> Path:
             bars = ax.bar(xs, vals, width=width, label=label, color=f"C{j}")
             ax.bar_label(bars, labels=[f"{v:.3g}" for v in vals], fontsize=6, rotation=90, padding=2)
         ax.set_yscale("log")
-        ax.margins(y=0.25)
-        ax.set_xticks(range(len(an.optimizers)), an.optimizers, rotation=30, fontsize=8)
+        ax.margins(y=0.3)
+        ax.set_xticks(range(len(an.optimizers)), [])
         ax.set_title(size)
         ax.set_ylabel("MiB (log)")
         ax.grid(axis="y", alpha=0.3, which="both")
+        peaks = [(group(an.records, "peak_memory_bytes", o, size, by_size=True) or {}).get("mean")
+                 for o in an.optimizers]
+        xs = [i for i, v in enumerate(peaks) if v]
+        bars = peak_ax.bar(xs, [peaks[i] / 2**20 for i in xs], width=0.5, color="C3")
+        peak_ax.bar_label(bars, labels=[f"{peaks[i] / 2**20:.4g}" for i in xs], fontsize=7, padding=2)
+        peak_ax.margins(y=0.25)
+        peak_ax.set_xticks(range(len(an.optimizers)), an.optimizers, rotation=30, fontsize=8)
+        peak_ax.set_ylabel(f"peak MiB ({', '.join(sorted(kinds)) or 'n/a'})", fontsize=8)
+        peak_ax.grid(axis="y", alpha=0.3)
     fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=len(parts), fontsize=8,
-               bbox_to_anchor=(0.5, 0.93), frameon=False)
-    kinds = {r.get("peak_memory_kind") for r in an.ok() if r.get("peak_memory_kind")}
-    fig.suptitle(f"memory per optimizer and size, mean over seeds (peak: {', '.join(sorted(kinds)) or 'n/a'})")
-    return save(fig, path, rect=(0, 0, 1, 0.89))
+               bbox_to_anchor=(0.5, 0.925), frameon=False)
+    title = ("memory per optimizer and size, mean over seeds: what the model and the optimizer hold (top, log axis) "
+             "and the process's peak (bottom, its own axis)")
+    fig.suptitle(textwrap.fill(title, width=int(11 * max(6.4, 4.6 * len(sizes)))), fontsize=10)
+    return save(fig, path, rect=(0, 0, 1, 0.92))
 
 
 # ------------------------------------------------------------------------------------------- against size
@@ -268,11 +322,13 @@ def plot_by_params(an: Analysis, panels: Sequence[tuple[str, str]], title: str, 
                 ax.scatter([x] * len(ys), ys, color=col[opt], marker=MARKERS[k % len(MARKERS)], s=14, alpha=0.6)
                 xs.append(x)
                 means.append(sum(ys) / len(ys))
-            if xs:
+            if len(xs) > 1:
                 ax.plot(xs, means, color=col[opt], marker=MARKERS[k % len(MARKERS)], lw=1, label=opt)
+            elif xs:  # one size: the mean as a short bar across its dots (no line joins one point)
+                ax.plot(xs, means, color=col[opt], marker="_", ms=16, mew=2, ls="none", label=opt)
         param_axis(ax, counts)
-        if log_y and values and min(values) > 0:
-            ax.set_yscale("log")
+        if log_y and values and min(values) > 0 and max(values) / min(values) > 10:
+            ax.set_yscale("log")  # under a decade a log axis has no labelled tick: linear reads better
         if values and key in EMPTY_TEXT:  # counts and fractions: from 0 up (not -0.04 ... 0.04 around all-zero)
             top = max(1.0, max(values))
             ax.set_ylim(-0.05 * top, 1.05 * top)
@@ -299,7 +355,7 @@ def _panel(ax: Any, an: Analysis, key: str, label: str, col: dict[str, Any], ver
     for k, v in enumerate(v for o in opts for v in verdicts if v.optimizer == o and v.metric.key == key):
         offset = 1.0 + 0.05 * (k - (len(opts) - 1) / 2)
         c, marker = col[v.optimizer], MARKERS[k % len(MARKERS)]
-        for i, p in enumerate(v.points):
+        for p in v.points:
             x, y = p.num_params * offset, p.ratio()
             counts.append(p.num_params)
             values.append(y)
@@ -307,8 +363,8 @@ def _panel(ax: Any, an: Analysis, key: str, label: str, col: dict[str, Any], ver
                 lo, hi = p.interval()
                 ax.plot([x, x], [lo, hi], color=c, lw=1.2)
                 values += [lo, hi]
-            ax.plot(x, y, marker, color=c, mfc=c if p.significant else "white", mew=1.3, ms=7,
-                    label=f"{v.optimizer}: {v.verdict}" if i == 0 else None)
+            ax.plot(x, y, marker, **point_style(p, c))
+        ax.plot([], [], marker, color=c, mfc="none", mew=1.3, ms=7, ls="none", label=verdict_label(v.optimizer, v))
         pts = [p for p in an.predicted if p["optimizer"] == v.optimizer] if key == "optimizer_state_bytes" else []
         if pts:
             ax.scatter([p["num_params"] for p in pts], [p["ratio"] for p in pts], facecolors="none",
@@ -325,7 +381,8 @@ def _panel(ax: Any, an: Analysis, key: str, label: str, col: dict[str, Any], ver
     ax.set_title(label, fontsize=10)
     ax.grid(alpha=0.3, which="both")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=6)
+        fill_key(ax, any(getattr(p, "transient", False) for v in verdicts for p in v.points))
+        ax.legend(fontsize=6, title=TREND_KEY, title_fontsize=6)
 
 
 def _scaling_keys(an: Analysis, verdicts: Sequence[Any]) -> tuple[list[tuple[str, str]], list[str]]:
@@ -355,8 +412,7 @@ def plot_scaling(an: Analysis, path: Path, at: str = "") -> Path | None:
     for ax, (key, label) in zip(axes.flat, keys, strict=False):  # spare axes are hidden
         _panel(ax, an, key, label, col, verdicts)
     # the level each bar was computed at (Holm's level of its verdict cell), not a fixed one: the caption names it
-    levels = sorted({1 - p.level for v in verdicts for p in v.points})
-    drawn = f"{levels[0]:.1%}" if len(levels) == 1 else f"{levels[0]:.1%} to {levels[-1]:.1%}" if levels else "n/a"
+    drawn = levels_text(p for v in verdicts for p in v.points)
     title = (f"ratio to {BASELINE} vs model size{f' at {at}' if at else ''}: mean paired ratio, bar = its paired "
              f"interval at the level Holm's procedure gave its verdict cell ({drawn} confidence); filled = beyond the "
              "margin (grey band), hollow = not; no fitted line")
@@ -459,18 +515,19 @@ def plot_data_axis(an: Analysis, path: Path, key: str = "speedup") -> Path | Non
                 if math.isfinite(p.ci_low) and math.isfinite(p.ci_high):
                     lo, hi = p.interval()
                     ax.plot([x, x], [lo, hi], color=c, lw=1.2)
-                ax.plot(x, y, marker, color=c, mfc=c if p.significant else "white", mew=1.3, ms=7)
+                ax.plot(x, y, marker, **point_style(p, c))
                 ax.annotate(f"{p.bound_sign()}{y:.3g}", (x, y), textcoords="offset points", xytext=side[0], fontsize=7,
                             color=c, ha=side[1])
                 values.append(y)
-            ax.plot([], [], marker, color=c, ls="--", label=f"{v.at}: {v.word}")
+            ax.plot([], [], marker, color=c, mfc="none", mew=1.3, ls="--", label=verdict_label(v.at, v))
         ax.axhspan(math.exp(-spec.margin), math.exp(spec.margin), color="0.85", zorder=0)
         ax.axhline(1.0, color="grey", lw=0.8)
         ratio_axis(ax, [p.num_params for v in found[opt] for p in v.points])
         ax.set_title(opt, fontsize=10)
         ax.set_ylabel(f"{spec.label} / {BASELINE}" if spec.baseline_value is None else f"{opt}'s {spec.label}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        fill_key(ax, any(p.transient for v in found[opt] for p in v.points))
+        ax.legend(fontsize=6.5, title=TREND_KEY, title_fontsize=6.5)
     low, high = min(values), max(values)
     if high / low > 3:
         axes[0][0].set_yscale("log")  # shared: every panel
@@ -479,9 +536,11 @@ def plot_data_axis(an: Analysis, path: Path, key: str = "speedup") -> Path | Non
     else:
         pad = 0.35 * (high - low) + 0.1
         axes[0][0].set_ylim(max(0.0, low - pad), high + pad)  # an interval wider than this runs off the axis
+    drawn = levels_text(p for o in opts for v in found[o] for p in v.points)
     title = (f"{spec.label} against data per parameter, per size: the mean paired value, bar = its interval at the "
-             "level Holm's procedure gave its verdict cell (cut at the axis); filled = beyond the margin (grey band), "
-             "hollow = not; the dashed line only joins one size's points")
+             f"level Holm's procedure gave its verdict cell ({drawn} confidence, cut at the axis); filled = beyond the "
+             "margin (grey band), hollow = not; the dashed line only joins one size's points; trend per decade, "
+             "+: advantage grows")
     fig.suptitle(textwrap.fill(title, width=int(14 * 5.2 * ncols)), fontsize=9)
     return save(fig, path)
 
@@ -498,12 +557,13 @@ def write_plots(an: Analysis, out: Path) -> dict[str, Path]:
                 files[f"loss_{name}.png"] = plot_loss(an, size, out / f"loss_{name}.png")
                 files[f"lr_gradnorm_{name}.png"] = plot_lr_gradnorm(an, size, out / f"lr_gradnorm_{name}.png")
         files["memory.png"] = plot_memory(an, out / "memory.png")
+        mean_mark = "line = mean over seeds)" if len(an.model_sizes) > 1 else "bar = mean over seeds)"
         files["throughput.png"] = plot_by_params(
             an, (("step_time_median_s", "median step time (s)"), ("tokens_per_s", "tokens / s")),
-            "step time and throughput (wall clock: dots = seeds, line = mean)", out / "throughput.png", log_y=True)
+            f"step time and throughput (wall clock: dots = seeds, {mean_mark}", out / "throughput.png", log_y=True)
         files["stability.png"] = plot_by_params(
             an, (("loss_spikes_per_1k", "loss spikes per 1k steps"), ("diverged", "diverged (1) or not (0)")),
-            "stability (dots = seeds, line = mean over seeds; optimizers offset sideways)", out / "stability.png",
+            f"stability (dots = seeds, {mean_mark[:-1]}; optimizers offset sideways)", out / "stability.png",
             dodge=True)
     for at in dict.fromkeys(v.at for v in an.verdicts_along("size")):  # one per ratio every size ran
         if an.multi and len(an.model_sizes) < 2:

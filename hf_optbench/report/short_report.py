@@ -9,10 +9,12 @@ nine columns; a reader who wants the answer reads this page, one who wants to ch
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.measure.verdict import ADVANTAGE_SIGN
 from hf_optbench.report.draw_shift import LABELS, beside, shift_text
 from hf_optbench.rundir import BASELINE
 
@@ -38,7 +40,8 @@ def point_text(p: Any, mode: str) -> str:
         text = f"{p.bound_sign()}{p.ratio():.3g} [{low:.3g}, {high:.3g}] {p.stance}"
     else:
         text = f"{p.bound_sign()}{p.gap:+.2g} [{p.ci_low:+.2g}, {p.ci_high:+.2g}] {p.stance}"
-    return text + (f" ({p.mde_text(mode, 'nats' if mode != 'ratio' else '')})" if p.stance == "no difference" else "")
+    text += f" ({p.mde_text(mode, 'nats' if mode != 'ratio' else '')})" if p.stance == "no difference" else ""
+    return text + ("; transient, out of the trend" if getattr(p, "transient", False) else "")
 
 
 def _cell(an: Any, opt: str, key: str, cell: str) -> str:
@@ -161,14 +164,68 @@ def tuning_noise_line(an: Any) -> str:
     return text + "."
 
 
+def _trend_phrase(v: Any) -> str:
+    """"+0.270 ln/decade [+0.153, +0.388] at nano (grows)", or why there is no trend."""
+    where = f" at {v.at}" if v.at else ""
+    if v.advantage_trend is None:
+        left = [p.model_size for p in v.points if p.transient]
+        why = f"{len(left)} transient cell(s) left out" if left else "needs two points with two seeds"
+        return f"no trend{where} ({why}; {v.word})"
+    mde = v.trend_mde
+    detect = f", smallest detectable ±{mde:.2g}" if mde is not None and math.isfinite(mde) else ""
+    return f"{v.trend_text().replace(f' ({ADVANTAGE_SIGN})', '')}{where} ({v.word}{detect})"
+
+
+def answer_sentences(an: Any, key: str) -> list[str]:
+    """One sentence per optimizer: its trend of ``key`` along data (at each size) and along size (at each ratio),
+    with the interval, oriented so that + is its advantage growing; the tier and family that controlled them."""
+    from hf_optbench.measure.verdict import NOT_MEASURABLE
+
+    out = []
+    for opt in (o for o in an.optimizers if o != BASELINE):
+        parts = []
+        for axis in ("data", "size"):
+            cells = [v for v in an.verdicts_along(axis) if v.optimizer == opt and v.metric.key == key
+                     and v.verdict != NOT_MEASURABLE]
+            if cells:
+                parts.append(f"along {axis} {'; '.join(_trend_phrase(v) for v in cells)}")
+        if parts:
+            out.append(f"**{opt}**: {', and '.join(parts)}.")
+    return out
+
+
+def _sentences_note(an: Any, key: str) -> str:
+    """What the opening sentences' numbers are and which test they belong to."""
+    cells = [v for v in an.verdicts if v.metric.key == key and v.p_value is not None]
+    tier = next((v.tier for v in cells if v.tier), "")
+    family = max((v.family for v in cells), default=0)
+    unit = "ln(speedup)" if key == "speedup" else "the gap in nats"
+    control = (f"the sweep's {tier} questions, Holm's procedure over their {family} cells at 5 %" if tier
+               else f"Holm's procedure over {family} cells at 5 %")
+    if an.report_spec is not None and an.report_spec.include_transient:
+        transient = "; transient cells (at or above the bigram reference) included, as the sweep asked"
+    elif getattr(an, "regime", None) is None:
+        transient = "; the regime was not computed, so no cell was left out as transient"
+    else:
+        transient = "; cells at or above the bigram reference (transient) are shown in the table and left out of every trend"
+    return (f"Trends per decade of {unit} ({ADVANTAGE_SIGN}, − shrinks), mean of per-seed slopes [its interval at the "
+            f"level of its cell], then the verdict; tested as {control}{transient}.")
+
+
 def answer_tables(doc: Any, an: Any) -> None:
-    """The headline: the speedup (or final-loss gap) tables with their verdicts (``doc``: report.build.Doc)."""
+    """The headline: one sentence per optimizer with its trends, then the speedup (or final-loss gap) tables with their
+    verdicts (``doc``: report.build.Doc)."""
     key = headline_key(an)
     if key is None:
         doc.p(f"No verdict: it needs completed {BASELINE} runs and at least one other optimizer.")
         return
     label = "speedup over tuned " + BASELINE if key == "speedup" else "final eval loss gap to " + BASELINE
     doc.h(2, f"The answer: {label}")
+    sentences = answer_sentences(an, key)
+    if sentences:
+        doc.p(_sentences_note(an, key))
+        for sentence in sentences:
+            doc.p(sentence)
     for caption, header, rows in headline_tables(an, key):
         caption = caption.format(draw=DRAW if an.tuning_noise is not None else "")
         doc.p(f"**{label[0].upper() + label[1:]}, {caption}**")

@@ -204,9 +204,8 @@ RUNS = [  # one row per run record
     Column("error", _last_error_line),
 ]
 def _slope(v: Any) -> str:
-    if v.slope_per_decade is None or v.slope_ci is None:
-        return "–"
-    return f"{v.slope_per_decade:+.3f} [{v.slope_ci[0]:+.3f}, {v.slope_ci[1]:+.3f}]"
+    """The trend as a reader reads it (``Verdict.trend_text``: + is the optimizer's advantage growing)."""
+    return v.trend_text() or "–"
 
 
 def along(v: Any) -> str:
@@ -220,7 +219,8 @@ EVIDENCE = [  # one row per verdict (optimizer x metric)
     Column("verdict", lambda v: v.word),
     Column("paired seeds per size", lambda v: ", ".join(f"{p.model_size} {p.n_pairs}" for p in v.points) or "–"),
     Column("censored pairs", lambda v: sum(p.censored_pairs for p in v.points)),
-    Column("trend / decade [CI]", _slope),
+    Column("advantage trend / decade [CI] (+: grows)", _slope),
+    Column("tier", lambda v: v.tier or "–"),
     Column("trend threshold / decade", lambda v: fmt_num(v.threshold, "{:.3f}")),
     Column("evidence", lambda v: v.evidence),
 ]
@@ -255,9 +255,9 @@ def verdict_cell(v: Any) -> str:
     if v.verdict == NOT_MEASURABLE:
         why = "runs shared the machine" if "sharing the machine" in v.evidence else "seed spread > effect"
         return f"{v.verdict} ({why}; see Evidence)"
-    if not v.points:
+    if not v.judged_points:
         return f"{v.word} ({v.evidence})"
-    a, b = v.points[0], v.points[-1]
+    a, b = v.judged_points[0], v.judged_points[-1]
     where = b.stance
     if v.metric.mode == "ratio":
         span = f"{a.bound_sign()}{a.ratio():.3g}→{b.bound_sign()}{b.ratio():.3g}"
@@ -301,8 +301,9 @@ def ratio_cell(p: Any) -> str:
     if p is None:
         return "–"
     text = p.ratio_text()
-    return text.replace(" no difference", f" no difference ({p.mde_text('ratio')})", 1) if p.stance == "no difference" \
+    text = text.replace(" no difference", f" no difference ({p.mde_text('ratio')})", 1) if p.stance == "no difference" \
         else text
+    return text + (" transient" if p.transient else "")
 
 
 def _ratio_wall_note(an: Analysis, opt: str, size: str) -> str:

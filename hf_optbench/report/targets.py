@@ -118,7 +118,21 @@ def baseline_targets(size: str, runs: Sequence[tuple[Mapping[str, Any], Sequence
         out.append(Target(size, target_name(f), statistics.fmean(values), derivation, f, step, tokens))
     if early:
         notes.append(f"{size}: {early_note(early)}")
-    return out, notes
+    return in_order(out, size, baseline, notes), notes
+
+
+def in_order(targets: Sequence[Target], size: str, baseline: str, notes: list[str]) -> list[Target]:
+    """The targets whose loss lies below every earlier one's: a target the baseline reaches at or before an earlier
+    one (its loss at 100 % of the budget not below its loss at 75 %) measures the end of the schedule, not a time to
+    quality, and every optimizer's ratio to it reads 1 [1, 1]; it is refused as a target, and said in ``notes``."""
+    kept: list[Target] = []
+    for t in targets:
+        if kept and not t.loss < kept[-1].loss:
+            notes.append(f"{size}: the {t.name} target ({t.loss:.4f}) is not below the {kept[-1].name} one "
+                         f"({kept[-1].loss:.4f}): {baseline} reaches it out of order, so it is no target (left out)")
+            continue
+        kept.append(t)
+    return kept
 
 
 def early_note(early: Mapping[str, tuple[int, int, int]]) -> str:

@@ -105,6 +105,7 @@ from hf_optbench.publish.redact import (
     secret_values,
 )
 from hf_optbench.rundir import (
+    BASELINE,
     MANIFEST_FILE,
     STATE_FILE,
     SWEEP_COPY_FILE,
@@ -168,7 +169,7 @@ def _manifest(spec: SweepSpec, kept: dict[str, dict[str, Any]] | None = None) ->
     manifest = scrub_secrets({
         "name": spec.name, "sweep_file": str(spec.path), "base": str(spec.base), "launcher": launcher,
         "overrides": spec.overrides, "per_optimizer": spec.per_optimizer, "per_model_size": spec.per_model_size,
-        "runs": runs})
+        "report": spec.report.as_dict(), "runs": runs})
     manifest["launcher"]["env"] = public_env(dict(spec.launcher.get("env") or {}))
     if spec.tune is not None and spec.tuning is not None:
         manifest["tune"] = {**asdict(spec.tune), "tuning_dir": str(spec.tuning.output_dir),
@@ -223,7 +224,7 @@ def _draw_phases(spec: SweepSpec) -> list[SweepSpec]:
     return [draw.tuning] if draw is not None and draw.tuning is not None else []
 
 
-def _dry_run(spec: SweepSpec, out_stream: Any) -> dict[str, int]:
+def _dry_run(spec: SweepSpec, out_stream: Any, power: tuple[float | None, str | None] = (None, None)) -> dict[str, int]:
     """Print each run's status and command (the tuning phase first), then the predicted wall time on this machine
     (study.eta: the sweep's structure, a short measurement of each compared optimizer's step); launch nothing,
     write nothing."""
@@ -246,6 +247,15 @@ def _dry_run(spec: SweepSpec, out_stream: Any) -> dict[str, int]:
         rows = read_state(phase.output_dir / STATE_FILE)
         predictor.begin_phase(phase.runs, [r for r in phase.runs if finished_status(phase.run_dir(r), rows, r.run_id)])
     print(f"[sweep] {predictor.describe()}", file=out_stream)
+    target, source = power
+    if source is not None:
+        from hf_optbench.study.power_plan import plan_power
+
+        ratios = tuple(spec.budget.ratios) if spec.budget is not None else ()
+        optimizers = len({r.optimizer for r in spec.runs} - {BASELINE})
+        sizes = len({r.model_size for r in spec.runs})
+        seeds = len({r.seed for r in spec.runs if r.budget_multiple in (None, 1, 1.0)})
+        print(f"[sweep] {plan_power(ratios, optimizers, sizes, seeds, source, target).describe()}", file=out_stream)
     return counts
 
 
@@ -354,12 +364,14 @@ def _tune_then_attach(spec: SweepSpec, out_stream: Any) -> None:
 
 def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dry_run: bool = False,
               max_runs: int | None = None, retry_failed: bool = False, stream: Any = None,
-              rerun_changed: bool = False) -> dict[str, int]:
+              rerun_changed: bool = False, target_trend: float | None = None,
+              power_from: str | None = None) -> dict[str, int]:
     """Run (or continue) a sweep: with ``tune:``, the tuning phase, the tuned-values file, then the comparison.
     Returns counts by status of every run of both phases ("pending" for those not run). Bad sweep files raise
     OptBenchError before anything is launched; an optimizer x size the tuning could not tune, before the
     comparison starts. A finished run whose settings the file changed is refused, or with ``rerun_changed``
-    moved aside and run again (study.kept_runs)."""
+    moved aside and run again (study.kept_runs). ``target_trend`` / ``power_from`` (dry run only): the seeds a trend
+    along data needs, from an earlier sweep's spread (study.power_plan)."""
     out_stream = stream or sys.stdout
     spec = load_sweep(path, output_dir)
     check_job_script_values(spec)  # a line break the SLURM job script would run as a command: refused now
@@ -369,7 +381,7 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
         for phase in _phases(spec):
             resolve_grid(phase)
     if dry_run:
-        return _dry_run(spec, out_stream)
+        return _dry_run(spec, out_stream, (target_trend, power_from))
     from hf_optbench.study.eta import predictor_for
 
     # one progress count and ETA, and one set of warm workers, for every phase of the sweep

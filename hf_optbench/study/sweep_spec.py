@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError, suggest
+from hf_optbench.measure.primary import ReportSpec, parse_report_spec
 from hf_optbench.optim.dotted import is_dotted_path
 from hf_optbench.rundir import RUNS_DIR, TUNED_FILE, TUNING_DIR, run_id_for
 from hf_optbench.study import budget as budgets
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from hf_optbench.config.parse import RunConfig
 
 SWEEP_KEYS = {"base", "output_dir", "overrides", "matrix", "per_optimizer", "per_model_size", "launcher", "name",
-              "description", "tune", "budget", "ladder", "calibration"}
+              "description", "tune", "budget", "ladder", "calibration", "report"}
 # Keys that would beat or bypass the tuned value (an explicit value wins in run.plan.resolve_optimization).
 TUNED_KEYS = ("learning_rate", "tuned_hparams_file")
 MATRIX_KEYS = {"optimizer", "model_size", "seed", "lr_multipliers"}
@@ -88,6 +89,7 @@ class SweepSpec:
     second_draw: SecondDraw | None = None  # tune.second_draw (study.second_draw): cells tuned again at another seed
     ladder_dir: Path | None = None  # whose comparison runs decide the ladder's rungs (None: this sweep's own)
     calibration: bool | dict[str, int] = True  # the sweep-end step-time calibration (study/calibration.py)
+    report: ReportSpec = field(default_factory=ReportSpec)  # primary questions, transient cells (measure/primary.py)
 
     @property
     def runs_dir(self) -> Path:
@@ -237,6 +239,13 @@ def _launcher(raw: dict[str, Any], sweep_file: Path) -> dict[str, Any]:
     return launcher
 
 
+def _report(raw: dict[str, Any]) -> ReportSpec:
+    """``report:``: the sweep's pre-declared primary questions and whether transient cells join the trends."""
+    from hf_optbench.measure.verdict import METRICS
+
+    return parse_report_spec(raw.get("report"), [m.key for m in METRICS])
+
+
 def _calibration(raw: dict[str, Any]) -> bool | dict[str, int]:
     """``calibration:``: true (the default), false (none: test sweeps), or {rounds, steps_per_round}, each an integer
     >= 1 (study/calibration.py)."""
@@ -325,7 +334,7 @@ def load_sweep(path: str | os.PathLike[str], output_dir: str | None = None) -> S
     common = dict(path=sweep_file.resolve(), base=base, overrides=overrides, per_optimizer=per_opt,
                   per_model_size=per_size, launcher=launcher, budget=budgets.parse_budget(raw, tables, sizes))
     spec = SweepSpec(output_dir=out, name=name, tune=tune, ladder=budgets.parse_ladder(raw, optimizers),
-                     calibration=_calibration(raw), **common)
+                     calibration=_calibration(raw), report=_report(raw), **common)
     _budget_steps(spec, optimizers, sizes)
     if tune is not None:
         spec.second_draw = parse_second_draw(

@@ -89,6 +89,7 @@ def test_defaults_offline_measure_with_the_shipped_tokenizer_and_say_so(hub_toke
     assert cli_main(["difficulty"]) == 0
     out = capsys.readouterr().out
     assert "token_ratio: None" not in out and "measured with builtin:thai-bpe-2k" in out
+    assert "(gzip bits per token / log2(vocab): 1 = no structure" in out  # every number says what it is
 
 
 def test_cli(capsys):

@@ -35,18 +35,31 @@ def test_a_speedup_that_falls_with_data_gets_its_verdict_table_and_plot(tmp_path
     size = [v for v in an.verdicts_along("size") if v.metric.key == "speedup"]
     assert sorted(v.at for v in size) == ["1 tok/param", "2 tok/param", "4 tok/param"]
     assert all(v.verdict in ("holds", "ahead, trend unresolved") for v in size)
-    # one Holm procedure over both axes
-    assert len({v.family for v in an.verdicts if v.p_value is not None}) == 1
+    # the primary family (the default: the speedup along data and along size) under its own Holm procedure, the
+    # rest under another
+    tested = [v for v in an.verdicts if v.p_value is not None]
+    primary = [v for v in tested if v.tier == "primary"]
+    assert {v.metric.key for v in primary} == {"speedup"} and {v.family for v in primary} == {len(primary)} == {5}
+    assert {v.family for v in tested if v.tier == "secondary"} == {len(tested) - 5}
+    assert all(v.advantage_trend < 0 for v in data.values())  # a falling speedup reads negative: advantage shrinks
 
     files = build_report(tmp_path / "sweep")
+    short = files["report.md"].read_text()
+    opening = short.split("## The answer: speedup over tuned adamw")[1].split("|")[0]
+    assert "(+: advantage grows, − shrinks)" in opening and "Holm's procedure over their 5 cells" in opening
+    tiny = data["tiny"]
+    assert (f"**lion**: along data {tiny.advantage_trend:+.3f} ln/decade [{tiny.advantage_ci[0]:+.3f}, "
+            f"{tiny.advantage_ci[1]:+.3f}] at tiny (shrinks with data, smallest detectable ±") in opening
     text = files["evidence.md"].read_text()
+    assert "| primary |" in text and "| secondary |" in text
     assert "## Data per parameter (advantage over adamw as each parameter sees more data)" in text
     assert "### At 1 tok/param" in text and "### At tiny" in text
     assert "| lion | tiny | 1.99 [" in text and "ahead | shrinks with data |" in text  # speedup per ratio, then the word
     assert "shrinks with data (1.99→1.29; ahead at 4 tok/param)" in text  # smallest -> largest ratio
     assert "| optimizer | metric | along | verdict |" in text and "| data, at mini |" in text
     assert "data_axis.png" in files and "scaling__tpp2.png" in files and "loss_tiny__tpp4.png" in files
-    assert "(both axes: the size tables and the data tables below)" in text
+    assert "the sweep's pre-declared primary questions (speedup along data, speedup along size) form their own " \
+        "family" in text
     rungs = text.split("## Speedup over adamw (its budget ladder)")[1]
     assert "| tiny @ 2 tok/param |" in rungs  # the ladder per cell
     import pandas as pd

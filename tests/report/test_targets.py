@@ -107,3 +107,19 @@ def test_hyperparameter_sources_and_tuning_curve(tmp_path: Path) -> None:
     lion = frame[frame["optimizer"] == "lion"].set_index("lr_multiplier")
     assert lion.loc[2.0, "bad"] == 1 and not lion.loc[2.0, "best"]  # a diverged seed disqualifies the rate
     assert frame.groupby("optimizer")["best"].sum().tolist() == [1, 1]
+
+
+def test_a_target_the_baseline_reaches_out_of_order_is_refused() -> None:
+    """AdamW's loss flat from 75 % to 100 % of its budget: the 100 % target is no time to quality (every ratio to it
+    would read 1 [1, 1]), so it is left out with a note; the earlier ones stay."""
+    from hf_optbench.report.targets import baseline_targets
+
+    def run(seed: int, losses: list[float]) -> tuple[dict, list[dict], int]:
+        rec = {"run_id": f"adamw__tiny__s{seed}", "seed": seed, "max_steps": len(losses), "tokens_per_step": 10}
+        return rec, [{"step": i + 1, "loss": v} for i, v in enumerate(losses)], 1
+
+    curve = [5.0 - 0.1 * i for i in range(6)] + [4.5, 4.5]  # steps 1-8: falls to step 6, flat after
+    targets, notes = baseline_targets("tiny", [run(1, curve), run(2, curve)], "adamw")
+    assert [t.name for t in targets] == ["25%", "50%", "75%"]
+    assert notes == ["tiny: the 100% target (4.5000) is not below the 75% one (4.5000): adamw reaches it out of "
+                     "order, so it is no target (left out)"]

@@ -84,7 +84,7 @@ def test_write_merges_and_keeps_format(tmp_path: Path) -> None:
     assert "# warning: lion/tiny: edge" in path.read_text()
 
 
-def test_tune_cli_on_a_fixture_sweep(tmp_path: Path) -> None:
+def test_tune_cli_on_a_fixture_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = build_fixture_sweep(tmp_path / "tune", optimizers=("adamw", "lion"), sizes=("tiny",), seeds=(0, 1),
                                steps=20, lr_multipliers=(0.5, 1.0, 2.0))
     out = tmp_path / "tuned_hparams.yaml"
@@ -93,7 +93,9 @@ def test_tune_cli_on_a_fixture_sweep(tmp_path: Path) -> None:
     assert not out.exists()
     _add_tuning_loss(root, {"lion__tiny__s0__lrx2": 3.0, "lion__tiny__s1__lrx2": 3.2,
                             "adamw__tiny__s0__lrx0.5": 3.5, "adamw__tiny__s1__lrx0.5": 3.5})
+    capsys.readouterr()
     assert cli_main([str(root), "--output", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote {out}\n"  # one line: the file is on disk, not on the screen
     data = yaml.safe_load(out.read_text())
     assert data["lion"]["tiny"]["multiplier"] == 2.0
     assert data["lion"]["tiny"]["learning_rate"] == pytest.approx(2e-4)  # the fixture's lion lr x 2

@@ -1,0 +1,107 @@
+"""How many seeds a sweep needs to detect a given trend of its speedup along data (``sweep --dry_run
+--target_trend T --power_from FILE``).
+
+The primary test along data is a one-sample t test of the per-seed least-squares slopes of ln(speedup) on
+log10(tokens per parameter) against ``± threshold`` (:mod:`hf_optbench.measure.verdict`, the trend). Its power is
+fixed by three things a plan can know before running: the per-point noise of ln(speedup) across seeds (measured in an
+earlier sweep, pooled within its cells), the design's ratios (which set the slope's spread through
+``sum((x - mean x)^2)``), and the level Holm's procedure can give a cell of the primary family (planned at its
+worst, Bonferroni's ``ALPHA / cells``, each cell's two tests at half of it). :mod:`hf_optbench.measure.primary`
+holds the arithmetic; tests/measure/test_primary.py checks it by simulating the test.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hf_optbench.errors import OptBenchError
+from hf_optbench.measure.primary import pooled_point_sd, seeds_for_trend, slope_sd, trend_mde
+from hf_optbench.measure.verdict import ALPHA, SPEEDUP_MARGIN
+from hf_optbench.rundir import BASELINE
+
+
+@dataclass(frozen=True)
+class PowerPlan:
+    """The plan's inputs and answers, for one line of the dry run."""
+
+    point_sd: float
+    cells: int
+    source: str
+    ratios: tuple[float, ...]
+    primary_cells: int
+    seeds: int
+    mde: float
+    target: float | None
+    seeds_needed: int | None
+    threshold: float
+
+    def describe(self) -> str:
+        span = math.log10(max(self.ratios)) - math.log10(min(self.ratios))
+        text = (f"power along data: ln(speedup) varies by sd {self.point_sd:.3g} between seeds (pooled over "
+                f"{self.cells} cells of {self.source}); over {', '.join(f'{r:g}' for r in self.ratios)} tokens/param "
+                f"({span:.2g} decades, trend threshold ±{self.threshold:.3g}) and {self.primary_cells} primary cells "
+                f"(planned at Bonferroni's level {ALPHA / self.primary_cells:.2g}), {self.seeds} seeds detect a trend of "
+                f"±{self.mde:.3g} ln/decade with 80 % power")
+        if self.target is not None:
+            text += (f"; a trend of {self.target:g} needs {self.seeds_needed} seeds" if self.seeds_needed is not None
+                     else f"; a trend of {self.target:g} cannot be reached with up to 200 seeds (at or inside the "
+                          f"threshold {self.threshold:.3g}, or too noisy)")
+        return text + "."
+
+
+def _rows(source: Path) -> list[dict[str, Any]]:
+    """The per-run rows of an earlier sweep: a report's summary.csv, or a sweep directory holding report/summary.csv."""
+    path = source / "report" / "summary.csv" if source.is_dir() else source
+    if not path.is_file():
+        raise OptBenchError(f"--power_from '{source}': no summary.csv there. Pass an earlier sweep's report/summary.csv "
+                            "(or its sweep directory, once `hf-optbench report` has run on it).")
+    with path.open(encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def point_sd_from(source: str | Path) -> tuple[float, int]:
+    """(pooled sd of ln(speedup) between seeds within each optimizer x size x ratio cell, cells pooled) of an earlier
+    sweep's completed, uncensored comparison runs."""
+    by_cell: dict[tuple[str, str, str], list[float]] = {}
+    for r in _rows(Path(source)):
+        if r.get("optimizer") in (None, "", BASELINE) or r.get("status") != "completed":
+            continue
+        if r.get("budget_multiple") not in (None, "", "1", "1.0") or r.get("lr_multiplier") not in (None, ""):
+            continue
+        try:
+            speedup = float(r.get("speedup") or "nan")
+        except ValueError:
+            continue
+        if not speedup > 0 or r.get("speedup_bound"):
+            continue
+        key = (r["optimizer"], r.get("model_size", ""), r.get("budget_tpp", ""))
+        by_cell.setdefault(key, []).append(math.log(speedup))
+    pooled = pooled_point_sd(by_cell)
+    if pooled is None:
+        raise OptBenchError(f"--power_from '{source}': no cell with two or more measured speedups to estimate the "
+                            "spread from. Pass a sweep with an AdamW ladder and at least two seeds.")
+    return pooled
+
+
+def plan_power(ratios: tuple[float, ...], optimizers: int, sizes: int, seeds: int, source: str | Path,
+               target: float | None = None) -> PowerPlan:
+    """The power of the primary test along data for a design of ``ratios`` with ``optimizers`` compared (AdamW
+    aside) at ``sizes`` sizes and ``seeds`` seeds, and the seeds ``target`` needs, from ``source``'s spread."""
+    if len(ratios) < 2:
+        raise OptBenchError("--target_trend needs a sweep over at least two data ratios (budget.tokens_per_param): "
+                            "a trend along data needs two points.")
+    if target is not None and not (math.isfinite(target) and target > 0):
+        raise OptBenchError(f"--target_trend must be a positive trend in ln per decade (e.g. 0.1), got {target}.")
+    point_sd, cells = point_sd_from(source)
+    xs = [math.log10(r) for r in ratios]
+    threshold = SPEEDUP_MARGIN / (max(xs) - min(xs))
+    spread = slope_sd(point_sd, xs)
+    primary_cells = max(1, optimizers * sizes + (optimizers * len(ratios) if sizes > 1 else 0))  # data + size axes
+    level = ALPHA / primary_cells / 2
+    return PowerPlan(point_sd, cells, str(source), tuple(ratios), primary_cells, seeds,
+                     trend_mde(spread, seeds, level, threshold), target,
+                     None if target is None else seeds_for_trend(target, spread, level, threshold), threshold)

@@ -1,0 +1,24 @@
+"""Cells as file names, and tuning runs of cells a narrowed sweep no longer has."""
+
+from __future__ import annotations
+
+from hf_optbench.report.analysis import Analysis, _drop_leftover_tuning
+
+
+def test_a_cell_s_file_key_never_holds_a_slash_or_a_space() -> None:
+    an = Analysis(records=[])
+    an.cell_size, an.cell_tpp = {"nano @ 2 tok/param": "nano"}, {"nano @ 2 tok/param": 2.0}
+    assert an.file_key("nano @ 2 tok/param") == "nano__tpp2"
+    assert an.file_key("nano @ 38.4 tok/param") == "nano_38.4_tok_param"  # not a cell of the sweep: still one name
+
+
+def test_tuning_runs_of_a_removed_ratio_are_named_and_left_out() -> None:
+    an = Analysis(records=[])
+    an.sizes = ["nano @ 2 tok/param"]
+    keep = {"model_size": "nano", "budget_tpp": 2.0, "lr_multiplier": 1.0}
+    gone = {"model_size": "nano", "budget_tpp": 38.4, "lr_multiplier": 2.0}
+    an.tuning = [keep, gone, dict(gone)]
+    _drop_leftover_tuning(an)
+    assert an.tuning == [keep]
+    assert an.notes == ["2 tuning run(s) of cell(s) this sweep no longer has (nano @ 38.4 tok/param): listed under "
+                        "Runs, left out of the tuning curves"]
