@@ -220,7 +220,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     from hf_optbench.report.draw_shift import apply_tuning_noise
     from hf_optbench.report.noise import unmeasurable
     from hf_optbench.report.planned import planner_state, predicted_ratios
-    from hf_optbench.report.short_report import regime_line
+    from hf_optbench.report.reference import regime_summary
     from hf_optbench.report.speedups import derive_speedups
     from hf_optbench.study.comparison_runs import attribution_dir
 
@@ -258,7 +258,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
         r["planner_optimizer_state_bytes"] = planner_state(r)
     derive_speedups(an, baseline)
     an.report_spec = report_spec_of(sweep_dir, include_transient)
-    an.regime_text, an.regime = regime_line(an)
+    an.regime_text, an.regime = regime_summary(an)
     transient = transient_cells(an)
     if any(r["optimizer"] == baseline for r in ok) and an.multi:
         an.verdicts = verdict_table(grid_families(ok, unmeasurable=lambda rows: unmeasurable(

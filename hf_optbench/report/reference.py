@@ -204,3 +204,17 @@ def reference_section(doc: Any, an: Any, reg: Regime | None = None) -> None:
     doc.table(reg.header, reg.rows)
     if reg.cells:
         doc.p(regime_line(reg))
+
+
+def regime_summary(an: Any) -> tuple[str, Regime | None]:
+    """The regime table's one line (:func:`regime_line`: the baseline against the bigram reference
+    fitted on the training split, the transient cells named) and the regime itself, computed once for both reports."""
+    try:
+        reg = regime_of(an)
+    except (OptBenchError, OSError, ValueError) as exc:
+        return f"Regime: not computed ({exc}).", None
+    if reg is None:
+        return "Regime: no completed run with a final eval loss.", None
+    if not reg.cells:
+        return f"Regime: no completed {BASELINE} run with a final eval loss.", reg
+    return regime_line(reg) + " (evidence.md: the regime table).", reg

@@ -94,23 +94,6 @@ def headline_tables(an: Any, key: str) -> list[tuple[str, list[str], list[list[s
 
 
 # ------------------------------------------------------------------------------------------------- lines
-def regime_line(an: Any) -> tuple[str, Any]:
-    """The regime table's one line (``report.reference.regime_line``: the baseline against the bigram reference
-    fitted on the training split, the transient cells named) and the regime itself, computed once for both reports."""
-    from hf_optbench.errors import OptBenchError
-    from hf_optbench.report import reference
-
-    try:
-        reg = reference.regime_of(an)
-    except (OptBenchError, OSError, ValueError) as exc:
-        return f"Regime: not computed ({exc}).", None
-    if reg is None:
-        return "Regime: no completed run with a final eval loss.", None
-    if not reg.cells:
-        return f"Regime: no completed {BASELINE} run with a final eval loss.", reg
-    return reference.regime_line(reg) + " (evidence.md: the regime table).", reg
-
-
 def attribution_line(an: Any) -> str | None:
     """Each optimizer's speedup with its non-matrix group at the baseline's tuned rate, beside the fully tuned one;
     None without attribution runs."""

@@ -93,7 +93,9 @@ def test_the_data_axis_plot_reads_as_ratios(tmp_path: Path, monkeypatch: pytest.
     (ax,) = [a for a in fig.axes if a.get_visible()]
     assert ax.get_xscale() == "log"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1 tok/param", "2 tok/param", "4 tok/param"]
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["tiny: shrinks with data", "mini: shrinks with data"]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert [text.split(";")[0] for text in labels[:2]] == ["tiny: shrinks with data", "mini: shrinks with data"]
+    assert labels[2:] == [plots.FILLED, plots.HOLLOW]
     assert "tokens per non-embedding parameter" in ax.get_xlabel()
     plots.plt_().close(fig)
 
