@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hf_optbench.report.build import build_report
 from hf_optbench.rundir import read_state, read_summary
 from hf_optbench.study.processes import marked_processes
 from hf_optbench.study.records import load_runs
@@ -179,6 +180,8 @@ def test_a_sweep_runs_as_slurm_jobs_equal_to_local_and_a_cancelled_job_runs_agai
     assert calibration["machine"]["slurm_job_id"] and calibration["machine"]["slurm_job_id"] not in ran_as.values()
     assert f"submitted as job {calibration['machine']['slurm_job_id']} to slurm" in text2, text2
     assert {e["optimizer"] for e in calibration["entries"]} == {"adamw", "lion"}
+    evidence = build_report(out)["evidence.md"].read_text()  # the report's time section reads the node's steps
+    assert "Step times measured alone after the sweep on " in evidence, evidence
     print(f"\n[slurm test] jobs the runs ran as: {ran_as}; scancel-ed pending job {jobs[victim]} ({victim}), run "
           f"again as job {ran_as[victim]}; calibration job {calibration['machine']['slurm_job_id']} on "
           f"{calibration['machine']['host']}; wall time: local sweep {local_s:.1f} s, first SLURM sweep "
