@@ -35,6 +35,7 @@ from hf_optbench.publish.redact import is_secret_name, redact_argv
 from hf_optbench.rundir import FINISHED_STATUSES, STDOUT_FILE, append_state
 from hf_optbench.study.launch import build_command, prepare_run_dir, run_env
 from hf_optbench.study.processes import execute, tail
+from hf_optbench.study.stopping import IN_FLIGHT
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec
 from hf_optbench.study.sweep_state import Progress, attempt_number, classify_outcome, end_row
 
@@ -333,6 +334,7 @@ def _leave(waiting: list[Job], cluster: bool, state: Path, rows: list[dict[str, 
         progress.say(f"cancelled {len(pending)} pending job(s): "
                      + ", ".join(f"{run.run_id} (job {job.job_id})" for run, job, _, _ in pending))
     if running:
+        IN_FLIGHT.left_running = {**IN_FLIGHT.left_running, **{run.run_id: job.job_id for run, job, _, _ in running}}
         progress.say(f"{len(running)} job(s) keep running: "
                      + ", ".join(f"{run.run_id} (job {job.job_id}, {queued[job.job_id]})" for run, job, _, _ in running)
                      + "; the same command re-attaches to them, `scancel "

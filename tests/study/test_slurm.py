@@ -24,6 +24,7 @@ import pytest
 from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import read_state
 from hf_optbench.study.slurm import Ends, _leave, check_job_script_values, slurm_executor
+from hf_optbench.study.stopping import IN_FLIGHT, SignalStop
 from hf_optbench.study.sweep_state import Progress
 
 submitit = pytest.importorskip("submitit")
@@ -117,6 +118,7 @@ def test_job_states_come_from_squeue_and_scontrol_never_sacct(tmp_path: Path, mo
 def test_an_interrupt_cancels_the_pending_jobs_and_names_the_running_ones(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     _cluster_stubs(tmp_path, monkeypatch)
+    monkeypatch.setattr(IN_FLIGHT, "left_running", {})  # this process's record, put back after the test
     waiting = [(SimpleNamespace(run_id=f"run{j}"), _job(tmp_path, j), 1, 0.0) for j in ("7_0", "7_1", "8")]
     state, log = tmp_path / "sweep_state.jsonl", io.StringIO()
     _leave(waiting, True, state, [], Progress(3, 0, log))
@@ -127,3 +129,5 @@ def test_an_interrupt_cancels_the_pending_jobs_and_names_the_running_ones(tmp_pa
     assert "cancelled 2 pending job(s): run7_1 (job 7_1), run8 (job 8)" in text, text
     assert "1 job(s) keep running: run7_0 (job 7_0, RUNNING); the same command re-attaches to them, `scancel 7_0`" \
         in text, text
+    # the interrupted sweep's last line (study.stopping) names them instead of "no run was in flight"
+    assert "1 SLURM job(s) keep running, run7_0 (job 7_0)" in SignalStop().line()

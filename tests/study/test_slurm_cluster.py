@@ -208,6 +208,8 @@ def test_ctrl_c_cancels_the_pending_jobs_and_names_the_running_ones(tmp_path: Pa
         text
     assert f"{len(running)} job(s) keep running: " in text and all(f"{r} (job {jobs[r]}, RUNNING)" in text
                                                                     for r in running), text
+    # the sweep's last line says so too (not "no run was in flight")
+    assert f"{len(running)} SLURM job(s) keep running" in text.strip().splitlines()[-1], text
     queue = cluster.queue()
     assert not [r for r in pending if jobs[r] in queue], queue  # cancelled: gone from the queue at once
     assert [r for r in running if jobs[r] in queue] == running, queue  # left running, as said
