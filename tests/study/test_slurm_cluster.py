@@ -6,7 +6,7 @@ slurm`` as a separate process (the ``hf-optbench sweep`` command). Checked: ever
 recorded for it (the id the run read from its own environment equals the submitted one), its losses equal the local
 run's to the last digit, a job ``scancel``-ed while pending is not counted and runs again at the next sweep, the
 step-time calibration runs as a job on the node, nothing asks ``sacct`` (no warning per poll); and Ctrl-C of a sweep
-cancels its pending jobs and names those that keep running.
+cancels its pending jobs and names those that keep running, which the same command re-attaches to.
 
 Skipped, with the reason, only where the SLURM or munge programs are absent (``.ci/run`` installs them)."""
 
@@ -215,9 +215,28 @@ def test_ctrl_c_cancels_the_pending_jobs_and_names_the_running_ones(tmp_path: Pa
     assert [r for r in running if jobs[r] in queue] == running, queue  # left running, as said
     rows = read_state(out / "sweep_state.jsonl")
     assert sorted(r["run_id"] for r in rows if r["event"] == "cancelled") == sorted(pending)
+
+    # the same command re-attaches to the jobs left running and submits the cancelled runs again; the running jobs
+    # are suspended first (they stay in the queue, their CPUs held), so however fast they would have finished,
+    # they are still there when it looks, and its new jobs pend
+    assert cluster.run("scontrol", "suspend", *(jobs[r] for r in running)).returncode == 0
+    log2 = tmp_path / "restart.log"
+    proc = _start_sweep(path, log2)
+    again = _wait("the cancelled runs submitted again", lambda: _submitted(out, 6)[4:], 120, proc, log2)
+    text2 = log2.read_text()
+    assert all(f"re-attached to job {jobs[r]} of {r}" in text2 for r in running), text2
+    assert sorted(r["run_id"] for r in again) == sorted(pending), again
+    _wait("its new jobs pending", lambda: all(cluster.queue().get(r["job_id"]) == "PENDING" for r in again), 30,
+          proc, log2)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130, log2.read_text()
+    assert not [r for r in again if r["job_id"] in cluster.queue()]
+
     # the jobs left running are the user's to stop: scancel ends their runs' processes too (no orphan)
     assert cluster.run("scancel", *(jobs[r] for r in running)).returncode == 0
     dirs = {str(out / "runs" / r) for r in running}
     _wait("the scancel-ed runs' processes gone", lambda: not (dirs & set(marked_processes())), 60)
     print(f"\n[slurm test] Ctrl-C: cancelled pending {[(r, jobs[r]) for r in pending]}, left running "
-          f"{[(r, jobs[r]) for r in running]} (named on the console), which scancel then ended")
+          f"{[(r, jobs[r]) for r in running]} (named on the console: {text.strip().splitlines()[-1]!r}); the same "
+          f"command re-attached to those and submitted the cancelled runs again as "
+          f"{[(r['run_id'], r['job_id']) for r in again]}")
