@@ -404,8 +404,8 @@ def _calibrate_on_cluster(spec: SweepSpec, entries: Sequence[Entry], cfg: dict[s
                  env, TIMEOUT_S, lambda text: say(f"step-time calibration: {text}"))
     request.unlink(missing_ok=True)
     if rc != 0 or not out.is_file():
-        last = ([line for line in log.read_text(errors="replace").splitlines() if line.strip()] or ["?"])[-1][:300] \
-            if log.is_file() else "?"
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.is_file() else []
+        last = (lines or ["?"])[-1][:300]
         say(f"step-time calibration failed (exit {rc}: {last}): no {CALIBRATION_FILE}")
         return None
     say(f"step-time calibration -> {out} ({time.monotonic() - t0:.1f} s, measured on "

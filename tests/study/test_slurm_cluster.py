@@ -40,8 +40,8 @@ REPO = Path(__file__).resolve().parents[2]
 MISSING = missing_binaries()
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(bool(MISSING), reason=f"SLURM/munge programs not installed ({', '.join(MISSING)}): "
-                                             "apt-get install slurm-wlm munge (.ci/run does)"),
+    pytest.mark.skipif(bool(MISSING), reason=f"SLURM/munge programs not found on PATH or in sbin "
+                                             f"({', '.join(MISSING)}): apt-get install slurm-wlm munge (.ci/run does)"),
 ]
 pytest.importorskip("submitit")
 
