@@ -106,3 +106,15 @@ def cpu_memory_room() -> Room:
         if limited is not None:
             rooms.append(Room(limited, source))
     return min(rooms, key=lambda r: r.bytes)
+
+
+def slurm_job_id(env: dict[str, str] | None = None) -> str | None:
+    """The SLURM job this process runs in, spelled as sbatch and submitit name it (``ARRAYID_TASK`` for a task of a
+    job array, else ``SLURM_JOB_ID``), or None outside SLURM. Why: a sweep's state file records the id it
+    submitted; a run that records the id it ran under shows that it ran as that job, not merely that one was
+    submitted."""
+    env = dict(os.environ) if env is None else env
+    array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return env.get("SLURM_JOB_ID") or None

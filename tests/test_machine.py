@@ -20,6 +20,7 @@ from hf_optbench.machine import (
     _DropCpuFallbackNotice,
     gpu_visible,
     quiet_deepspeed_cpu_notice,
+    slurm_job_id,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,3 +75,10 @@ def test_ddp_is_told_that_gpt2_uses_every_parameter() -> None:
     assert TRAINING_DEFAULTS["ddp_find_unused_parameters"] is False
     cfg = parse_args([str(ROOT / "recipes" / "quickstart_cpu.yaml"), "--output_dir", "/tmp/unused-by-this-test"])
     assert cfg.training.ddp_find_unused_parameters is False
+
+
+def test_the_slurm_job_id_is_spelled_as_submitit_and_sbatch_name_it() -> None:
+    """A task of a job array is ARRAYID_TASK (what the sweep's state file records), not its own SLURM_JOB_ID."""
+    assert slurm_job_id({"SLURM_JOB_ID": "12", "SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "3"}) == "7_3"
+    assert slurm_job_id({"SLURM_JOB_ID": "12"}) == "12"
+    assert slurm_job_id({}) is None

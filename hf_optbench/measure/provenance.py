@@ -17,6 +17,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.machine import slurm_job_id
+
 # Packages whose versions change the figures; None in the record means "not installed".
 RECORDED_PACKAGES = ("hf_optbench", "torch", "transformers", "accelerate", "datasets", "tokenizers", "evaluate",
                      "bitsandbytes", "lion-pytorch", "schedulefree", "pytorch-optimizer", "deepspeed", "wandb")
@@ -76,6 +78,7 @@ def environment() -> dict[str, Any]:
         "cpu_threads": torch.get_num_threads(),
         # glibc malloc settings move CPU step times by ~25% (README, benchmark 1), so a run records them
         "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
+        "slurm_job_id": slurm_job_id(),  # the SLURM job the run ran as (a sweep's executor: slurm), else null
     }
 
 

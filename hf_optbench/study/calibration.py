@@ -23,8 +23,9 @@ Schema (``schema`` 1; keep it: the report reads it)::
                   "step_time_round_medians_s": [...], "spread": [min, max] of the round medians}]}
 
 A sweep file turns it off with ``calibration: false`` (test sweeps) or sizes it with ``calibration: {rounds: 3,
-steps_per_round: 12}``; it is skipped where the sweep cannot measure what its runs ran (``launcher.type: command``,
-the SLURM executor: other machines).
+steps_per_round: 12}``; it is skipped where the sweep cannot measure what its runs ran (``launcher.type: command``).
+Under the SLURM executor it runs as one more job of the sweep, with the runs' launcher.slurm parameters: measured on
+the cluster's nodes, where the runs ran, not on the machine that submitted them.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.machine import slurm_job_id
 from hf_optbench.rundir import STATE_FILE, read_summary, write_json_atomic
 from hf_optbench.study.sweep_spec import SweepSpec
 from hf_optbench.study.sweep_state import launcher_environ, plan_slots
@@ -263,7 +266,7 @@ def machine_record() -> dict[str, Any]:
     return {"cpu_model": _cpu_model(), "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
             "bf16_native": bool(native), "torch": torch.__version__,
             "device": f"cuda:{torch.cuda.get_device_name()}" if device == "cuda" else "cpu",
-            "threads": int(torch.get_num_threads())}
+            "threads": int(torch.get_num_threads()), "host": socket.gethostname(), "slurm_job_id": slurm_job_id()}
 
 
 def calibrate(entries: Sequence[Entry], *, rounds: int = ROUNDS, steps: int = STEPS_PER_ROUND,
@@ -292,8 +295,6 @@ def skip_reason(spec: SweepSpec) -> str | None:
         return "turned off by the sweep file (calibration: false)"
     if spec.launcher.get("type") == "command":
         return "launcher.type command: the sweep cannot know what its command runs"
-    if spec.launcher.get("executor") == "slurm":
-        return "the SLURM executor: the runs ran on other machines"
     return None
 
 
@@ -343,7 +344,8 @@ def run_threads(spec: SweepSpec) -> int:
 
 def run_sweep_calibration(spec: SweepSpec, say: Callable[[str], None]) -> Path | None:
     """Measure the sweep's compared entries in a child process with the runs' environment (``launcher.env``: its
-    thread count, allocator settings) pinned to as many cores as one run uses, and write
+    thread count, allocator settings) pinned to as many cores as one run uses (under the SLURM executor: a job on
+    the cluster, study.slurm.run_job), and write
     ``<sweep_dir>/step_calibration.json``; None (said) when skipped or when it failed: the sweep's results stand
     either way."""
     reason, cfg = skip_reason(spec), settings(spec)
@@ -358,11 +360,13 @@ def run_sweep_calibration(spec: SweepSpec, say: Callable[[str], None]) -> Path |
     if out.is_file() and states and out.stat().st_mtime >= max(states):
         say(f"step-time calibration: {out} is newer than every run of the sweep: kept")
         return out
+    if spec.launcher.get("executor") == "slurm":
+        return _calibrate_on_cluster(spec, entries, cfg, out, say)
     env = launcher_environ(spec.launcher)
     cores = run_cores(spec)
     with tempfile.TemporaryDirectory() as tmp:
         request = Path(tmp) / "entries.json"
-        request.write_text(json.dumps({"entries": [vars(e) | {"args": list(e.args)} for e in entries], **cfg}))
+        _write_request(request, entries, cfg)
         say(f"step-time calibration: {len(entries)} optimizer x size entries, {cfg['rounds']} interleaved rounds "
             f"of {cfg['steps']} steps each, alone on cores {','.join(map(str, cores))}")
         t0 = time.monotonic()
@@ -378,6 +382,34 @@ def run_sweep_calibration(spec: SweepSpec, say: Callable[[str], None]) -> Path |
         say(f"step-time calibration failed (exit {proc.returncode}: {last}): no {CALIBRATION_FILE}")
         return None
     say(f"step-time calibration -> {out} ({time.monotonic() - t0:.1f} s)")
+    return out
+
+
+def _write_request(path: Path, entries: Sequence[Entry], cfg: dict[str, int]) -> None:
+    """The child's request: the entries and the calibration's size."""
+    path.write_text(json.dumps({"entries": [vars(e) | {"args": list(e.args)} for e in entries], **cfg}))
+
+
+def _calibrate_on_cluster(spec: SweepSpec, entries: Sequence[Entry], cfg: dict[str, int], out: Path,
+                          say: Callable[[str], None]) -> Path | None:
+    """The calibration child as a job of the sweep's cluster (study.slurm.run_job): the request and the log in the
+    sweep directory, which the node shares; the job's cores are SLURM's allocation, as each run's were."""
+    from hf_optbench.study.slurm import run_job
+
+    request, log = spec.output_dir / "step_calibration.request.json", spec.output_dir / "step_calibration.log"
+    _write_request(request, entries, cfg)
+    env = {str(k): str(v) for k, v in (spec.launcher.get("env") or {}).items()} | {"PYTHONUNBUFFERED": "1"}
+    t0 = time.monotonic()
+    rc = run_job(spec, [sys.executable, "-m", "hf_optbench.study.calibration", str(request), str(out)], str(log),
+                 env, TIMEOUT_S, lambda text: say(f"step-time calibration: {text}"))
+    request.unlink(missing_ok=True)
+    if rc != 0 or not out.is_file():
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.is_file() else []
+        last = (lines or ["?"])[-1][:300]
+        say(f"step-time calibration failed (exit {rc}: {last}): no {CALIBRATION_FILE}")
+        return None
+    say(f"step-time calibration -> {out} ({time.monotonic() - t0:.1f} s, measured on "
+        f"{json.loads(out.read_text())['machine'].get('host')})")
     return out
 
 

@@ -1,5 +1,5 @@
 """A sweep directory's run records: one flat record per run directory (its matrix point, final status and
-summary.json's figures, its data ratio ``budget_tpp`` and its report ``cell`` in a sweep with several) and
+summary.json's figures, the SLURM job it ran as, its data ratio ``budget_tpp`` and its report ``cell`` in a sweep with several) and
 summary.csv. Read by the sweep (its end-of-sweep summary.csv), the tuner (the grid's
 losses) and the report (:mod:`hf_optbench.report.analysis`), so it sits with the sweep, below the report.
 """
@@ -32,7 +32,7 @@ from hf_optbench.rundir import (
 )
 
 SUMMARY_COLUMNS = (
-    "run_id", "optimizer", "model_size", "seed", "lr_multiplier", "status", "error", "attempts",
+    "run_id", "optimizer", "model_size", "seed", "lr_multiplier", "status", "error", "attempts", "job_id",
     "num_params", "num_params_non_embedding", "optimizer_impl", "learning_rate", "weight_decay", "precision",
     "world_size", "micro_batch_size", "block_size", "tokens_per_step", "steps", "tokens_seen",
     "final_train_loss", "final_eval_loss", "final_tuning_loss", "max_steps", "optimizer_state_bytes", "optimizer_state_bytes_per_param",
@@ -103,6 +103,9 @@ def _record(run_dir: Path, planned: Mapping[str, Any], rows: Sequence[dict[str, 
     rec["max_steps"] = summary.get("max_steps") or point.get("max_steps")
     ends = [r for r in rows if r.get("run_id") == rid and r.get("event") == "end"]
     rec["attempts"] = sum(1 for r in rows if r.get("run_id") == rid and r.get("event") in ("start", "submitted"))
+    # the SLURM executor's job of the last attempt (None for a local run): the id the run recorded it ran under
+    # (summary.json's env), else the one the sweep submitted
+    rec["job_id"] = (summary.get("env") or {}).get("slurm_job_id") or (ends[-1].get("job_id") if ends else None)
     status = finished_status(run_dir, rows, rid) if rows else summary.get("status")
     rec["status"] = status or "running/unfinished"
     if ends and ends[-1].get("status") == rec["status"] and ends[-1].get("error") and not rec.get("error"):

@@ -6,6 +6,12 @@ runs it on the node, so a run starts there exactly as it starts locally. ``slurm
 submitit's local stand-in, to try a sweep file on a machine without SLURM. Only submitit's public API is used
 (``AutoExecutor``, ``executor.cluster``/``folder``, ``SlurmJob``/``LocalJob`` to re-attach by job id).
 
+Where the jobs stand is asked of SLURM with ``squeue`` and ``scontrol``, not with submitit's watcher, which calls
+``sacct``: a cluster without accounting storage (a small or single-machine one) has no ``sacct``, and submitit then
+warns on every poll and never sees a job cancelled while pending end. A job that leaves the queue without a result
+and without failing by itself (``scancel``) is not counted and runs again at the next invocation; Ctrl-C cancels the
+pending jobs and names the running ones, which a restart re-attaches to. docs/SLURM.md tries it all on one machine.
+
 Secrets: submitit writes each job's arguments to a pickle in the sweep directory, so the value of a launcher.env
 variable whose name looks secret (and of a secret ``NAME=value`` after a launcher.command's leading ``env``) is not
 passed as an argument: it is put in this process's environment while the jobs are submitted, which sbatch
@@ -14,9 +20,12 @@ passed as an argument: it is put in this process's environment while the jobs ar
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
+import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,6 +35,7 @@ from hf_optbench.publish.redact import is_secret_name, redact_argv
 from hf_optbench.rundir import FINISHED_STATUSES, STDOUT_FILE, append_state
 from hf_optbench.study.launch import build_command, prepare_run_dir, run_env
 from hf_optbench.study.processes import execute, tail
+from hf_optbench.study.stopping import IN_FLIGHT
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec
 from hf_optbench.study.sweep_state import Progress, attempt_number, classify_outcome, end_row
 
@@ -37,6 +47,13 @@ SUBMITIT_GENERIC = {"name", "timeout_min", "mem_gb", "nodes", "cpus_per_task", "
                     "stderr_to_stdout"}
 
 Job = tuple[RunSpec, Any, int, float]  # run, submitit job, attempt, monotonic start
+POLL_S = 2.0  # between two looks at the queue (one squeue call for all of a sweep's jobs)
+# How long a job SLURM says COMPLETED may take to show its result file (a shared file system's attribute cache)
+RESULT_GRACE_S = 30.0
+# States a job leaves the queue in without having failed by itself: the run is not counted, the next invocation
+# of the sweep runs it again. UNKNOWN: SLURM no longer knows the job (purged, or an array task cancelled pending).
+RERUN_STATES = ("CANCELLED", "PREEMPTED", "REVOKED", "UNKNOWN")
+PENDING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
 
 
 def _texts(value: Any, where: str) -> Iterator[tuple[str, str]]:
@@ -145,19 +162,85 @@ def exported(env: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+def on_cluster(executor: Any) -> bool:
+    """Whether the executor submits to a real SLURM (not submitit's local or in-process stand-ins)."""
+    return str(getattr(executor, "cluster", "")) == "slurm"
+
+
+def queued_states(job_ids: Sequence[str]) -> dict[str, str] | None:
+    """{job id: state} of those of ``job_ids`` still in the queue (pending, running, completing, ...), from one
+    ``squeue`` call (array tasks one per line: ``-r``); None when squeue could not be asked (try again later).
+    Why not submitit's own watcher: it asks ``sacct``, which a cluster without accounting storage does not have
+    (submitit then logs a warning on every poll, and a job cancelled while pending never counts as done: no
+    result file, and no state but UNKNOWN)."""
+    try:
+        proc = subprocess.run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T"], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    states = dict(line.split("|", 1) for line in proc.stdout.split() if "|" in line)
+    return {j: states[j] for j in job_ids if j in states}
+
+
+def ended_state(job_id: str) -> str:
+    """The state SLURM still knows of a job that left the queue (``scontrol show job``: for MinJobAge, 300 s by
+    default, after its end; no accounting needed), or "UNKNOWN" (purged, or an array task cancelled while
+    pending, which SLURM drops at once)."""
+    try:
+        proc = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "UNKNOWN"
+    found = re.search(r"\bJobState=(\S+)", proc.stdout)
+    return found.group(1) if proc.returncode == 0 and found else "UNKNOWN"
+
+
+class Ends:
+    """Which of a sweep's jobs have ended, and how: "result" (submitit's result file is there: the command ran and
+    returned, or raised) or the SLURM state a job left the queue in without one (CANCELLED, TIMEOUT, ...). On a
+    real SLURM it asks ``squeue`` and ``scontrol``, never ``sacct`` (:func:`queued_states`); on submitit's
+    stand-ins, the job's own ``done()``."""
+
+    def __init__(self, cluster: bool) -> None:
+        self.cluster = cluster
+        self.gone_since: dict[str, float] = {}  # job id -> when it was first seen out of the queue, result pending
+
+    def poll(self, jobs: Sequence[Any]) -> dict[str, str]:
+        """{job id: how it ended} for those of ``jobs`` that have (none when the queue could not be read)."""
+        if not self.cluster:
+            return {job.job_id: "result" for job in jobs if job.done()}
+        queued = queued_states([job.job_id for job in jobs])
+        if queued is None:
+            return {}
+        out = {}
+        for job in jobs:
+            if job.paths.result_pickle.exists():
+                out[job.job_id] = "result"
+            elif job.job_id not in queued:
+                state = ended_state(job.job_id).split("+")[0]
+                # a completed job's result file may show up on a shared file system a moment after the job ends
+                first = self.gone_since.setdefault(job.job_id, time.monotonic())
+                if state not in ("COMPLETED", "COMPLETING") or time.monotonic() - first > RESULT_GRACE_S:
+                    out[job.job_id] = state
+        return out
+
+
 def _submit(spec: SweepSpec, executor: Any, todo: list[RunSpec], state: Path, rows: list[dict[str, Any]],
             progress: Progress) -> list[Job]:
     """Re-attach to this sweep's jobs still queued or running; submit the other runs as one job array."""
     reattach = job_class(executor)
+    queued = queued_states([str(r["job_id"]) for r in rows if r.get("event") == "submitted"]) \
+        if on_cluster(executor) else None
     jobs: list[Job] = []
     fresh: list[tuple[RunSpec, list[str], int]] = []
     hidden: dict[str, str] = {}  # secret NAME=value pairs of an `env` command prefix, exported instead (module doc)
     for run in todo:
         last = next((r for r in reversed(rows) if r.get("run_id") == run.run_id
-                     and r.get("event") in ("submitted", "end", "start")), None)
+                     and r.get("event") in ("submitted", "end", "start", "cancelled")), None)
         if last and last["event"] == "submitted" and reattach is not None:
             job = reattach(folder=executor.folder, job_id=str(last["job_id"]))
-            if not job.done():
+            if (str(last["job_id"]) in queued) if queued is not None else not job.done():
                 progress.say(f"re-attached to job {last['job_id']} of {run.run_id}")
                 jobs.append((run, job, int(last["attempt"]), time.monotonic()))
                 continue
@@ -185,12 +268,23 @@ def _submit(spec: SweepSpec, executor: Any, todo: list[RunSpec], state: Path, ro
     return jobs
 
 
+def _job_log(job: Any) -> str:
+    """The end of the job's own log (submitit's, beside the run's): what SLURM or the node said."""
+    return "".join(tail(Path(p), 1500) for p in (job.paths.stderr, job.paths.stdout))
+
+
 def _record_end(spec: SweepSpec, job_entry: Job, state: Path, rows: list[dict[str, Any]],
-                progress: Progress) -> None:
+                progress: Progress, how: str = "result") -> None:
+    """The end row of a job that returned (``how`` "result") or that SLURM ended without a result (``how``: its
+    state, TIMEOUT, FAILED, NODE_FAIL, OUT_OF_MEMORY, ...): a final outcome, as a local run's."""
     run, job, attempt, t0 = job_entry
     run_dir = spec.run_dir(run)
     rc: int | None
     try:
+        if how != "result":
+            raise RuntimeError(f"SLURM job {job.job_id} ended {how}"
+                               f"{' (out of memory)' if how == 'OUT_OF_MEMORY' else ''} without a result\n"
+                               + _job_log(job))
         rc = int(job.result())
         extra = ""
     except Exception as exc:  # job failed in the scheduler (timeout, pre-emption, node failure)
@@ -205,18 +299,100 @@ def _record_end(spec: SweepSpec, job_entry: Job, state: Path, rows: list[dict[st
     progress.ended(run, status, time.monotonic() - t0)
 
 
+def _record_cancelled(job_entry: Job, how: str, state: Path, rows: list[dict[str, Any]], progress: Progress,
+                      say: bool = True) -> None:
+    """A job that left the queue without a result and not by its own failure (scancel, pre-emption, purged): a
+    "cancelled" row, no end row, so the next invocation of the sweep runs it again, as a local run stopped with
+    its sweep."""
+    run, job, attempt, _ = job_entry
+    row = {"event": "cancelled", "run_id": run.run_id, "attempt": attempt, "job_id": job.job_id, "state": how,
+           "time": time.time()}
+    append_state(state, row)
+    rows.append(row)
+    if say:
+        progress.say(f"{run.run_id}: job {job.job_id} left the queue without a result ({how}: scancel, pre-emption "
+                     "or purged); not counted: the next run of the sweep runs it again")
+
+
+def _leave(waiting: list[Job], cluster: bool, state: Path, rows: list[dict[str, Any]], progress: Progress) -> None:
+    """An interrupted sweep (Ctrl-C, SIGTERM) cancels its jobs still pending (they have not started: nothing is
+    lost, and a restart submits them again) and says which keep running: their work goes on, and the same command
+    re-attaches to them (or ``scancel`` stops them)."""
+    if not cluster or not waiting:
+        return
+    queued = queued_states([job.job_id for _, job, _, _ in waiting])
+    if queued is None:
+        progress.say("could not ask squeue which jobs are pending; these may keep running: "
+                     + ", ".join(f"{run.run_id} (job {job.job_id})" for run, job, _, _ in waiting))
+        return
+    pending = [e for e in waiting if queued.get(e[1].job_id) in PENDING_STATES]
+    running = [e for e in waiting if e[1].job_id in queued and e not in pending]
+    if pending:
+        subprocess.run(["scancel", *(job.job_id for _, job, _, _ in pending)], capture_output=True, timeout=60)
+        for entry in pending:
+            _record_cancelled(entry, "CANCELLED", state, rows, progress, say=False)
+        progress.say(f"cancelled {len(pending)} pending job(s): "
+                     + ", ".join(f"{run.run_id} (job {job.job_id})" for run, job, _, _ in pending))
+    if running:
+        IN_FLIGHT.left_running = {**IN_FLIGHT.left_running, **{run.run_id: job.job_id for run, job, _, _ in running}}
+        progress.say(f"{len(running)} job(s) keep running: "
+                     + ", ".join(f"{run.run_id} (job {job.job_id}, {queued[job.job_id]})" for run, job, _, _ in running)
+                     + "; the same command re-attaches to them, `scancel "
+                     + " ".join(job.job_id for _, job, _, _ in running) + "` stops them")
+
+
 def run_slurm(spec: SweepSpec, todo: list[RunSpec], state: Path, rows: list[dict[str, Any]],
               progress: Progress) -> None:
     """One submitit job per run (a job array), then wait and record each outcome. A restarted sweep
-    re-attaches to jobs an earlier invocation submitted that are still queued or running."""
-    waiting = _submit(spec, slurm_executor(spec), todo, state, rows, progress)
-    while waiting:
-        still = []
-        for entry in waiting:
-            if entry[1].done():
-                _record_end(spec, entry, state, rows, progress)
-            else:
-                still.append(entry)
-        waiting = still
-        if waiting:
-            time.sleep(2.0)
+    re-attaches to jobs an earlier invocation submitted that are still queued or running. A job that left the
+    queue without a result and not by failing (scancel) runs again at the next invocation (:func:`_record_cancelled`);
+    an interrupt cancels the pending jobs and names those that keep running (:func:`_leave`)."""
+    executor = slurm_executor(spec)
+    ends = Ends(on_cluster(executor))
+    waiting = _submit(spec, executor, todo, state, rows, progress)
+    try:
+        while waiting:
+            ended = ends.poll([job for _, job, _, _ in waiting])
+            for entry in waiting:
+                how = ended.get(entry[1].job_id)
+                if how in RERUN_STATES:
+                    _record_cancelled(entry, how, state, rows, progress)
+                elif how is not None:
+                    _record_end(spec, entry, state, rows, progress, how)
+            waiting = [entry for entry in waiting if entry[1].job_id not in ended]
+            if waiting:
+                time.sleep(POLL_S)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (study.stopping)
+        _leave(waiting, ends.cluster, state, rows, progress)
+        raise
+
+
+def run_job(spec: SweepSpec, cmd: list[str], log: str, env: dict[str, str], timeout_s: float | None,
+            say: Callable[[str], None]) -> int | None:
+    """``cmd`` as one job of the sweep's cluster, with the runs' own launcher.slurm parameters (so it lands on the
+    kind of node they ran on, with their cores: the sweep-end step-time calibration), waited for. Its exit code, or
+    None (said) when it ended without one. An interrupt cancels it. Secret-named variables of ``env`` are exported
+    while it is submitted, never pickled (module doc)."""
+    executor = slurm_executor(spec)
+    secret = {k: v for k, v in env.items() if is_secret_name(k)}
+    with exported(secret):
+        job = executor.submit(execute, cmd, log, {k: v for k, v in env.items() if k not in secret}, os.getcwd(),
+                              timeout_s)
+    say(f"submitted as job {job.job_id} to {executor.cluster}")
+    ends = Ends(on_cluster(executor))
+    try:
+        while (how := ends.poll([job]).get(job.job_id)) is None:
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        if ends.cluster:
+            subprocess.run(["scancel", job.job_id], capture_output=True, timeout=60)
+        raise
+    if how != "result":
+        say(f"job {job.job_id} ended {how} without a result")
+        return None
+    try:
+        return int(job.result())
+    except Exception as exc:  # the command could not start on the node; submitit re-raises its error here
+        last = (str(exc).strip().splitlines() or ["?"])[-1][:300]
+        say(f"job {job.job_id} failed: {type(exc).__name__}: {last}")
+        return None

@@ -3,8 +3,10 @@
 The first signal unwinds the sweep (a ``KeyboardInterrupt`` in its main thread): every run in flight is stopped
 (SIGTERM to its process tree and session, SIGKILL after :data:`~hf_optbench.study.processes.STOP_GRACE_S`), gets
 no end row in ``sweep_state.jsonl`` and so runs again when the same command runs again (from its last checkpoint,
-or from step 0 when it kept none: ``launch.prepare_run_dir``); one line says which runs those are. A second signal
-stops at once: SIGKILL to every run's and warm worker's session, one line, exit 130.
+or from step 0 when it kept none: ``launch.prepare_run_dir``); one line says which runs those are. Under the SLURM
+executor the sweep cancels its pending jobs and leaves the running ones running (:mod:`hf_optbench.study.slurm`):
+the line names those instead. A second signal stops at once: SIGKILL to every run's and warm worker's session, one
+line, exit 130.
 
 Why the handlers are installed whatever was there before: a sweep started in the background of a script (``cmd &``
 in a shell without job control) inherits SIGINT *ignored*, so Python installs no handler of its own, and
@@ -37,6 +39,8 @@ class InFlight:
     def __init__(self) -> None:
         self.runs: dict[str, tuple[int, Path]] = {}  # run id -> (pid, run directory)
         self.workers: dict[int, str] = {}  # pid -> what it is
+        # run id -> SLURM job id: jobs an interrupted sweep left running on the cluster (study.slurm), for its last line
+        self.left_running: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def run_started(self, run_id: str, pid: int, run_dir: Path) -> None:
@@ -73,9 +77,15 @@ def _resume_point(run_dir: Path) -> str:
     return f"from checkpoint-{max(steps)}" if steps else "from step 0"
 
 
-def rerun_line(signame: str, stopped: dict[str, tuple[int, Path]], seconds: float | None = None) -> str:
-    """The one line an interrupted sweep ends with: which runs were stopped in flight and where each restarts."""
+def rerun_line(signame: str, stopped: dict[str, tuple[int, Path]], seconds: float | None = None,
+               left: dict[str, str] | None = None) -> str:
+    """The one line an interrupted sweep ends with: which runs were stopped in flight and where each restarts, or
+    (the SLURM executor) which jobs keep running on the cluster (``left``: run id -> job id)."""
     took = f" in {seconds:.1f} s" if seconds is not None else ""
+    if not stopped and left:
+        jobs = ", ".join(f"{run_id} (job {job})" for run_id, job in sorted(left.items()))
+        return (f"[sweep] stopped on {signame}{took}: {len(left)} SLURM job(s) keep running, {jobs}; start the same "
+                "command again to re-attach to them and run what is not finished")
     if not stopped:
         return (f"[sweep] stopped on {signame}{took}, no run was in flight: start the same command again to run "
                 "what is not finished")
@@ -129,8 +139,9 @@ class SignalStop:
     def line(self) -> str:
         """The one line to end with (:func:`rerun_line`); a KeyboardInterrupt of other origin counts as SIGINT."""
         if self.name is None:
-            return rerun_line("SIGINT", dict(IN_FLIGHT.runs))
-        return rerun_line(self.name, self.runs, time.monotonic() - self.t0 if self.t0 is not None else None)
+            return rerun_line("SIGINT", dict(IN_FLIGHT.runs), left=dict(IN_FLIGHT.left_running))
+        return rerun_line(self.name, self.runs, time.monotonic() - self.t0 if self.t0 is not None else None,
+                          dict(IN_FLIGHT.left_running))
 
 
 @contextmanager

@@ -98,7 +98,7 @@ def test_the_sweep_file_sizes_it_or_turns_it_off(tmp_path: Path) -> None:
         load_sweep(_sweep(tmp_path, calibration={"steps": 3}))
 
 
-def test_a_command_launcher_or_slurm_is_not_measured(tmp_path: Path) -> None:
+def test_a_command_launcher_is_not_measured(tmp_path: Path) -> None:
     spec = load_sweep(_sweep(tmp_path, launcher={"type": "command", "command": ["true"]}))
     assert "command" in str(cal.skip_reason(spec))
 
