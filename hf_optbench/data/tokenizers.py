@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from hf_optbench.config.checks import check_tokenizer_dir
 from hf_optbench.errors import OptBenchError, suggest
 from hf_optbench.rundir import write_json_atomic
 
@@ -119,6 +120,15 @@ def _not_available_error(name: str, why: str) -> OptBenchError:
     )
 
 
+def _refuse_custom_code(name: str, exc: ValueError) -> None:
+    """transformers' refusal of a Hub tokenizer that needs its own code (``trust_remote_code=False``) as one line."""
+    if "trust_remote_code" in str(exc):
+        raise OptBenchError(
+            f"tokenizer_name {name!r} asks for custom tokenizer code (auto_map in its tokenizer_config.json or "
+            "config.json), which hf_optbench never runs. Use a tokenizer with a stock class, a shipped "
+            "builtin:<name>, or `hf-optbench tokenizer train`.") from None
+
+
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     """Load exactly the named tokenizer: ``builtin:NAME``, a local directory, or a Hub id (cache first).
 
@@ -135,8 +145,9 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
                 "vocab.json/merges.txt or tokenizer_config.json). Point it at a directory written by "
                 "save_pretrained or `hf-optbench tokenizer train`."
             )
+        check_tokenizer_dir(Path(path))  # custom code (auto_map) is refused by name, never run
         try:
-            return AutoTokenizer.from_pretrained(path)
+            return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         except (OSError, ValueError, KeyError) as exc:
             raise OptBenchError(f"tokenizer directory {path!r} could not be loaded ({exc}). Re-save it with save_pretrained.") from exc
     if os.path.exists(path):
@@ -144,16 +155,21 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     if _looks_like_path(path):
         raise OptBenchError(f"tokenizer directory not found: {name_or_path!r}. Check the path, or give a Hub id / builtin:<name>.")
     try:  # the Hub cache, with no network access at all
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError):
+        return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    except ValueError as exc:
+        _refuse_custom_code(path, exc)
+    except OSError:
         pass
     if offline_env():
         raise _not_available_error(path, "it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
     if not hub_reachable():
         raise _not_available_error(path, "it is not in the local Hugging Face cache and the Hub cannot be reached")
     try:
-        return AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as exc:
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    except ValueError as exc:
+        _refuse_custom_code(path, exc)
+        raise _not_available_error(path, f"download failed ({str(exc).splitlines()[0]})") from exc
+    except OSError as exc:
         raise _not_available_error(path, f"download failed ({str(exc).splitlines()[0]})") from exc
 
 
@@ -291,7 +307,7 @@ def train_tokenizer(
         **(metadata or {}),
     }
     write_json_atomic(out / METADATA_FILE, meta)
-    return AutoTokenizer.from_pretrained(str(out))
+    return AutoTokenizer.from_pretrained(str(out), trust_remote_code=False)
 
 
 class _CountingIterator:

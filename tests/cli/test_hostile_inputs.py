@@ -71,6 +71,9 @@ CASES = [
     # -- item 1's neighbour: a run stopped before its first checkpoint (its records would be replaced) ------------
     h("output-dir-holds-a-stopped-run", ["run", QUICK, "--output_dir", "{T}/stopped"],
       "holds an earlier run that did not finish (metrics.jsonl up to step 3, no summary.json)"),
+    # -- custom code in a directory the run loads: refused by name, never run, even with "y" on stdin --------------
+    h("tokenizer-custom-code", [*RUN, "--tokenizer_name", "{T}/evil_tok"],
+      "{T}/evil_tok/tokenizer_config.json asks for custom tokenizer code (auto_map"),  # was: evil_tok.py ran on "y"
     # -- shell injection into the SLURM job script a sweep has submitit write ------------------------------------
     h("slurm-output-dir-line-break", ["sweep", "{T}/slurm_newline.yaml", "--dry-run"],
       "output_dir holds a line break"),
@@ -93,6 +96,23 @@ def _tiny_model_dir(root: Path, *, payload: bool = False, auto_map: bool = False
         config = json.loads((root / "config.json").read_text())
         config["auto_map"] = {"AutoModelForCausalLM": "modeling_mine.MyLM"}
         (root / "config.json").write_text(json.dumps(config))
+
+
+def _custom_code_tokenizer(root: Path) -> None:
+    """The bundled tokenizer, its tokenizer_config.json pointing AutoTokenizer at ``evil_tok.py``, whose import
+    would create ``RAN`` beside it (transformers runs it when trust_remote_code is on or a "y" is typed)."""
+    import shutil
+
+    from hf_optbench.data.tokenizers import builtin_tokenizers
+
+    shutil.copytree(builtin_tokenizers()["thai-bpe-2k"], root)
+    config = json.loads((root / "tokenizer_config.json").read_text())
+    config["auto_map"] = {"AutoTokenizer": [None, "evil_tok.EvilTokenizer"]}
+    (root / "tokenizer_config.json").write_text(json.dumps(config))
+    (root / "evil_tok.py").write_text(
+        f"import pathlib\npathlib.Path({str(root / 'RAN')!r}).touch()\n"
+        "from transformers import PreTrainedTokenizerFast\n\n\n"
+        "class EvilTokenizer(PreTrainedTokenizerFast):\n    pass\n")
 
 
 class _Payload:
@@ -123,6 +143,7 @@ def workspace(tmp_path_factory) -> Path:
     (root / "t.parquet").unlink()
     _tiny_model_dir(root / "evil", payload=True)
     _tiny_model_dir(root / "custom", auto_map=True)
+    _custom_code_tokenizer(root / "evil_tok")
     (root / "stopped").mkdir()
     (root / "stopped" / "run_identity.json").write_text(json.dumps({"identity": {"max_steps": 50}}))
     (root / "stopped" / "metrics.jsonl").write_text("".join(json.dumps({"kind": "train", "step": s}) + "\n"
@@ -145,7 +166,7 @@ def test_each_hostile_input_is_one_line_and_exit_2_through_the_installed_command
     exe = hf_optbench_command()
     argv = [a.replace("{T}", str(workspace)) for a in case.argv]
     before = _snapshot(workspace)
-    proc = subprocess.run([str(exe), *argv], capture_output=True, text=True, cwd=workspace, timeout=300,
+    proc = subprocess.run([str(exe), *argv], capture_output=True, text=True, cwd=workspace, timeout=300, input="y\n",
                           env={**os.environ, "HF_OPTBENCH_CACHE": str(workspace / "cache"), "HF_HUB_OFFLINE": "1"})
     lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("[INFO]")]
     print(f"{case.id}: rc {proc.returncode}: {' | '.join(lines)[:600]}")  # what the user saw (pytest -s)
@@ -155,3 +176,4 @@ def test_each_hostile_input_is_one_line_and_exit_2_through_the_installed_command
     assert case.needle.replace("{T}", str(workspace)) in lines[0], lines[0]
     assert _snapshot(workspace) == before, "files written or changed"
     assert not (workspace / "evil" / "RAN").exists() and not (workspace / "PWNED").exists()
+    assert not (workspace / "evil_tok" / "RAN").exists(), "the tokenizer's custom code ran"
