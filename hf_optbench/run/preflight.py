@@ -27,7 +27,6 @@ from hf_optbench.config.data_args import DataArguments
 from hf_optbench.config.parse import TRAINING_DEFAULTS, RunConfig, check_num_processes, load_recipe
 from hf_optbench.errors import OptBenchError
 from hf_optbench.run.lock import RunLock, acquire_run_lock, check_not_busy, is_launch_main_process
-from hf_optbench.run.own_files import check_own_files
 
 # The keys read here; any other is left to parse_args.
 PREFLIGHT_KEYS = ("output_dir", "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "use_cpu", "torch_compile",
@@ -167,7 +166,6 @@ def own_output_dir(cfg: RunConfig, held: RunLock | None = None) -> RunLock | Non
     it already locks that directory, else a new lock (the directory is created). Raises OptBenchError naming the
     holder when another run owns it."""
     out = Path(cfg.training.output_dir)
-    check_own_files(out, cfg.run.overwrite_output_dir)  # a user's README.md / config.json: refused, every rank
     if not is_launch_main_process():
         return None
     if held is not None and held.held and held.output_dir.resolve() == out.resolve():

@@ -74,6 +74,11 @@ CASES = [
     # -- custom code in a directory the run loads: refused by name, never run, even with "y" on stdin --------------
     h("tokenizer-custom-code", [*RUN, "--tokenizer_name", "{T}/evil_tok"],
       "{T}/evil_tok/tokenizer_config.json asks for custom tokenizer code (auto_map"),  # was: evil_tok.py ran on "y"
+    # -- another tool's Trainer checkpoint and a user's README.md: never deleted, overwrite or not ------------------
+    h("output-dir-foreign-checkpoint", ["run", QUICK, "--output_dir", "{T}/foreign"],
+      "holds files no hf_optbench run wrote (checkpoint-100/, README.md)"),  # was: "checkpoints of an unfinished run"
+    h("output-dir-foreign-checkpoint-overwrite", ["run", QUICK, "--output_dir", "{T}/foreign", "--overwrite_output_dir",
+                                                  "true"], "also with --overwrite_output_dir true"),  # was: both deleted
     # -- shell injection into the SLURM job script a sweep has submitit write ------------------------------------
     h("slurm-output-dir-line-break", ["sweep", "{T}/slurm_newline.yaml", "--dry-run"],
       "output_dir holds a line break"),
@@ -144,6 +149,10 @@ def workspace(tmp_path_factory) -> Path:
     _tiny_model_dir(root / "evil", payload=True)
     _tiny_model_dir(root / "custom", auto_map=True)
     _custom_code_tokenizer(root / "evil_tok")
+    (root / "foreign" / "checkpoint-100").mkdir(parents=True)
+    (root / "foreign" / "checkpoint-100" / "trainer_state.json").write_text(json.dumps({"global_step": 100}))
+    (root / "foreign" / "checkpoint-100" / "model.safetensors").write_bytes(b"weights of another tool")
+    (root / "foreign" / "README.md").write_text("my notes\n")
     (root / "stopped").mkdir()
     (root / "stopped" / "run_identity.json").write_text(json.dumps({"identity": {"max_steps": 50}}))
     (root / "stopped" / "metrics.jsonl").write_text("".join(json.dumps({"kind": "train", "step": s}) + "\n"
