@@ -79,6 +79,10 @@ CASES = [
       "holds files no hf_optbench run wrote (checkpoint-100/, README.md)"),  # was: "checkpoints of an unfinished run"
     h("output-dir-foreign-checkpoint-overwrite", ["run", QUICK, "--output_dir", "{T}/foreign", "--overwrite_output_dir",
                                                   "true"], "also with --overwrite_output_dir true"),  # was: both deleted
+    # -- num_train_epochs bounded as max_steps is -------------------------------------------------------------------
+    h("epochs-inf", ["run", "{T}/epochs_inf.yaml"], "num_train_epochs (in recipe"),  # was: OverflowError
+    h("epochs-1e12", ["run", "{T}/epochs_1e12.yaml"], "must be at most 999,999,999,999"),  # was: 8.2e15 steps began
+    h("epochs-1e10", ["run", "{T}/epochs_1e10.yaml"], "keeps a record of every step in memory"),  # counted, then bound
     # -- shell injection into the SLURM job script a sweep has submitit write ------------------------------------
     h("slurm-output-dir-line-break", ["sweep", "{T}/slurm_newline.yaml", "--dry-run"],
       "output_dir holds a line break"),
@@ -149,6 +153,10 @@ def workspace(tmp_path_factory) -> Path:
     _tiny_model_dir(root / "evil", payload=True)
     _tiny_model_dir(root / "custom", auto_map=True)
     _custom_code_tokenizer(root / "evil_tok")
+    quick = [line for line in Path(QUICK).read_text().splitlines() if not line.startswith(("max_steps", "output_dir"))]
+    for name, epochs in (("inf", ".inf"), ("1e12", "1.0e12"), ("1e10", "1.0e10")):
+        (root / f"epochs_{name}.yaml").write_text("\n".join([*quick, f"num_train_epochs: {epochs}",
+                                                             f"output_dir: {root}/out", "save_strategy: 'no'"]) + "\n")
     (root / "foreign" / "checkpoint-100").mkdir(parents=True)
     (root / "foreign" / "checkpoint-100" / "trainer_state.json").write_text(json.dumps({"global_step": 100}))
     (root / "foreign" / "checkpoint-100" / "model.safetensors").write_bytes(b"weights of another tool")
