@@ -83,6 +83,11 @@ CASES = [
     h("epochs-inf", ["run", "{T}/epochs_inf.yaml"], "num_train_epochs (in recipe"),  # was: OverflowError
     h("epochs-1e12", ["run", "{T}/epochs_1e12.yaml"], "must be at most 999,999,999,999"),  # was: 8.2e15 steps began
     h("epochs-1e10", ["run", "{T}/epochs_1e10.yaml"], "keeps a record of every step in memory"),  # counted, then bound
+    # -- a second tuning draw's cell in a sweep of one data ratio --------------------------------------------------
+    h("second-draw-ratio-abc", ["sweep", "{T}/draw_abc.yaml", "--dry_run"],
+      "tokens_per_param 'abc' is not the sweep's one data ratio"),  # was: a ValueError
+    h("second-draw-ratio-list", ["sweep", "{T}/draw_list.yaml", "--dry_run"],
+      "tokens_per_param [0.5] is not the sweep's one data ratio"),  # was: a TypeError
     # -- shell injection into the SLURM job script a sweep has submitit write ------------------------------------
     h("slurm-output-dir-line-break", ["sweep", "{T}/slurm_newline.yaml", "--dry-run"],
       "output_dir holds a line break"),
@@ -165,6 +170,12 @@ def workspace(tmp_path_factory) -> Path:
     (root / "stopped" / "run_identity.json").write_text(json.dumps({"identity": {"max_steps": 50}}))
     (root / "stopped" / "metrics.jsonl").write_text("".join(json.dumps({"kind": "train", "step": s}) + "\n"
                                                             for s in (1, 2, 3)))
+    for name, tpp in (("abc", "abc"), ("list", "[0.5]")):
+        (root / f"draw_{name}.yaml").write_text(
+            f"base: {QUICK}\noutput_dir: {root}/sw\nmatrix: {{optimizer: [adamw], model_size: [tiny], seed: [1]}}\n"
+            "budget: {tokens_per_param: 0.5}\nlauncher: {type: python}\n"
+            "tune: {seed: 0, lr_multipliers: [0.5, 1, 2], second_draw: {seed: 6, cells: [{model_size: tiny, "
+            f"tokens_per_param: {tpp}}}]}}}}\n")
     (root / "slurm_newline.yaml").write_text(
         f"base: {QUICK}\noutput_dir: \"{root}/sw\\ntouch {root}/PWNED\\n\"\n"
         "matrix: {optimizer: [adamw], model_size: [tiny], seed: [0]}\n"
