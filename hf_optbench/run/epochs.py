@@ -39,9 +39,11 @@ def with_epoch_steps(cfg: Any) -> Any:
     if epochs is None:
         return cfg
     from hf_optbench.data.pipeline import prepare_data
+    from hf_optbench.run.write_failure import cache_write_failures
 
     training = copy.copy(cfg.training)
-    with training.main_process_first(desc="count the training split"):
+    with training.main_process_first(desc="count the training split"), \
+            cache_write_failures(cfg.data.resolved_cache_dir()):
         bundle = prepare_data(cfg.data, n_positions=cfg.model.n_positions or cfg.data.block_size)
     steps = epoch_steps(epochs, len(bundle.train), training)
     try:  # bounded as a max_steps given directly is (config.bounds), before the plan or the model

@@ -86,11 +86,12 @@ def prepare(plan: RunPlan) -> Prepared:
     from hf_optbench.data.pipeline import check_model_vocab, prepare_data
     from hf_optbench.models import build_model
     from hf_optbench.run.memory_fit import check_memory_fits
+    from hf_optbench.run.write_failure import cache_write_failures
 
     cfg = plan.args
     check_before_data(plan)
     # Rank 0 tokenizes and caches first; the other ranks then load the memory-mapped cache (run_clm's pattern).
-    with cfg.training.main_process_first(desc="tokenize and pack"):
+    with cfg.training.main_process_first(desc="tokenize and pack"), cache_write_failures(cfg.data.resolved_cache_dir()):
         bundle = prepare_data(cfg.data, n_positions=plan.model.n_positions)
     tuning = getattr(bundle, "tuning", None)
     _check_splits(plan, len(bundle.train), len(bundle.eval) if bundle.eval is not None else 0,
