@@ -197,12 +197,30 @@ def _limit(where: Path, name: str, default: int) -> int:
     return value if isinstance(value, int) and value > 0 else default
 
 
+# Characters that end a line (or a C string): never in a path a run records, prints or writes into a script.
+LINE_BREAKS = {"\n": "line break", "\r": "carriage return", "\0": "NUL character"}
+
+
+def check_no_line_break(path: str | os.PathLike[str], key: str) -> None:
+    """Refuse a ``path`` holding a line break (or a carriage return, NUL). Why: a run writes its output_dir into
+    config.yaml's rerun comment, the command lines it prints and a SLURM job script; a line break there splits the
+    comment (the config.yaml no longer reruns) or the line (a pasted command runs the rest)."""
+    text = os.fsdecode(path)
+    bad = next((c for c in LINE_BREAKS if c in text), None)
+    if bad is not None:
+        raise OptBenchError(f"{key} holds a {LINE_BREAKS[bad]} ({_abbrev(repr(text))}), which would split the "
+                            "lines it is written into (config.yaml's rerun line, printed commands, a job script). "
+                            f"Choose another {key}, without one.")
+
+
 def check_path_fits(path: str | os.PathLike[str], key: str, inside: str = "") -> None:
     """Every name of ``path`` fits the filesystem's NAME_MAX and ``path`` joined with ``inside`` (the longest path
     the tool will create below it) fits its PATH_MAX, both in bytes (a Thai letter is 3 bytes of UTF-8), read with
     ``os.pathconf`` on the nearest existing ancestor (where the new names will be made). Why: a 300-character
     output_dir ended in an OSError traceback ("File name too long") after the recipe was parsed; a path that fits
-    but leaves no room for a checkpoint's files would fail at the first save."""
+    but leaves no room for a checkpoint's files would fail at the first save. A line break is refused first
+    (:func:`check_no_line_break`)."""
+    check_no_line_break(path, key)
     p = Path(os.path.abspath(os.path.expanduser(str(path))))
     ancestor = _nearest_existing(p)
     name_max = _limit(ancestor, "PC_NAME_MAX", NAME_MAX_DEFAULT)

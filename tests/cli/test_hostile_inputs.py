@@ -88,6 +88,10 @@ CASES = [
       "tokens_per_param 'abc' is not the sweep's one data ratio"),  # was: a ValueError
     h("second-draw-ratio-list", ["sweep", "{T}/draw_list.yaml", "--dry_run"],
       "tokens_per_param [0.5] is not the sweep's one data ratio"),  # was: a TypeError
+    # -- a line break in a run's output_dir: refused as in a SLURM sweep's ---------------------------------------------
+    h("run-output-dir-line-break", ["run", QUICK, "--output_dir", "{T}/a\nb"],
+      "output_dir holds a line break"),  # was: accepted; its config.yaml did not rerun ("not valid YAML")
+    h("report-output-line-break", ["report", "{T}/evil", "--output", "{T}/r\nx"], "--output holds a line break"),
     # -- shell injection into the SLURM job script a sweep has submitit write ------------------------------------
     h("slurm-output-dir-line-break", ["sweep", "{T}/slurm_newline.yaml", "--dry-run"],
       "output_dir holds a line break"),
