@@ -83,6 +83,17 @@ def _require_token(what: str) -> str:
     return token
 
 
+PUSH_LATER = "Or set push_to_hub false and upload later with `hf-optbench push RUN_DIR --repo_id ID`."
+
+
+def check_hub_online() -> None:
+    """OptBenchError when HF_HUB_OFFLINE is set: a push_to_hub run could upload nothing. Needs no parsed
+    arguments, so a run asks it before transformers is imported (run.preflight)."""
+    if _hub_offline():
+        raise OptBenchError(f"push_to_hub is set but HF_HUB_OFFLINE is on, so nothing could be uploaded: unset "
+                            f"HF_HUB_OFFLINE. {PUSH_LATER}")
+
+
 def check_push_possible(args: Any, output_dir: str | os.PathLike[str] | None = None) -> HubTarget | None:
     """None without ``args.push_to_hub``; else the :class:`HubTarget`, or an OptBenchError (exit 2) when the push
     cannot happen: HF_HUB_OFFLINE set, no token, a hub_strategy that uploads pickled checkpoints, a bad
@@ -98,11 +109,8 @@ def check_push_possible(args: Any, output_dir: str | os.PathLike[str] | None = N
         )
     repo_id = args.hub_model_id or Path(output_dir if output_dir is not None else args.output_dir).name
     _validate_repo_id(repo_id, "hub_model_id" if args.hub_model_id else "hub_model_id (default: output_dir's name)")
-    fix = "Or set push_to_hub false and upload later with `hf-optbench push RUN_DIR --repo-id ID`."
-    if _hub_offline():
-        raise OptBenchError(f"push_to_hub is set but HF_HUB_OFFLINE is on, so nothing could be uploaded: unset "
-                            f"HF_HUB_OFFLINE. {fix}")
-    _require_token(fix)
+    check_hub_online()
+    _require_token(PUSH_LATER)
     return HubTarget(repo_id, private=getattr(args, "hub_private_repo", True) is not False,
                      every_save=strategy == "every_save", revision=getattr(args, "hub_revision", None),
                      always_push=bool(getattr(args, "hub_always_push", False)))

@@ -24,14 +24,24 @@ from hf_optbench.config.argv import attach_negative_values
 from hf_optbench.config.bounds import SYNTHETIC_KEYS, check_run_bounds
 from hf_optbench.config.checks import RUN_DIR_LONGEST_INSIDE, check_path_fits
 from hf_optbench.config.data_args import DataArguments
-from hf_optbench.config.parse import TRAINING_DEFAULTS, RunConfig, check_num_processes, load_recipe
+from hf_optbench.config.parse import (
+    TRAINING_DEFAULTS,
+    RunConfig,
+    _split_argv,
+    check_keys,
+    check_num_processes,
+    load_recipe,
+)
+from hf_optbench.data.tokenizers import check_tokenizer_available
 from hf_optbench.errors import OptBenchError
+from hf_optbench.publish.hub import check_hub_online
 from hf_optbench.run.lock import RunLock, acquire_run_lock, check_not_busy, is_launch_main_process
 
 # The keys read here; any other is left to parse_args.
 PREFLIGHT_KEYS = ("output_dir", "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "use_cpu", "torch_compile",
-                  "num_processes")
+                  "num_processes", "tokenizer_name", "push_to_hub")
 _TRUE = ("yes", "true", "t", "y", "1")  # HfArgumentParser's string_to_bool
+DATA_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DataArguments)}
 # The keys the size bounds read (config.bounds.check_run_bounds), read here as the keys above are.
 BOUND_KEYS = ("max_steps", "logging_steps", "block_size", "data_source", "synthetic_num_tokens", *SYNTHETIC_KEYS)
 # Devices on which Accelerate allows fp16 mixed precision (accelerate 1.15, Accelerator.__init__).
@@ -80,7 +90,7 @@ def bound_settings(argv: list[str], recipe: dict[str, Any] | None) -> dict[str, 
     """The values of :data:`BOUND_KEYS` as parse_args will see them (defaults, the recipe, the command line on top),
     as far as they can be read without it: a command-line value of the wrong type is left out (parse_args refuses
     it), so only values the parser would accept are bounded here."""
-    values: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(DataArguments) if f.name in BOUND_KEYS}
+    values: dict[str, Any] = {k: v for k, v in DATA_DEFAULTS.items() if k in BOUND_KEYS}
     values.update({k: TRAINING_DEFAULTS[k] for k in BOUND_KEYS if k in TRAINING_DEFAULTS})
     values.update({k: v for k, v in (recipe or {}).items() if k in BOUND_KEYS})
     tokens = argv[1:] if recipe is not None else list(argv)
@@ -184,11 +194,18 @@ def preflight(argv: list[str]) -> dict[str, Any] | None:
         check_path_fits(out, "output_dir", RUN_DIR_LONGEST_INSIDE)  # a name too long: refused in well under 1 s
     if out is not None and is_launch_main_process():
         check_not_busy(out)
-    check_run_bounds(bound_settings(argv, recipe))  # absurd sizes and counts, before transformers is imported
+    bounds = bound_settings(argv, recipe)
+    check_run_bounds(bounds)  # absurd sizes and counts, before transformers is imported
     check_hardware(values, where)
+    if as_bool(values.get("push_to_hub", False)):
+        check_hub_online()  # HF_HUB_OFFLINE: nothing could be uploaded
     if values.get("num_processes") is not None:  # torchrun / accelerate set WORLD_SIZE in every process they start
         recipe_path = argv[0] if recipe is not None else None
         check_num_processes(_int(values["num_processes"]), int(os.environ.get("WORLD_SIZE", "1")), recipe_path)
+    recipe_path, cli_tokens = _split_argv(argv)
+    check_keys(recipe or {}, cli_tokens, recipe_path)  # a misspelt key is named before what it would have set
+    if bounds.get("data_source") != "synthetic":  # offline and not cached, a file, custom code: refused now
+        check_tokenizer_available(str(values.get("tokenizer_name") or DATA_DEFAULTS["tokenizer_name"]))
     return recipe
 
 

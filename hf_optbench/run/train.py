@@ -18,7 +18,9 @@ upload. There is no Trainer subclass.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import math
 import os
 import sys
 import time
@@ -79,8 +81,8 @@ class Built:
 def prepare(plan: RunPlan) -> Prepared:
     """Tokenizer + packed datasets + a freshly initialised model, all from the plan. What can be refused is
     refused as soon as it is known: the splits against the batch and the memory the model needs, from the
-    settings alone before any data is read (:func:`check_before_data`), then from the data itself before the model
-    is built."""
+    settings alone before any data is read (:func:`check_before_data`, in :func:`checked_plan`), then from the data
+    itself before the model is built."""
     from transformers import default_data_collator, set_seed
 
     from hf_optbench.data.pipeline import check_model_vocab, prepare_data
@@ -89,7 +91,6 @@ def prepare(plan: RunPlan) -> Prepared:
     from hf_optbench.run.write_failure import cache_write_failures
 
     cfg = plan.args
-    check_before_data(plan)
     # Rank 0 tokenizes and caches first; the other ranks then load the memory-mapped cache (run_clm's pattern).
     with cfg.training.main_process_first(desc="tokenize and pack"), cache_write_failures(cfg.data.resolved_cache_dir()):
         bundle = prepare_data(cfg.data, n_positions=plan.model.n_positions)
@@ -112,6 +113,32 @@ def prepare(plan: RunPlan) -> Prepared:
     )
     check_model_vocab(bundle, model.config.vocab_size)
     return Prepared(model, bundle.train, bundle.eval, default_data_collator, bundle.tokenizer, bundle)
+
+
+def checked_plan(cfg: RunConfig, *, move: bool) -> tuple[RunPlan, Any]:
+    """The plan (every value resolved and checked once; nothing writes back into it) and the checkpoint a resume
+    loads (its own identity must match; ``move``: damaged ones set aside), after every refusal the settings decide
+    before any data (:func:`check_before_data`). The run's steps up to its data, and ``validate --full``'s."""
+    from hf_optbench.run.identity import choose_checkpoint
+    from hf_optbench.run.plan import resolve_plan
+
+    plan = resolve_plan(cfg)
+    resumption = choose_checkpoint(plan, Path(cfg.training.output_dir), move=move)
+    check_steps_left(resumption, plan.max_steps)
+    check_before_data(plan)
+    return plan, resumption
+
+
+def validate_run(cfg: RunConfig) -> None:
+    """Every check a run makes before its data (``hf-optbench validate --full``), writing nothing: the push, the
+    plan, the resume's checkpoint, the splits and memory the settings give. ``num_train_epochs`` are counted as one
+    step each here (a lower bound: the run counts them from the training split)."""
+    check_push_possible(cfg.training, Path(cfg.training.output_dir))
+    if cfg.trainer_keys.epochs is not None:
+        training = copy.copy(cfg.training)
+        training.max_steps = max(math.ceil(cfg.trainer_keys.epochs), 1)
+        cfg = dataclasses.replace(cfg, training=training)
+    checked_plan(cfg, move=False)
 
 
 def check_before_data(plan: RunPlan) -> None:
@@ -411,8 +438,7 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     data or model work. The plan is resolved once (:func:`hf_optbench.run.plan.resolve_plan`) and every step
     takes it; each step runs once and hands its result on."""
     from hf_optbench.run.epochs import with_epoch_steps
-    from hf_optbench.run.identity import choose_checkpoint
-    from hf_optbench.run.plan import plan_record, resolve_plan
+    from hf_optbench.run.plan import plan_record
 
     args = cfg.training
     out = Path(args.output_dir)
@@ -425,9 +451,7 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     try:
         git = _check_git(cfg)
         cfg = with_epoch_steps(cfg)  # num_train_epochs: max_steps from the training split's size
-        plan = resolve_plan(cfg)  # every value resolved and checked once; nothing writes back into it
-        resumption = choose_checkpoint(plan, out, move=is_main)  # the checkpoint's own identity must match
-        check_steps_left(resumption, plan.max_steps)
+        plan, resumption = checked_plan(cfg, move=is_main)
         prepared = prepare(plan)
         built = build_optimization(plan, prepared.model)
         record = plan_record(plan, built.groups, built.impl)

@@ -209,3 +209,45 @@ def test_each_hostile_input_is_one_line_and_exit_2_through_the_installed_command
     assert _snapshot(workspace) == before, "files written or changed"
     assert not (workspace / "evil" / "RAN").exists() and not (workspace / "PWNED").exists()
     assert not (workspace / "evil_tok" / "RAN").exists(), "the tokenizer's custom code ran"
+
+
+# -- validate --full as strict as run: one refusal, through the same checks; those that need no model, before torch
+NO_TOKENIZER_KEY = "no_tokenizer.yaml"  # the quickstart recipe without tokenizer_name: the Hub default, not cached
+STRICT = [
+    (["{T}/" + NO_TOKENIZER_KEY], "--tokenizer_name builtin:thai-bpe-2k", False),
+    ([QUICK, "--output_dir", "{T}/o", "--fp16", "true"], "fp16 true, which needs a GPU", False),
+    ([QUICK, "--output_dir", "{T}/o", "--push_to_hub", "true"], "push_to_hub is set but HF_HUB_OFFLINE is on", False),
+    ([QUICK, "--output_dir", "{T}/o", "--optimizer", "muon", "--optimizer_kwargs", '{"ns_precision": "half"}'],
+     "ns_precision 'half' is not one of auto, bf16, fp32", True),
+]
+PROBE = ("import sys\nfrom hf_optbench.cli import main\nrc = main(sys.argv[1:])\n"
+         "print('torch imported:', 'torch' in sys.modules)\nsys.exit(rc)\n")
+
+
+@pytest.mark.parametrize(("argv", "needle", "torch"), STRICT, ids=["tokenizer-offline", "fp16-cpu", "push-offline",
+                                                                   "muon-ns-half"])
+def test_validate_full_refuses_what_run_refuses(argv: list[str], needle: str, torch: bool, workspace: Path) -> None:
+    """The installed command's ``run`` and ``validate --full`` give the same one line; a refusal that needs no
+    model answers before torch is imported (the same entry point, in a process of its own, says whether it was)."""
+    import sys
+
+    (workspace / NO_TOKENIZER_KEY).write_text("".join(
+        line + "\n" for line in Path(QUICK).read_text().splitlines() if not line.startswith(("tokenizer_name",
+                                                                                           "output_dir")))
+        + f"output_dir: {workspace}/o\n")
+    args = [a.replace("{T}", str(workspace)) for a in argv]
+    env = {**os.environ, "HF_OPTBENCH_CACHE": str(workspace / "cache"), "HF_HUB_OFFLINE": "1",
+           "HF_HOME": str(workspace / "hf_home")}  # an empty Hugging Face cache: the default tokenizer is not in it
+    lines = {}
+    for command in (["run", *args], ["validate", *args, "--full"]):
+        proc = subprocess.run([str(hf_optbench_command()), *command], capture_output=True, text=True, env=env,
+                              cwd=workspace, timeout=300)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert needle in errors[0], errors[0]
+        lines[command[0]] = errors[0]
+    assert lines["run"] == lines["validate"]
+    probe = subprocess.run([sys.executable, "-c", PROBE, "validate", *args, "--full"], capture_output=True, text=True,
+                           env=env, cwd=workspace, timeout=300)
+    assert probe.returncode == 2 and f"torch imported: {torch}" in probe.stdout, probe.stdout + probe.stderr[-2000:]
+    assert not (workspace / "o").exists()
