@@ -1,8 +1,8 @@
 """Share a run on the Hugging Face Hub: the upload itself through ``huggingface_hub``, of the checked folder
 :mod:`hf_optbench.publish.stage` assembles; ``hf-optbench push`` is :mod:`hf_optbench.cli.push`.
 
-    hf-optbench push runs/lion_gpt2_s0 --repo-id me/gpt2-lion-bench --dry-run   # stage + check, no network
-    hf-optbench push runs/lion_gpt2_s0 --repo-id me/gpt2-lion-bench             # upload (private by default)
+    hf-optbench push runs/lion_gpt2_s0 --repo_id me/gpt2-lion-bench --dry_run   # stage + check, no network
+    hf-optbench push runs/lion_gpt2_s0 --repo_id me/gpt2-lion-bench             # upload (private by default)
     hf-optbench run RECIPE.yaml --push_to_hub true --hub_model_id me/name       # upload at the end of the run
 
 What is uploaded, and the checks it passes first, is the staged folder of :mod:`hf_optbench.publish.stage`.
@@ -68,6 +68,14 @@ def _validate_repo_id(repo_id: str, key: str) -> None:
         validate_repo_id(repo_id)
     except HFValidationError as exc:
         raise OptBenchError(f"invalid {key} '{repo_id}': {exc} Use 'user-or-org/model-name'.") from None
+
+
+def check_repo_id(repo_id: str, *, owner_from_token: bool = False) -> None:
+    """``push``'s --repo_id is a Hub repo id with an owner (without one only where the token names the owner: the
+    run's push_to_hub); checked for the dry run as for the upload, so a dry run never passes what the push refuses."""
+    _validate_repo_id(repo_id, "--repo_id")
+    if "/" not in repo_id and not owner_from_token:
+        raise OptBenchError(f"--repo_id '{repo_id}' names no owner: use 'user-or-org/{repo_id}'.")
 
 
 def _require_token(what: str) -> str:
@@ -149,7 +157,7 @@ def _upload(api: Any, target: HubTarget, folder: Path, message: str, run_dir: Pa
         detail = redact_text(" ".join(str(exc).split()), [t for t in [known_token()] if t])
         raise OptBenchError(
             f"upload to the Hub repo '{repo_id}' failed ({type(exc).__name__}: {detail}). The run directory is "
-            f"intact: retry with `hf-optbench push {run_dir} --repo-id {repo_id}`."
+            f"intact: retry with `hf-optbench push {run_dir} --repo_id {repo_id}`."
         ) from None
 
 
@@ -161,15 +169,13 @@ def push_run(run_dir: str | os.PathLike[str], repo_id: str, private: bool = True
     without owner is refused unless ``owner_from_token`` (the run's push_to_hub, like the Trainer)."""
     from huggingface_hub import HfApi
 
-    _validate_repo_id(repo_id, "--repo-id")
-    if "/" not in repo_id and not owner_from_token:
-        raise OptBenchError(f"--repo-id '{repo_id}' names no owner: use 'user-or-org/{repo_id}'.")
+    check_repo_id(repo_id, owner_from_token=owner_from_token)
     if _hub_offline():
         raise OptBenchError(
-            "HF_HUB_OFFLINE is set, so nothing can be uploaded: unset it to push, or pass --dry-run to stage "
+            "HF_HUB_OFFLINE is set, so nothing can be uploaded: unset it to push, or pass --dry_run to stage "
             "and check the upload folder only."
         )
-    token = token or _require_token("Or pass --dry-run to stage and check only.")
+    token = token or _require_token("Or pass --dry_run to stage and check only.")
     with staged_upload(run_dir, stage_dir, repo_id=repo_id, token=token) as staged:
         summary = read_summary(Path(run_dir), required=True)
         message = commit_message or (

@@ -242,6 +242,8 @@ CASES = [
     # -- push ---------------------------------------------------------------------------------------------
     c("push-missing-dir", ["push", "{T}/missing", "--repo-id", "me/run", "--dry-run"], "missing"),
     c("push-corrupt-summary", ["push", "{T}/badrun", "--repo-id", "me/run", "--dry-run"], "summary.json"),
+    c("push-dry-run-bad-repo-id", ["push", "{T}/badrun", "--repo_id", "../../x y", "--dry_run"],
+      "invalid --repo_id '../../x y'"),  # was: exit 0, staged as if the push could go
     c("push-no-repo-id", ["push", "{T}/badrun"], "--repo_id"),
     c("push-token-flag", ["push", "{T}/badrun", "--repo-id", "me/run", "--token", "hf_SECRETVALUE"], "--token",
       absent="hf_SECRETVALUE"),
