@@ -41,13 +41,17 @@ class CacheCorrupt(Exception):
     """A cache entry that exists but fails its checks (internal: :func:`lookup` rebuilds it with a warning)."""
 
 
-def make_cache_root(path: str, from_env: bool) -> None:
+def make_cache_root(path: str, from_env: bool, *, build: bool = False) -> None:
     """Create the cache directory ``path``, or refuse it in one line naming where it came from (``--data_cache_dir``
     or the ``HF_OPTBENCH_CACHE`` / ``XDG_CACHE_HOME`` default) and the fix: a path naming an existing file was a
-    FileExistsError traceback, and a read-only place a PermissionError, after the imports."""
+    FileExistsError traceback, and a read-only place a PermissionError, after the imports. An existing directory
+    that cannot be written (a shared, read-only cache) is refused only when an entry must be built in it
+    (``build``): the entry a run needs may be there already, and reading it writes nothing."""
     from hf_optbench.config.checks import check_writable_dir
     from hf_optbench.errors import OptBenchError
 
+    if not build and os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK):
+        return
     key = "data cache directory" if from_env else "data_cache_dir"
     try:
         check_writable_dir(path, key)

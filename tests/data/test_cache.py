@@ -217,3 +217,26 @@ def test_a_cache_root_that_is_a_file_is_refused_naming_where_it_came_from(tmp_pa
         make_cache_root(str(afile / "data"), from_env=True)
     make_cache_root(str(tmp_path / "new" / "data"), from_env=True)
     assert (tmp_path / "new" / "data").is_dir() and afile.read_text() == "x"
+
+
+def test_a_read_only_cache_holding_the_entry_is_read_and_one_without_it_refused(tmp_path: Path) -> None:
+    """A shared cache mounted read-only was refused as "not writable" even when it held the entry a run needs:
+    reading it writes nothing. Needs root and mount(8) (a read-only tmpfs refuses even root)."""
+    import shutil
+    import subprocess
+
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0) or shutil.which("mount") is None:
+        pytest.skip("needs root and mount(8) to make a read-only tmpfs")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(cache)]).returncode != 0:
+        pytest.skip("mount failed")
+    try:
+        built = prepare_data(_args(tmp_path), n_positions=64)
+        subprocess.run(["mount", "-o", "remount,ro", str(cache)], check=True)
+        again = prepare_data(_args(tmp_path), n_positions=64)  # the entry is there: read, nothing written
+        assert (_ids(again.train) == _ids(built.train)).all()
+        with pytest.raises(OptBenchError, match="not writable"):  # another entry must be built: refused
+            prepare_data(_args(tmp_path, synthetic_num_tokens=64 * 300), n_positions=64)
+    finally:
+        subprocess.run(["umount", str(cache)])
