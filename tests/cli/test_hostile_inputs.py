@@ -147,7 +147,8 @@ def workspace(tmp_path_factory) -> Path:
     (root / "zero.yaml").symlink_to("/dev/zero")
     os.mkfifo(root / "fifo.yaml")
     (root / "nested.yaml").write_text("model_size: " + "[" * 100_000 + "]" * 100_000 + "\n")
-    (root / "kwargs_nested.yaml").write_text(f"output_dir: {root}/out\noptimizer_kwargs: '"
+    (root / "kwargs_nested.yaml").write_text(f"output_dir: {root}/out\ntokenizer_name: builtin:thai-bpe-2k\n"
+                                             "optimizer_kwargs: '"
                                              + '{"a": ' * 50_000 + "1" + "}" * 50_000 + "'\n")
     # one line of 5 million characters (the issue's was 200 MB: the same refusal, at the same place)
     (root / "long_line.txt").write_text("a short first line\n" + "ก" * 5_000_000 + "\nand a last one\n",
