@@ -99,7 +99,8 @@ def check_finite(parts: tuple[Any, ...], explicit: set[str], mappings: dict[str,
 
 
 def check_optimizer_values(kwargs: dict[str, Any]) -> None:
-    """betas in [0, 1) and eps >= 0, before torch's own check fires after the data and model are built."""
+    """betas in [0, 1), eps >= 0 and ns_steps >= 1, before torch's own check fires after the data and model are
+    built (or, for ns_steps 0, never: an update left unorthogonalised)."""
     betas = kwargs.get("betas")
     if betas is not None:
         if not isinstance(betas, (list, tuple)) or not all(isinstance(b, (int, float)) and 0 <= b < 1
@@ -112,11 +113,15 @@ def check_optimizer_values(kwargs: dict[str, Any]) -> None:
         values = eps if isinstance(eps, (list, tuple)) else [eps]
         if not all(v is None or (isinstance(v, (int, float)) and v >= 0) for v in values):
             raise OptBenchError(f"optimizer_kwargs 'eps' must be >= 0, got {eps!r}. Use e.g. 1e-8.")
+    steps = kwargs.get("ns_steps")  # Muon's Newton-Schulz iterations: 0 would not orthogonalise, no longer Muon
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise OptBenchError(f"optimizer_kwargs 'ns_steps' must be an integer >= 1 (Muon orthogonalises its update "
+                            f"with that many Newton-Schulz iterations), got {steps!r}. Use e.g. 5, the cited value.")
 
 
 def check_positive_ints(training: Any) -> None:
     """Batch sizes and accumulation >= 1; logging/eval/save intervals (steps, or in transformers 5 a fraction of
-    the run) > 0 when set."""
+    the run) > 0 when set; save_total_limit >= 1 when set."""
     for key in POSITIVE_INT_KEYS:
         value = getattr(training, key)
         if not isinstance(value, int) or value < 1:
@@ -125,6 +130,11 @@ def check_positive_ints(training: Any) -> None:
         value = getattr(training, key, None)
         if value is not None and not value > 0:
             raise OptBenchError(f"{key} must be positive, got {value!r}. Fix --{key} (e.g. --{key} 50).")
+    limit = getattr(training, "save_total_limit", None)
+    if limit is not None and limit < 1:  # transformers keeps every checkpoint for 0 and negative values
+        raise OptBenchError(f"save_total_limit must be >= 1 (the checkpoints kept), got {limit}, which transformers "
+                            "reads as no limit: every checkpoint would be kept. Leave it unset to keep all, or set "
+                            "e.g. --save_total_limit 2.")
 
 
 def check_adam_arguments(optim: Any, training: Any, explicit: set[str]) -> None:

@@ -242,6 +242,10 @@ CASES = [
     # -- push ---------------------------------------------------------------------------------------------
     c("push-missing-dir", ["push", "{T}/missing", "--repo-id", "me/run", "--dry-run"], "missing"),
     c("push-corrupt-summary", ["push", "{T}/badrun", "--repo-id", "me/run", "--dry-run"], "summary.json"),
+    c("muon-ns-steps-0", [*RUN, "--optimizer", "muon", "--optimizer_kwargs", '{"ns_steps": 0}'],
+      "'ns_steps' must be an integer >= 1"),  # was: accepted, no orthogonalisation
+    c("save-total-limit-0", [*RUN, "--save_total_limit", "0"], "save_total_limit must be >= 1"),  # was: all kept
+    c("save-total-limit-negative", [*RUN, "--save_total_limit", "-1"], "save_total_limit must be >= 1"),
     c("push-dry-run-bad-repo-id", ["push", "{T}/badrun", "--repo_id", "../../x y", "--dry_run"],
       "invalid --repo_id '../../x y'"),  # was: exit 0, staged as if the push could go
     c("push-no-repo-id", ["push", "{T}/badrun"], "--repo_id"),
