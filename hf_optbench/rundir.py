@@ -45,6 +45,8 @@ TUNING_DIR = "tuning"
 FINISHED_STATUSES = ("completed", "diverged")
 LOST_STATUSES = ("failed", "oom")
 FINAL_STATUSES = FINISHED_STATUSES + LOST_STATUSES
+# A run stopped by Ctrl-C or SIGHUP: not finished, not failed (nothing went wrong), resumable from its checkpoint.
+INTERRUPTED = "interrupted"
 # What an out-of-memory error says (torch's CUDA "out of memory"/OutOfMemoryError, the CPU allocator's ENOMEM): such a
 # run ended for want of memory, a result of its size and optimizer ("oom"), not a bug ("failed").
 OOM_PATTERN = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory", re.I)
@@ -391,7 +393,7 @@ def previous_run(run_dir: str | os.PathLike[str]) -> PreviousRun:
         status = (summary or {}).get("status")
         if summary is not None and status in FINISHED_STATUSES:
             return PreviousRun("finished", f"{SUMMARY_FILE} status '{status}'", status, last, checkpoints)
-        if summary is not None and status not in FINAL_STATUSES:
+        if summary is not None and status not in (*FINAL_STATUSES, INTERRUPTED):
             problem = f"{SUMMARY_FILE} holds no run status (status {status!r})"
         if problem is not None:
             kept = [f"the final model ({model})" if model else "", steps]

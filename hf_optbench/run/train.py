@@ -24,6 +24,8 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +46,7 @@ from hf_optbench.run.output import (
 )
 from hf_optbench.run.preflight import own_output_dir, preflight
 from hf_optbench.run.summary import build_summary, finish_summary, record_failure
-from hf_optbench.rundir import FINISHED_STATUSES, SUMMARY_FILE, write_json_atomic
+from hf_optbench.rundir import FINISHED_STATUSES, INTERRUPTED, SUMMARY_FILE, write_json_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -390,7 +392,11 @@ def _train_and_record(trainer: Trainer, prepared: Prepared, recorder: Any, built
         # train_segments.json stays as the last complete checkpoint wrote it: the resume starts there
         summary["error"] = str(failing)
         raise failing from exc
-    except BaseException as exc:  # KeyboardInterrupt, SystemExit: the figures so far are still written below
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGHUP: nothing failed; the figures so far are written below
+        summary["status"], summary["error"] = INTERRUPTED, None
+        failing = exc
+        raise
+    except BaseException as exc:  # SystemExit: the figures so far are still written below
         failing = exc
         raise
     finally:
@@ -493,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return print_run_help(full=help_requested(argv) == "full", prog="python -m hf_optbench.run")
     lock = None
+    cfg = None
     try:
         argv = recipe_first(argv)  # `--config RECIPE` anywhere on the line: a recipe like any other
         recipe = preflight(argv)  # the recipe, read once
@@ -500,16 +507,55 @@ def main(argv: list[str] | None = None) -> int:
         if finished_run_summary(cfg, Path(cfg.training.output_dir)) is not None:
             return 0  # a finished run resumed: it said so in one line, and nothing was written
         lock = own_output_dir(cfg)  # before any data or model work; released when the run ends
-        summary = train(cfg, lock=lock)
+        with hangup_as_interrupt():
+            summary = train(cfg, lock=lock)
     except OptBenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        out = Path(cfg.training.output_dir) if cfg is not None else None
+        print(interrupted_line(out), file=sys.stderr, flush=True)
+        return 130
     finally:
         if lock is not None:
             lock.release()
     if is_launch_main_process():
         print_result(summary, Path(cfg.training.output_dir))
     return 0 if summary["status"] in FINISHED_STATUSES else 1
+
+
+@contextmanager
+def hangup_as_interrupt() -> Iterator[None]:
+    """SIGHUP (the terminal closed) ends a run as Ctrl-C does: summary.json written with status "interrupted" and one
+    line, instead of a silent exit 129 that wrote nothing."""
+    import signal
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGHUP, interrupt)
+    except (ValueError, AttributeError):  # not the main thread, or no SIGHUP (Windows)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def interrupted_line(out: Path | None) -> str:
+    """The one line a run stopped by Ctrl-C or SIGHUP ends with: where it stopped and how to go on."""
+    from hf_optbench.rundir import read_summary
+
+    summary = (read_summary(out) or {}) if out is not None else {}
+    if summary.get("status") != INTERRUPTED:
+        return "interrupted before training started: nothing was trained; start the same command again."
+    on = ("continue it with --resume_from_checkpoint true (from its last checkpoint), or start again with "
+          "--overwrite_output_dir true") if any(out.glob("checkpoint-*")) else \
+        "it saved no checkpoint: start it again with --overwrite_output_dir true"
+    return (f"interrupted at step {summary.get('steps')}: {out} keeps what was written (summary.json status "
+            f"'{INTERRUPTED}'); {on}.")
 
 
 def exit_process(code: int) -> None:
