@@ -172,7 +172,8 @@ def build_model(
         import pickle
 
         try:
-            model = AutoModelForCausalLM.from_pretrained(init_from, attn_implementation=attn_implementation)
+            model = AutoModelForCausalLM.from_pretrained(init_from, attn_implementation=attn_implementation,
+                                                         trust_remote_code=False)
         except OSError as exc:
             raise OptBenchError(
                 f"cannot load init_from='{init_from}': {exc}. Pass a local directory holding config.json and "
@@ -184,6 +185,13 @@ def build_model(
                 f"cannot load init_from='{init_from}': its weights are a pickle that torch's safe loader refuses "
                 f"({first.rstrip('.')}): loading it could run code, so it is never loaded. Start from a checkpoint "
                 "saved as model.safetensors."
+            ) from None
+        except ValueError as exc:  # a Hub model asking for its own code: trust_remote_code stays off
+            if "trust_remote_code" not in str(exc):
+                raise
+            raise OptBenchError(
+                f"cannot load init_from='{init_from}': it asks for custom modelling code (auto_map in its "
+                "config.json), which hf_optbench never runs. Start from a checkpoint of a stock model class."
             ) from None
         model.config.use_cache = False
     else:

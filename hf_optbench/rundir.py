@@ -45,6 +45,8 @@ TUNING_DIR = "tuning"
 FINISHED_STATUSES = ("completed", "diverged")
 LOST_STATUSES = ("failed", "oom")
 FINAL_STATUSES = FINISHED_STATUSES + LOST_STATUSES
+# A run stopped by Ctrl-C or SIGHUP: not finished, not failed (nothing went wrong), resumable from its checkpoint.
+INTERRUPTED = "interrupted"
 # What an out-of-memory error says (torch's CUDA "out of memory"/OutOfMemoryError, the CPU allocator's ENOMEM): such a
 # run ended for want of memory, a result of its size and optimizer ("oom"), not a bug ("failed").
 OOM_PATTERN = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|Cannot allocate memory", re.I)
@@ -282,6 +284,9 @@ TORN_CHECKPOINTS_DIR = "torn_checkpoints"  # checkpoints a kill tore mid-save, k
 # The plan's identity of the run, recorded for readers (the report compares runs by it); a resume checks the stamp
 # in the checkpoint it loads instead (hf_optbench.run.identity), never this file.
 IDENTITY_FILE = "run_identity.json"
+# The key of the plan stamp in each checkpoint's trainer_state.json (hf_optbench.run.identity.PlanStamp):
+# transformers keys ``stateful_callbacks`` by the callback's class name.
+STAMP_KEY = "PlanStamp"
 
 
 def read_identity(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -326,7 +331,7 @@ class PreviousRun:
       reaching the max_steps its run_identity.json records); ``why`` names what is damaged and what says so;
     - ``unfinished``: other records of a run (run_identity.json, metrics.jsonl, train_segments.json, a
       summary.json of a failed run, checkpoints) and nothing that says it finished;
-    - ``none``: no record of a run (a new or empty directory, or a user's folder: run.own_files answers that).
+    - ``none``: no record of a run (a new or empty directory, or a user's folder: :func:`foreign_files` answers that).
     """
 
     state: str
@@ -388,7 +393,7 @@ def previous_run(run_dir: str | os.PathLike[str]) -> PreviousRun:
         status = (summary or {}).get("status")
         if summary is not None and status in FINISHED_STATUSES:
             return PreviousRun("finished", f"{SUMMARY_FILE} status '{status}'", status, last, checkpoints)
-        if summary is not None and status not in FINAL_STATUSES:
+        if summary is not None and status not in (*FINAL_STATUSES, INTERRUPTED):
             problem = f"{SUMMARY_FILE} holds no run status (status {status!r})"
         if problem is not None:
             kept = [f"the final model ({model})" if model else "", steps]
@@ -406,6 +411,58 @@ def previous_run(run_dir: str | os.PathLike[str]) -> PreviousRun:
         what = f"{steps}, no {SUMMARY_FILE}" if steps else f"{', '.join(records) or 'checkpoints'}, no step recorded"
         return PreviousRun("unfinished", what, None, last, checkpoints)
     return PreviousRun("none")
+
+
+# What a run writes at the top of its output_dir that a user's folder may hold too: the card, the final model
+# (trainer.save_model), the tokenizer files saved beside it, the rerunnable config.
+RUN_WRITES = ("README.md", CONFIG_FILE, "config.json", "generation_config.json", "model.safetensors",
+              "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+              "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "tokenizer.model",
+              "training_args.bin", TRAINER_STATE_FILE)
+# What only a run's own bookkeeping writes: a directory holding one of them is a run directory.
+RUN_MARKERS = (IDENTITY_FILE, SUMMARY_FILE, METRICS_FILE, SEGMENTS_FILE)
+
+
+def _stamped(checkpoint: Path) -> bool | None:
+    """Whether ``checkpoint``'s trainer_state.json carries hf_optbench's plan stamp (True), another writer's
+    state (False), or there is none (None: a checkpoint torn mid-save). The key is looked for in the bytes, so a
+    damaged or huge file costs one read and no parse."""
+    try:
+        return f'"{STAMP_KEY}"'.encode() in (checkpoint / TRAINER_STATE_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return False
+
+
+def foreign_files(out: Path) -> list[str]:
+    """What in ``out`` no hf_optbench run wrote and a run would replace or delete (``--overwrite_output_dir`` clears
+    a run's files and every ``checkpoint-*``; the Trainer's rotation deletes old checkpoints): another tool's
+    Trainer checkpoint (its trainer_state.json without the plan stamp), and, in a folder that is no run's, the
+    files a run writes (README.md, config.json, ...). A torn checkpoint (no trainer_state.json) of a run's own
+    directory is the run's. Files a run never writes or deletes (``notes.txt``) are not listed."""
+    if not out.is_dir():
+        return []
+    checkpoints = sorted(p for p in out.iterdir() if p.name.startswith("checkpoint-") and p.is_dir())
+    stamps = {p: _stamped(p) for p in checkpoints}
+    run_dir = any((out / name).exists() for name in RUN_MARKERS) or any(stamps.values())
+    theirs = [f"{p.name}/" for p, stamped in stamps.items() if stamped is False or (stamped is None and not run_dir)]
+    if not run_dir:
+        theirs += [name for name in RUN_WRITES if (out / name).exists()]
+    return theirs
+
+
+def check_no_foreign_files(out: Path) -> None:
+    """Refuse (exit 2, nothing touched) an output_dir holding files no hf_optbench run wrote that a run would replace
+    or delete (:func:`foreign_files`), naming them; ``--overwrite_output_dir`` does not lift it: it deletes only what
+    a run wrote."""
+    theirs = foreign_files(out)
+    if theirs:
+        shown = ", ".join(theirs[:8]) + (f" and {len(theirs) - 8} more" if len(theirs) > 8 else "")
+        raise OptBenchError(
+            f"output_dir '{out}' holds files no hf_optbench run wrote ({shown}), which a run would replace or delete "
+            "(a checkpoint-* without hf_optbench's plan stamp is another tool's), also with --overwrite_output_dir "
+            "true. Move them out of it, or choose a new --output_dir.")
 
 
 def _beside(parts: Sequence[str]) -> str:

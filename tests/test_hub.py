@@ -450,7 +450,7 @@ def online(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_push_offline_gives_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     run = fake_run(tmp_path)
-    with pytest.raises(OptBenchError, match="HF_HUB_OFFLINE.*--dry-run"):
+    with pytest.raises(OptBenchError, match="HF_HUB_OFFLINE.*--dry_run"):
         hub.push_run(run, "me/tiny-lion", token=FAKE_TOKEN)
 
 
@@ -465,7 +465,7 @@ def test_push_without_token_gives_a_clear_error(tmp_path: Path, monkeypatch: pyt
 
 @pytest.mark.parametrize("repo_id", ["no-owner", "me/bad name", "me/x/y"])
 def test_push_rejects_bad_repo_ids(tmp_path: Path, repo_id: str) -> None:
-    with pytest.raises(OptBenchError, match="repo-id"):
+    with pytest.raises(OptBenchError, match="repo_id"):
         hub.push_run(tmp_path, repo_id, token=FAKE_TOKEN)
 
 

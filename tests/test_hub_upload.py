@@ -206,7 +206,7 @@ def test_a_failed_upload_is_one_line_without_the_token(tmp_path: Path, online_hu
         hub.push_run(run, REPO)
     message = str(err.value)
     assert "\n" not in message and FAKE_TOKEN not in message and "403 Forbidden" in message
-    assert f"retry with `hf-optbench push {run} --repo-id {REPO}`" in message
+    assert f"retry with `hf-optbench push {run} --repo_id {REPO}`" in message
     assert (run / "summary.json").is_file() and (run / "checkpoint-10" / "model.safetensors").is_file()
 
 

@@ -303,3 +303,35 @@ def test_accelerate_launch_quiet_prints_only_our_line(tmp_path: Path) -> None:
     assert proc.returncode == 1
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "--bf16 false" in lines[0], lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGHUP"])
+def test_ctrl_c_or_a_closed_terminal_ends_a_run_in_one_line_marked_interrupted(signum: str, tmp_path: Path) -> None:
+    """Ctrl-C was a KeyboardInterrupt traceback with summary.json 'failed', error null; SIGHUP an exit 129 with no
+    word. Both now: one line, summary.json 'interrupted' (error null), and the resume it names finishes the run."""
+    import signal
+    import time
+
+    from fixtures.installed import hf_optbench_command
+
+    out = tmp_path / "run"
+    env = {**os.environ, "HF_OPTBENCH_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    argv = [str(hf_optbench_command()), "run", QUICK, "--output_dir", str(out), "--max_steps", "40", "--save_steps",
+            "2", "--eval_steps", "20", "--write_model_card", "false"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    deadline = time.time() + 240
+    while not list(out.glob("checkpoint-*/trainer_state.json")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(getattr(signal, signum))
+    _, err = proc.communicate(timeout=120)
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("[INFO]", "[hf_optbench]"))]
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("interrupted at step "), err[-3000:]
+    assert "--resume_from_checkpoint true" in lines[0], lines[0]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["error"] is None
+    resumed = subprocess.run(argv[:-4] + ["--resume_from_checkpoint", "true"], capture_output=True, text=True,
+                             env=env, cwd=tmp_path, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["status"] == "completed"

@@ -3,6 +3,7 @@ earlier run."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,9 @@ import pytest
 from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import (
     METRICS_TAIL_BYTES,
+    STAMP_KEY,
+    check_no_foreign_files,
+    foreign_files,
     atomic_path,
     last_train_step,
     parse_run_id,
@@ -141,7 +145,7 @@ def test_previous_run_is_decided_from_every_record(tmp_path: Path, kind: str, se
 def test_a_directory_without_a_runs_records_holds_no_previous_run(tmp_path: Path) -> None:
     assert previous_run(tmp_path / "missing").state == "none"
     (tmp_path / "README.md").write_text("# mine\n")
-    assert previous_run(tmp_path).state == "none"  # a user's folder: run.own_files answers for it
+    assert previous_run(tmp_path).state == "none"  # a user's folder: foreign_files answers for it
 
 
 def test_the_last_train_step_is_read_from_the_end_of_metrics_only(tmp_path: Path) -> None:
@@ -161,3 +165,59 @@ def test_portable_path_never_keeps_this_machines_absolute_path(tmp_path) -> None
     assert portable_path(tmp_path / "sweep" / "tuning", tmp_path / "sweep") == "tuning"
     assert portable_path(tmp_path / "sweep" / "tuned.yaml", tmp_path / "sweep" / "runs" / "r1") == "tuned.yaml"
     assert portable_path("/elsewhere/x.yaml", tmp_path) == "x.yaml"
+
+
+# ------------------------------------------------------------------------ files no run wrote (foreign_files)
+def _folder(tmp_path: Path, *names: str) -> Path:
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in names:
+        (out / name).write_text("mine\n")
+    return out
+
+
+def _checkpoint(out: Path, name: str, state: str | None) -> None:
+    """``out/name`` with a trainer_state.json holding ``state`` (None: none, as a checkpoint torn mid-save)."""
+    (out / name).mkdir()
+    (out / name / "model.safetensors").write_text("weights")
+    if state is not None:
+        (out / name / "trainer_state.json").write_text(state)
+
+
+@pytest.mark.parametrize("names", [("README.md",), ("config.json",), ("config.yaml",), ("tokenizer.json",),
+                                   ("README.md", "config.json", "config.yaml", "notes.txt")])
+def test_a_users_files_are_refused_by_name_overwrite_or_not(tmp_path: Path, names: tuple[str, ...]) -> None:
+    out = _folder(tmp_path, *names)
+    with pytest.raises(OptBenchError, match="no hf_optbench run wrote") as err:
+        check_no_foreign_files(out)
+    assert all(name in str(err.value) for name in names if name != "notes.txt")
+    assert "notes.txt" not in str(err.value)  # a file the run never writes is no reason to refuse
+    assert sorted(p.name for p in out.iterdir()) == sorted(names)  # nothing touched
+
+
+def test_another_tools_trainer_checkpoint_is_foreign_a_stamped_or_torn_one_of_a_run_is_not(tmp_path: Path) -> None:
+    out = _folder(tmp_path, "README.md")
+    _checkpoint(out, "checkpoint-100", json.dumps({"global_step": 100, "stateful_callbacks": {}}))
+    assert foreign_files(out) == ["checkpoint-100/", "README.md"]
+    with pytest.raises(OptBenchError, match=r"checkpoint-100/, README.md") as err:
+        check_no_foreign_files(out)
+    assert "unfinished" not in str(err.value)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "README.md").write_text("the card a run wrote\n")
+    _checkpoint(run, "checkpoint-4", json.dumps({"stateful_callbacks": {STAMP_KEY: {"args": {}}}}))
+    _checkpoint(run, "checkpoint-6", None)  # torn mid-save: its run's own
+    assert foreign_files(run) == []
+    _checkpoint(run, "checkpoint-8", json.dumps({"stateful_callbacks": {}}))  # another tool's, beside a run's
+    assert foreign_files(run) == ["checkpoint-8/"]
+
+
+def test_what_may_be_written(tmp_path: Path) -> None:
+    check_no_foreign_files(tmp_path / "new")  # not there yet
+    check_no_foreign_files(_folder(tmp_path, "notes.txt"))  # nothing the run writes
+    for marker in ("run_identity.json", "summary.json", "metrics.jsonl"):
+        run = tmp_path / marker
+        run.mkdir()
+        (run / "README.md").write_text("the card a run wrote\n")
+        (run / marker).write_text("{}")
+        check_no_foreign_files(run)  # a run directory: config.parse.check_output_dir's rules apply

@@ -118,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     except OptBenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # Ctrl-C while a command works (a cache build, a report): one line, not a traceback
+        print(f"interrupted: `hf-optbench {name}` stopped before it finished; run the same command again.",
+              file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `hf-optbench optimizers | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -56,7 +56,7 @@ def _parser(secrets: list[str] | None = None) -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Stage and upload (or, with --dry-run, only stage and list) a run directory; 0 on success."""
     from hf_optbench.publish.card import card_gaps
-    from hf_optbench.publish.hub import push_run
+    from hf_optbench.publish.hub import check_repo_id, push_run
     from hf_optbench.publish.stage import STAGE_MARKER, staged_upload
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except OptBenchError as exc:  # belt and braces: whatever the message, it never carries those values
         raise OptBenchError(redact_text(str(exc), secrets)) from None
     if args.dry_run:
+        check_repo_id(args.repo_id)  # what the push itself would refuse
         with staged_upload(args.run_dir, args.stage_dir, repo_id=args.repo_id) as staged:
             names = sorted(p.name for p in staged.iterdir() if p.name != STAGE_MARKER)
         where = f"in {staged}" if args.stage_dir else "(in a temporary folder, removed)"

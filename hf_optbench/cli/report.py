@@ -65,8 +65,27 @@ def check_sweep_dir(sweep_dir: str) -> None:
             ) from None
     root = runs_root(d)
     for summary in sorted(root.glob(f"*/{SUMMARY_FILE}")):
-        read_summary(summary.parent, required=True)  # OptBenchError naming the file
+        _check_finished_summary(summary, read_summary(summary.parent, required=True))  # OptBenchError naming it
     _check_finished_runs_have_summaries(d, root)
+
+
+# What every finished run's summary.json records and the report's statistics read (the size's parameter count
+# is the verdict's x axis): a "finished" summary without them was not written by a run.
+FINISHED_SUMMARY_KEYS = {"optimizer": str, "model_size": str, "num_params": (int, float)}
+
+
+def _check_finished_summary(path: Path, summary: dict[str, Any] | None) -> None:
+    """A summary.json whose status says finished holds the figures a finished run writes, else it is refused by
+    name (a hand-written ``{"status": "completed"}`` was a TypeError deep in the verdict)."""
+    if not summary or summary.get("status") not in FINISHED_STATUSES:
+        return
+    missing = [k for k, kind in FINISHED_SUMMARY_KEYS.items()
+               if not isinstance(summary.get(k), kind) or isinstance(summary.get(k), bool)]
+    if missing:
+        raise OptBenchError(
+            f"{path} says status '{summary['status']}' but lacks {', '.join(missing)}, which every finished run "
+            "records: it was not written by a run. Restore the run's own summary.json, or move the run directory "
+            "aside and start the sweep again (it reruns the run).")
 
 
 def _check_finished_runs_have_summaries(sweep_dir: Path, root: Path) -> None:

@@ -104,4 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             if stop.name is not None:  # a signal: exit now (stop.exit_now says why), never a traceback on a second
                 stop.exit_now(130)
             return 130
+    lost = {k: n for k, n in counts.items() if k in ("failed", "oom") and n}
+    if lost and not args.dry_run:  # the way on, named: the same command alone keeps them as they ended
+        print(f"[sweep] {', '.join(f'{n} {k}' for k, n in lost.items())}: each run's stdout.log says why; run the same "
+              "command with --retry_failed to run them again (their directories moved aside, kept)", file=sys.stderr)
     return 0 if not set(counts) - {"completed", "diverged", "pending"} else 1

@@ -20,10 +20,12 @@ flat YAML mapping, and every key, in it and on the command line, is one `hf-optb
 (a misspelt key gets a suggestion; a key hf_optbench replaces is refused with what to use instead;
 TrainingArguments' optim, lr_scheduler_type, num_train_epochs... are translated as a run translates them).
 
-  --full   also parse every value as the run would (HfArgumentParser and TrainingArguments: types,
-           ranges, the optimizer, schedule and model size, batch and block sizes, the output_dir),
-           exactly the checks a run makes before any data or model work. Takes as long as importing
-           transformers and torch (seconds, more on a loaded machine).""")
+  --full   also make every check a run makes before its data, through the same code:
+           the output_dir, the hardware, the tokenizer (offline: in the cache), the Hub
+           (push_to_hub), every value as HfArgumentParser and TrainingArguments parse it,
+           the optimizer's arguments as the plan resolves them, a resume's checkpoint, the
+           splits and memory the settings give. What needs no model answers before torch
+           is imported; the rest takes as long as importing transformers and torch.""")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     recipe_path, cli_tokens = config._split_argv(argv)
     recipe = config.load_recipe(recipe_path) if recipe_path else {}
     config.check_keys(recipe, cli_tokens, recipe_path)
-    if full:
-        config.parse_args(argv)
+    if full:  # the run's own checks, in the run's order, up to its data: what needs no model answers before torch
+        from hf_optbench.run.preflight import preflight
+        from hf_optbench.run.train import validate_run
+
+        validate_run(config.parse_args(argv, recipe=preflight(argv)))
     print(f"ok: {recipe_path or '(no recipe)'}" + (" (full check)" if full else " (keys)"))
     return 0

@@ -56,7 +56,10 @@ CACHE_COPIES = 2
 
 
 def _gib(n: float) -> str:
-    return f"{n / 2**30:,.1f}"
+    """GiB to one decimal, or to two significant digits below 1 GiB: a small figure never reads 0.0 beside
+    another 0.0 (a refusal that hid both numbers)."""
+    gib = n / 2**30
+    return f"{gib:,.1f}" if gib >= 0.95 or gib == 0 else f"{gib:.2g}"
 
 
 def logged_steps(max_steps: int, logging_steps: float) -> int:

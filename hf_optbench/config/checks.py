@@ -99,7 +99,8 @@ def check_finite(parts: tuple[Any, ...], explicit: set[str], mappings: dict[str,
 
 
 def check_optimizer_values(kwargs: dict[str, Any]) -> None:
-    """betas in [0, 1) and eps >= 0, before torch's own check fires after the data and model are built."""
+    """betas in [0, 1), eps >= 0 and ns_steps >= 1, before torch's own check fires after the data and model are
+    built (or, for ns_steps 0, never: an update left unorthogonalised)."""
     betas = kwargs.get("betas")
     if betas is not None:
         if not isinstance(betas, (list, tuple)) or not all(isinstance(b, (int, float)) and 0 <= b < 1
@@ -112,11 +113,15 @@ def check_optimizer_values(kwargs: dict[str, Any]) -> None:
         values = eps if isinstance(eps, (list, tuple)) else [eps]
         if not all(v is None or (isinstance(v, (int, float)) and v >= 0) for v in values):
             raise OptBenchError(f"optimizer_kwargs 'eps' must be >= 0, got {eps!r}. Use e.g. 1e-8.")
+    steps = kwargs.get("ns_steps")  # Muon's Newton-Schulz iterations: 0 would not orthogonalise, no longer Muon
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise OptBenchError(f"optimizer_kwargs 'ns_steps' must be an integer >= 1 (Muon orthogonalises its update "
+                            f"with that many Newton-Schulz iterations), got {steps!r}. Use e.g. 5, the cited value.")
 
 
 def check_positive_ints(training: Any) -> None:
     """Batch sizes and accumulation >= 1; logging/eval/save intervals (steps, or in transformers 5 a fraction of
-    the run) > 0 when set."""
+    the run) > 0 when set; save_total_limit >= 1 when set."""
     for key in POSITIVE_INT_KEYS:
         value = getattr(training, key)
         if not isinstance(value, int) or value < 1:
@@ -125,6 +130,11 @@ def check_positive_ints(training: Any) -> None:
         value = getattr(training, key, None)
         if value is not None and not value > 0:
             raise OptBenchError(f"{key} must be positive, got {value!r}. Fix --{key} (e.g. --{key} 50).")
+    limit = getattr(training, "save_total_limit", None)
+    if limit is not None and limit < 1:  # transformers keeps every checkpoint for 0 and negative values
+        raise OptBenchError(f"save_total_limit must be >= 1 (the checkpoints kept), got {limit}, which transformers "
+                            "reads as no limit: every checkpoint would be kept. Leave it unset to keep all, or set "
+                            "e.g. --save_total_limit 2.")
 
 
 def check_adam_arguments(optim: Any, training: Any, explicit: set[str]) -> None:
@@ -197,12 +207,30 @@ def _limit(where: Path, name: str, default: int) -> int:
     return value if isinstance(value, int) and value > 0 else default
 
 
+# Characters that end a line (or a C string): never in a path a run records, prints or writes into a script.
+LINE_BREAKS = {"\n": "line break", "\r": "carriage return", "\0": "NUL character"}
+
+
+def check_no_line_break(path: str | os.PathLike[str], key: str) -> None:
+    """Refuse a ``path`` holding a line break (or a carriage return, NUL). Why: a run writes its output_dir into
+    config.yaml's rerun comment, the command lines it prints and a SLURM job script; a line break there splits the
+    comment (the config.yaml no longer reruns) or the line (a pasted command runs the rest)."""
+    text = os.fsdecode(path)
+    bad = next((c for c in LINE_BREAKS if c in text), None)
+    if bad is not None:
+        raise OptBenchError(f"{key} holds a {LINE_BREAKS[bad]} ({_abbrev(repr(text))}), which would split the "
+                            "lines it is written into (config.yaml's rerun line, printed commands, a job script). "
+                            f"Choose another {key}, without one.")
+
+
 def check_path_fits(path: str | os.PathLike[str], key: str, inside: str = "") -> None:
     """Every name of ``path`` fits the filesystem's NAME_MAX and ``path`` joined with ``inside`` (the longest path
     the tool will create below it) fits its PATH_MAX, both in bytes (a Thai letter is 3 bytes of UTF-8), read with
     ``os.pathconf`` on the nearest existing ancestor (where the new names will be made). Why: a 300-character
     output_dir ended in an OSError traceback ("File name too long") after the recipe was parsed; a path that fits
-    but leaves no room for a checkpoint's files would fail at the first save."""
+    but leaves no room for a checkpoint's files would fail at the first save. A line break is refused first
+    (:func:`check_no_line_break`)."""
+    check_no_line_break(path, key)
     p = Path(os.path.abspath(os.path.expanduser(str(path))))
     ancestor = _nearest_existing(p)
     name_max = _limit(ancestor, "PC_NAME_MAX", NAME_MAX_DEFAULT)
@@ -284,7 +312,7 @@ INIT_FROM_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytor
 def check_run_inputs(cfg: Any) -> None:  # a RunConfig (config.parse imports this module)
     """The values that failed only after the data and the model were built (or silently did nothing): the seeds,
     dataloader workers, a registry optimizer's betas length, a dotted-path optimizer that does not import, a local
-    init_from directory without a model, and a tuned-values file that is not one (unreadable, unknown optimizer or
+    init_from directory without a model, a local tokenizer directory that asks for custom code, and a tuned-values file that is not one (unreadable, unknown optimizer or
     size, non-numeric rate). report_to is checked where it is parsed (config.recipe_defaults.report_to_list)."""
     t = cfg.training
     for key in ("seed", "data_seed"):
@@ -300,6 +328,9 @@ def check_run_inputs(cfg: Any) -> None:  # a RunConfig (config.parse imports thi
     check_dotted_optimizer(cfg.optim.optimizer)
     if cfg.model.init_from:
         check_init_from(str(cfg.model.init_from))
+    tokenizer = Path(os.path.expanduser(str(cfg.data.tokenizer_name or "")))
+    if cfg.data.needs_tokenizer and cfg.data.tokenizer_name and tokenizer.is_dir():
+        check_tokenizer_dir(tokenizer)
     if cfg.optim.tuned_hparams_file and os.path.isfile(cfg.optim.tuned_hparams_file):
         check_tuned_file(cfg.optim.tuned_hparams_file)
 
@@ -345,25 +376,60 @@ def check_init_from_config(config: Path, init_from: str) -> None:
     """An init_from config.json is a JSON object (of at most :data:`~hf_optbench.yaml_file.MAX_SETTINGS_BYTES`)
     that asks for no custom code. Why: a config with ``auto_map`` names modelling code of its own; hf_optbench never
     runs it (``trust_remote_code`` stays off) and transformers then builds the stock class of its ``model_type``
-    without a word (issue 41), so the user would train another model than the one the checkpoint was made with."""
+    without a word, so the user would train another model than the one the checkpoint was made with."""
+    data = _settings_json(config, f"init_from '{init_from}'", "model config")
+    if data.get("auto_map"):
+        raise OptBenchError(
+            f"init_from '{init_from}': {config.name} asks for custom modelling code (auto_map: "
+            f"{_auto_map_words(data['auto_map'])}), which hf_optbench never runs, so it would load as the stock "
+            f"'{data.get('model_type')}' class instead. Remove auto_map from config.json to load it as that class, "
+            "or start from a checkpoint without custom code.")
+
+
+# The files of a tokenizer directory through which transformers' AutoTokenizer reaches custom code (auto_map).
+TOKENIZER_CODE_FILES = ("tokenizer_config.json", "config.json")
+
+
+def check_tokenizer_dir(directory: Path, key: str = "tokenizer_name") -> None:
+    """A local tokenizer directory whose tokenizer_config.json or config.json names code of its own (``auto_map``) is
+    refused naming the file. Why: loading it would run that directory's Python (transformers asks "[y/N]" on a
+    terminal and runs it on "y"); hf_optbench never runs custom code, and a tokenizer's class decides token ids, so
+    the stock class in its place would not be the tokenizer the user named."""
+    for name in TOKENIZER_CODE_FILES:
+        path = directory / name
+        if not path.is_file():
+            continue
+        data = _settings_json(path, f"{key} '{directory}'", "tokenizer setting")
+        if data.get("auto_map"):
+            raise OptBenchError(
+                f"{key} '{directory}': {path} asks for custom tokenizer code (auto_map: "
+                f"{_auto_map_words(data['auto_map'])}), which hf_optbench never runs. Use a tokenizer saved with "
+                "a stock class (tokenizer.json, e.g. from save_pretrained of a PreTrainedTokenizerFast), a shipped "
+                "builtin:<name>, or `hf-optbench tokenizer train`.")
+
+
+def _auto_map_words(auto_map: Any) -> str:
+    """auto_map as "class -> module.Class, ..." cut to 200 characters (a hostile file may hold anything)."""
+    if isinstance(auto_map, dict):
+        return ", ".join(f"{k} -> {v}" for k, v in auto_map.items())[:200]
+    return str(auto_map)[:200]
+
+
+def _settings_json(path: Path, what: str, kind: str) -> dict[str, Any]:
+    """The JSON object in ``path`` (at most :data:`~hf_optbench.yaml_file.MAX_SETTINGS_BYTES`), or an OptBenchError
+    naming ``what`` and the file."""
     from hf_optbench.yaml_file import MAX_SETTINGS_BYTES, loads_json_bounded
 
     try:
-        if config.stat().st_size > MAX_SETTINGS_BYTES:
-            raise ValueError(f"{config.stat().st_size:,} bytes, more than a model config's {MAX_SETTINGS_BYTES:,}")
-        data = loads_json_bounded(config.read_bytes().decode("utf-8"))
+        if path.stat().st_size > MAX_SETTINGS_BYTES:
+            raise ValueError(f"{path.stat().st_size:,} bytes, more than a {kind}'s {MAX_SETTINGS_BYTES:,}")
+        data = loads_json_bounded(path.read_bytes().decode("utf-8"))
     except (OSError, ValueError) as exc:
-        raise OptBenchError(f"init_from '{init_from}': {config.name} is not a readable model config "
+        raise OptBenchError(f"{what}: {path.name} is not a readable {kind} "
                             f"({type(exc).__name__}: {str(exc)[:120]}). Fix or replace it.") from None
     if not isinstance(data, dict):
-        raise OptBenchError(f"init_from '{init_from}': {config.name} does not hold a JSON object. Fix or replace it.")
-    if data.get("auto_map"):
-        named = ", ".join(f"{k} -> {v}" for k, v in dict(data["auto_map"]).items()) if isinstance(
-            data["auto_map"], dict) else str(data["auto_map"])
-        raise OptBenchError(
-            f"init_from '{init_from}': {config.name} asks for custom modelling code (auto_map: {named[:200]}), which "
-            f"hf_optbench never runs, so it would load as the stock '{data.get('model_type')}' class instead. Remove "
-            "auto_map from config.json to load it as that class, or start from a checkpoint without custom code.")
+        raise OptBenchError(f"{what}: {path.name} does not hold a JSON object. Fix or replace it.")
+    return data
 
 
 def refused_pickle(path: Path) -> str | None:

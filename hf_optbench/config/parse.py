@@ -44,7 +44,7 @@ from hf_optbench.config.recipe_defaults import allow_lists, parse_with_defaults,
 from hf_optbench.config.trainer_keys import TrainerKeys, translate
 from hf_optbench.errors import OptBenchError, suggest
 from hf_optbench.models import check_block_size, size_names
-from hf_optbench.rundir import previous_run
+from hf_optbench.rundir import check_no_foreign_files, previous_run
 from hf_optbench.yaml_file import load_yaml_mapping
 
 
@@ -470,9 +470,13 @@ def check_output_dir(cfg: RunConfig) -> None:
     """A writable directory that holds no earlier run's results the run would write over (:func:`hf_optbench.rundir.
     previous_run`: decided from every record a run leaves, not summary.json alone): a finished or a damaged run is
     refused unless ``--overwrite_output_dir``, a damaged one also on a resume (whether it finished cannot be told);
-    an unfinished one is resumed only when asked and is never silently restarted."""
+    an unfinished one is resumed only when asked and is never silently restarted. Files no hf_optbench run wrote
+    (another tool's checkpoint, a user's README.md) are refused by name first, ``--overwrite_output_dir`` or not
+    (:func:`hf_optbench.rundir.check_no_foreign_files`); a resume loads only a stamped checkpoint, unless forced."""
     out = Path(cfg.training.output_dir)
     check_writable_dir(out, "output_dir", RUN_DIR_LONGEST_INSIDE)
+    if not cfg.resume.requested:
+        check_no_foreign_files(out)
     if cfg.run.overwrite_output_dir and not cfg.resume.requested:
         return
     previous = previous_run(out)

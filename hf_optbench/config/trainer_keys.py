@@ -23,9 +23,11 @@ and the run's first checks stay fast.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from hf_optbench.config.bounds import MAX_STEPS
 from hf_optbench.config.optim_args import parse_json_mapping
 from hf_optbench.errors import OptBenchError, suggest
 
@@ -216,8 +218,13 @@ def translate(recipe: dict[str, Any], tokens: list[str], recipe_path: str | None
     epochs = None
     if "num_train_epochs" in given:
         epochs = _number("num_train_epochs", *given["num_train_epochs"])
-        if not epochs > 0:
-            raise OptBenchError(f"num_train_epochs (in {given['num_train_epochs'][1]}) must be positive, got {epochs}.")
+        if not epochs > 0 or not math.isfinite(epochs):
+            raise OptBenchError(f"num_train_epochs (in {given['num_train_epochs'][1]}) must be a positive finite "
+                                f"number, got {epochs}.")
+        if epochs > MAX_STEPS:  # an epoch is at least one step: the bound max_steps has, before the data is counted
+            raise OptBenchError(f"num_train_epochs (in {given['num_train_epochs'][1]}) must be at most {MAX_STEPS:,} "
+                                f"(an epoch is at least one optimizer step, and max_steps is at most that), got "
+                                f"{epochs:g}. Set the epochs a run can take (e.g. 1).")
     if ctor:
         became["optimizer_kwargs"] = _merged_kwargs(ctor, recipe, tokens, given["optim"])
         tokens = _take(tokens, ("optimizer_kwargs",))[1]

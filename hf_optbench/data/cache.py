@@ -22,7 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import sys
 import tempfile
 import warnings
@@ -41,13 +43,17 @@ class CacheCorrupt(Exception):
     """A cache entry that exists but fails its checks (internal: :func:`lookup` rebuilds it with a warning)."""
 
 
-def make_cache_root(path: str, from_env: bool) -> None:
+def make_cache_root(path: str, from_env: bool, *, build: bool = False) -> None:
     """Create the cache directory ``path``, or refuse it in one line naming where it came from (``--data_cache_dir``
     or the ``HF_OPTBENCH_CACHE`` / ``XDG_CACHE_HOME`` default) and the fix: a path naming an existing file was a
-    FileExistsError traceback, and a read-only place a PermissionError, after the imports."""
+    FileExistsError traceback, and a read-only place a PermissionError, after the imports. An existing directory
+    that cannot be written (a shared, read-only cache) is refused only when an entry must be built in it
+    (``build``): the entry a run needs may be there already, and reading it writes nothing."""
     from hf_optbench.config.checks import check_writable_dir
     from hf_optbench.errors import OptBenchError
 
+    if not build and os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK):
+        return
     key = "data cache directory" if from_env else "data_cache_dir"
     try:
         check_writable_dir(path, key)
@@ -56,6 +62,51 @@ def make_cache_root(path: str, from_env: bool) -> None:
                 "pass --data_cache_dir DIR.") if from_env else ""
         raise OptBenchError(f"{exc}{hint}") from None
     os.makedirs(path, exist_ok=True)
+    if build:
+        remove_stale_temps(path)
+
+
+def _owner() -> str:
+    """``host@pid`` of this process, in the names of its temporary folders in the cache (:func:`remove_stale_temps`
+    tells a stopped build's from a live one by it)."""
+    return f"{socket.gethostname().replace('-', '_')}@{os.getpid()}"
+
+
+_TEMP = re.compile(r"^\.(tmp|work|damaged)-(?:.*-)?([^-@]+)@(\d+)-[^-]+$")
+
+
+def remove_stale_temps(cache_root: str) -> None:
+    """Remove the temporary folders (``.tmp-*``, ``.work-*``, ``.damaged-*``) that builds on this host left when they
+    were killed or stopped (their process is gone), and say so in one line. Why: a SIGTERM'd or SIGKILLed build
+    skips its own clean-up, and its folders stayed for good (338 MB in one case). A folder of a live process, of
+    another host sharing the cache, or of an older hf_optbench (no owner in its name) is left alone."""
+    host = socket.gethostname().replace("-", "_")
+    removed, size = [], 0
+    try:
+        names = os.listdir(cache_root)
+    except OSError:
+        return
+    for name in names:
+        m = _TEMP.match(name)
+        if m is None or m.group(2) != host or _alive(int(m.group(3))):
+            continue
+        path = os.path.join(cache_root, name)
+        size += sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file() and not f.is_symlink())
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(name)
+    if removed:
+        print(f"[data] removed {len(removed)} temporary folder{'s' if len(removed) > 1 else ''} of stopped cache "
+              f"builds from {cache_root} ({size / 2**20:,.1f} MiB)", file=sys.stderr)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def fingerprint(payload: dict[str, Any]) -> str:
@@ -175,7 +226,7 @@ def store(ddict: Any, info: dict[str, Any], cache_root: str, fp: str, *, replace
     (``--overwrite_data_cache``): the existing entry is replaced even when it is whole.
     """
     final = os.path.join(cache_root, fp)
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{fp}-", dir=cache_root)
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{fp}-{_owner()}-", dir=cache_root)
     try:
         ddict.save_to_disk(tmp)
         write_json_atomic(Path(tmp) / INFO_FILE, {**info, "checksums": file_checksums(tmp)})
@@ -183,7 +234,7 @@ def store(ddict: Any, info: dict[str, Any], cache_root: str, fp: str, *, replace
         if os.path.lexists(final):
             if not replace and _usable(final):
                 return final
-            aside = tempfile.mkdtemp(prefix=f".damaged-{fp}-", dir=cache_root)
+            aside = tempfile.mkdtemp(prefix=f".damaged-{fp}-{_owner()}-", dir=cache_root)
             try:
                 os.replace(final, os.path.join(aside, "entry"))
             except FileNotFoundError:  # another process moved it first
@@ -202,7 +253,7 @@ def store(ddict: Any, info: dict[str, Any], cache_root: str, fp: str, *, replace
 @contextmanager
 def work_dir(cache_root: str) -> Iterator[str]:
     """A scratch directory inside ``cache_root`` (same filesystem as the entry), removed whatever happens."""
-    work = tempfile.mkdtemp(prefix=".work-", dir=cache_root)
+    work = tempfile.mkdtemp(prefix=f".work-{_owner()}-", dir=cache_root)
     try:
         yield work
     finally:

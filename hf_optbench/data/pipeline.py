@@ -239,6 +239,7 @@ def prepare_data(data_args: DataArguments, *, n_positions: int) -> DatasetBundle
     final = os.path.join(cache_root, fp)
     cached, damaged = lookup(final, data_args.overwrite_data_cache)
     if cached is None:  # to be built: the splits whose sizes the settings give must fit on the cache's disk
+        make_cache_root(cache_root, from_env=not data_args.data_cache_dir, build=True)  # and it must be writable
         bs = data_args.block_size
         known = {"training": ((data_args.max_train_tokens or 0) // bs, "max_train_tokens"),
                  "validation": (data_args.validation_blocks or 0, "validation_blocks"),
@@ -399,6 +400,7 @@ def _prepare_synthetic(data_args: DataArguments, cache_root: str) -> DatasetBund
     cached, damaged = lookup(final, data_args.overwrite_data_cache)
     if cached is not None:
         return _bundle_from_cache(cached, None, vocab, True, final)
+    make_cache_root(cache_root, from_env=not data_args.data_cache_dir, build=True)  # an entry is built: writable
     check_cache_room(cache_root, {"training": (n_train, "synthetic_num_tokens"),
                                   "validation": (n_eval, "validation_blocks" if data_args.validation_blocks else
                                                  "synthetic_num_tokens (validation_fraction of it)"),

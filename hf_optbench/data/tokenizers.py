@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from hf_optbench.config.checks import check_tokenizer_dir
 from hf_optbench.errors import OptBenchError, suggest
 from hf_optbench.rundir import write_json_atomic
 
@@ -113,10 +114,56 @@ def hub_reachable(timeout: float = _HUB_PROBE_TIMEOUT_S) -> bool:
 def _not_available_error(name: str, why: str) -> OptBenchError:
     shipped = ", ".join(BUILTIN_PREFIX + k for k in builtin_tokenizers()) or "none"
     return OptBenchError(
-        f"tokenizer_name {name!r} cannot be loaded: {why}. Fix: pass a local directory holding tokenizer.json "
-        f"(e.g. one saved with save_pretrained, or a copy of the Hub repo), a shipped tokenizer ({shipped}), "
-        "or train one offline with `hf-optbench tokenizer train --input FILES --vocab-size N --output DIR`."
+        f"tokenizer_name {name!r} cannot be loaded: {why}. Fix: offline, use a tokenizer shipped with hf_optbench "
+        f"(--tokenizer_name {shipped.split(', ')[0]}; shipped: {shipped}), a local directory holding tokenizer.json "
+        "(saved with save_pretrained, or a copy of the Hub repo), or train one with `hf-optbench tokenizer train "
+        "--input FILES --vocab-size N --output DIR`."
     )
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether the local Hugging Face cache holds ``repo_id``'s tokenizer (no network: the cache's own index)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return any(isinstance(try_to_load_from_cache(repo_id, name), str)
+                   for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json"))
+    except ValueError:  # not a valid repo id: from_pretrained says so when it loads it
+        return False
+
+
+def check_tokenizer_available(name_or_path: str) -> str:
+    """The tokenizer's directory or Hub id, once it is known that :func:`load_tokenizer` can load it without custom
+    code: a shipped ``builtin:NAME``, a local directory with tokenizer files (none asking for code of its own), or a
+    Hub id in the local cache (or, online, one it may download). Why: the checks a run makes before any work (and
+    ``validate --full`` with it) answer here without transformers or torch: an offline run of the default Hub
+    tokenizer not in the cache was refused only after 20 s of imports."""
+    path = resolve_tokenizer_path(name_or_path)
+    if os.path.isdir(path):
+        if not any(os.path.isfile(os.path.join(path, f)) for f in ("tokenizer.json", "vocab.json", "tokenizer_config.json")):
+            raise OptBenchError(
+                f"tokenizer_name {name_or_path!r} is a directory without tokenizer files (tokenizer.json, "
+                "vocab.json/merges.txt or tokenizer_config.json). Point it at a directory written by "
+                "save_pretrained or `hf-optbench tokenizer train`."
+            )
+        check_tokenizer_dir(Path(path))  # custom code (auto_map) is refused by name, never run
+        return path
+    if os.path.exists(path):
+        raise OptBenchError(f"tokenizer_name {name_or_path!r} is a file, not a directory. Pass the directory that holds tokenizer.json.")
+    if _looks_like_path(path):
+        raise OptBenchError(f"tokenizer directory not found: {name_or_path!r}. Check the path, or give a Hub id / builtin:<name>.")
+    if offline_env() and not _in_hub_cache(path):
+        raise _not_available_error(path, "it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
+    return path
+
+
+def _refuse_custom_code(name: str, exc: ValueError) -> None:
+    """transformers' refusal of a Hub tokenizer that needs its own code (``trust_remote_code=False``) as one line."""
+    if "trust_remote_code" in str(exc):
+        raise OptBenchError(
+            f"tokenizer_name {name!r} asks for custom tokenizer code (auto_map in its tokenizer_config.json or "
+            "config.json), which hf_optbench never runs. Use a tokenizer with a stock class, a shipped "
+            "builtin:<name>, or `hf-optbench tokenizer train`.") from None
 
 
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
@@ -127,33 +174,28 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     """
     from transformers import AutoTokenizer
 
-    path = resolve_tokenizer_path(name_or_path)
+    path = check_tokenizer_available(name_or_path)
     if os.path.isdir(path):
-        if not any(os.path.isfile(os.path.join(path, f)) for f in ("tokenizer.json", "vocab.json", "tokenizer_config.json")):
-            raise OptBenchError(
-                f"tokenizer_name {name_or_path!r} is a directory without tokenizer files (tokenizer.json, "
-                "vocab.json/merges.txt or tokenizer_config.json). Point it at a directory written by "
-                "save_pretrained or `hf-optbench tokenizer train`."
-            )
         try:
-            return AutoTokenizer.from_pretrained(path)
+            return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         except (OSError, ValueError, KeyError) as exc:
             raise OptBenchError(f"tokenizer directory {path!r} could not be loaded ({exc}). Re-save it with save_pretrained.") from exc
-    if os.path.exists(path):
-        raise OptBenchError(f"tokenizer_name {name_or_path!r} is a file, not a directory. Pass the directory that holds tokenizer.json.")
-    if _looks_like_path(path):
-        raise OptBenchError(f"tokenizer directory not found: {name_or_path!r}. Check the path, or give a Hub id / builtin:<name>.")
     try:  # the Hub cache, with no network access at all
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError):
+        return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    except ValueError as exc:
+        _refuse_custom_code(path, exc)
+    except OSError:
         pass
     if offline_env():
         raise _not_available_error(path, "it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
     if not hub_reachable():
         raise _not_available_error(path, "it is not in the local Hugging Face cache and the Hub cannot be reached")
     try:
-        return AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as exc:
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    except ValueError as exc:
+        _refuse_custom_code(path, exc)
+        raise _not_available_error(path, f"download failed ({str(exc).splitlines()[0]})") from exc
+    except OSError as exc:
         raise _not_available_error(path, f"download failed ({str(exc).splitlines()[0]})") from exc
 
 
@@ -291,7 +333,7 @@ def train_tokenizer(
         **(metadata or {}),
     }
     write_json_atomic(out / METADATA_FILE, meta)
-    return AutoTokenizer.from_pretrained(str(out))
+    return AutoTokenizer.from_pretrained(str(out), trust_remote_code=False)
 
 
 class _CountingIterator:

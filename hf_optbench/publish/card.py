@@ -238,9 +238,11 @@ def rerun_command(prefix: str | None, config: str, output_dir: str) -> str:
     summary's ``launch.rerun_prefix``: ``accelerate launch --config_file ...``) when it had one or ran on several
     processes, else ``hf-optbench run``. Why the launcher: a 2-process run rerun as one process trains on half the
     tokens per step, another run (config.yaml's ``num_processes`` refuses it)."""
+    import shlex  # a path with spaces or shell syntax is one argument when the line is pasted into a shell
+
     if prefix:
-        return f"{prefix} -m hf_optbench.run {config} --output_dir {output_dir}"
-    return f"hf-optbench run {config} --output_dir {output_dir}"
+        return f"{prefix} -m hf_optbench.run {shlex.quote(config)} --output_dir {shlex.quote(output_dir)}"
+    return f"hf-optbench run {shlex.quote(config)} --output_dir {shlex.quote(output_dir)}"
 
 
 def reproduce_command(summary: dict[str, Any], config: dict[str, Any], uploaded: bool = False) -> str | None:

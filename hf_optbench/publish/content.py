@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hf_optbench.publish.redact import secret_problems
+from hf_optbench.publish.redact import secret_kinds, secret_problems
 
 # Suffixes of files that torch/pickle would deserialise by executing code: never part of an upload.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
@@ -33,6 +33,11 @@ MAX_ARCHIVE_MEMBERS = 4096
 MAX_NESTING = 3
 # pickletools' messages when the scanned bytes end inside a valid opcode (a larger pickle than the scan).
 _TRUNCATED = ("but only", "exhausted before seeing STOP", "no newline found")
+
+
+# How much decompressed content of one compressed stream or archive member the secret check reads, whole; more is
+# refused by name (no file an upload carries is compressed: the bound caps what a decompression bomb costs).
+SECRET_SCAN_BYTES = 64 << 20
 
 
 class Uninspectable(Exception):
@@ -245,6 +250,58 @@ def _not_utf8(path: Path, chunk: int = 8 << 20) -> str | None:
             offset += len(block)
 
 
+def packed_secrets(path: Path, token: str | None) -> list[str]:
+    """The secrets in the decompressed content of a gzip, bz2 or xz file and of every member of a zip (and what those
+    hold in turn, :data:`MAX_NESTING` deep), each as "contains <kind> (in <where>)"; a stream or member larger than
+    :data:`SECRET_SCAN_BYTES` unpacked is refused as uncheckable. Why: the byte scan of
+    :func:`~hf_optbench.publish.redact.secret_problems` sees compressed bytes only, so a gzip'd ``HF_TOKEN=hf_...``
+    saved as ``tokenizer.model`` passed. Not decoded: base64 or other encodings of a secret (a known limit)."""
+    with path.open("rb") as f:
+        head = f.read(6)
+    if head[:4] != b"PK\x03\x04" and _decompressor(head) is None:
+        return []
+    if path.stat().st_size > SECRET_SCAN_BYTES:
+        return [f"a compressed file or zip larger than the {SECRET_SCAN_BYTES >> 20} MiB the secret check reads; "
+                "not uploaded"]
+    return _secrets_inside(path.read_bytes(), token, "", 0)
+
+
+def _secrets_inside(data: bytes, token: str | None, at: str, depth: int) -> list[str]:
+    """:func:`packed_secrets` on the bytes of a file or member (``at``: where they are)."""
+    packed = data[:4] == b"PK\x03\x04" or _decompressor(data) is not None
+    if packed and depth > MAX_NESTING:
+        return [f"compressed content nested more than {MAX_NESTING} deep ({at}); not uploaded"]
+    parts: list[tuple[str, bytes]] = []
+    if data[:4] == b"PK\x03\x04":
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                for info in archive.infolist()[:MAX_ARCHIVE_MEMBERS]:
+                    if not info.is_dir():
+                        with archive.open(info) as member:
+                            parts.append((_member_where("zip", info.filename, at), member.read(SECRET_SCAN_BYTES + 1)))
+        except Exception as exc:  # noqa: BLE001 - a damaged or encrypted member: what it holds is unknown
+            return [f"a zip archive{f' ({at})' if at else ''} that cannot be read ({type(exc).__name__}), so it "
+                    "cannot be checked for secrets; not uploaded"]
+    elif (found := _decompressor(data)) is not None:
+        what, unpack = found
+        try:
+            inner = unpack.decompress(data, SECRET_SCAN_BYTES + 1)
+        except Exception:  # noqa: BLE001 - a damaged stream: nothing readable inside
+            return []
+        parts.append((what + (f" (in {at})" if at else ""), inner))
+    problems = []
+    for where, content in parts:
+        if len(content) > SECRET_SCAN_BYTES:
+            problems.append(f"{where} is larger than the {SECRET_SCAN_BYTES >> 20} MiB the secret check reads; "
+                            "not uploaded")
+            continue
+        problems += [f"contains {kind} (in {where})" for kind in secret_kinds(content, token)]
+        problems += _secrets_inside(content, token, where, depth + 1)
+    return problems
+
+
 def upload_file_problems(path: Path, rel: Path, token: str | None) -> list[str]:
     """Why ``path`` (shown as ``rel``) must not be uploaded: pickled by name or content (nested in an archive,
     a compressed stream or a numpy array too), content the check cannot see whole, binary under a text file's name,
@@ -272,5 +329,5 @@ def upload_file_problems(path: Path, rel: Path, token: str | None) -> list[str]:
     if path.suffix in TEXT_SUFFIXES and (why := _not_utf8(path)) is not None:
         problems.append(f"{rel}: not UTF-8 text ({why}), which its name promises; binary content is not uploaded "
                         "under a text file's name")
-    problems += [f"{rel}: {problem}" for problem in secret_problems(path, token)]
+    problems += [f"{rel}: {problem}" for problem in secret_problems(path, token) + packed_secrets(path, token)]
     return problems

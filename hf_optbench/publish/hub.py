@@ -1,8 +1,8 @@
 """Share a run on the Hugging Face Hub: the upload itself through ``huggingface_hub``, of the checked folder
 :mod:`hf_optbench.publish.stage` assembles; ``hf-optbench push`` is :mod:`hf_optbench.cli.push`.
 
-    hf-optbench push runs/lion_gpt2_s0 --repo-id me/gpt2-lion-bench --dry-run   # stage + check, no network
-    hf-optbench push runs/lion_gpt2_s0 --repo-id me/gpt2-lion-bench             # upload (private by default)
+    hf-optbench push runs/lion_gpt2_s0 --repo_id me/gpt2-lion-bench --dry_run   # stage + check, no network
+    hf-optbench push runs/lion_gpt2_s0 --repo_id me/gpt2-lion-bench             # upload (private by default)
     hf-optbench run RECIPE.yaml --push_to_hub true --hub_model_id me/name       # upload at the end of the run
 
 What is uploaded, and the checks it passes first, is the staged folder of :mod:`hf_optbench.publish.stage`.
@@ -70,6 +70,14 @@ def _validate_repo_id(repo_id: str, key: str) -> None:
         raise OptBenchError(f"invalid {key} '{repo_id}': {exc} Use 'user-or-org/model-name'.") from None
 
 
+def check_repo_id(repo_id: str, *, owner_from_token: bool = False) -> None:
+    """``push``'s --repo_id is a Hub repo id with an owner (without one only where the token names the owner: the
+    run's push_to_hub); checked for the dry run as for the upload, so a dry run never passes what the push refuses."""
+    _validate_repo_id(repo_id, "--repo_id")
+    if "/" not in repo_id and not owner_from_token:
+        raise OptBenchError(f"--repo_id '{repo_id}' names no owner: use 'user-or-org/{repo_id}'.")
+
+
 def _require_token(what: str) -> str:
     from huggingface_hub import get_token
 
@@ -81,6 +89,17 @@ def _require_token(what: str) -> str:
         raise OptBenchError(f"no Hugging Face token: set HF_TOKEN in the environment or run `hf auth login` (tokens "
                             f"are never taken on the command line or in a recipe). {what}")
     return token
+
+
+PUSH_LATER = "Or set push_to_hub false and upload later with `hf-optbench push RUN_DIR --repo_id ID`."
+
+
+def check_hub_online() -> None:
+    """OptBenchError when HF_HUB_OFFLINE is set: a push_to_hub run could upload nothing. Needs no parsed
+    arguments, so a run asks it before transformers is imported (run.preflight)."""
+    if _hub_offline():
+        raise OptBenchError(f"push_to_hub is set but HF_HUB_OFFLINE is on, so nothing could be uploaded: unset "
+                            f"HF_HUB_OFFLINE. {PUSH_LATER}")
 
 
 def check_push_possible(args: Any, output_dir: str | os.PathLike[str] | None = None) -> HubTarget | None:
@@ -98,11 +117,8 @@ def check_push_possible(args: Any, output_dir: str | os.PathLike[str] | None = N
         )
     repo_id = args.hub_model_id or Path(output_dir if output_dir is not None else args.output_dir).name
     _validate_repo_id(repo_id, "hub_model_id" if args.hub_model_id else "hub_model_id (default: output_dir's name)")
-    fix = "Or set push_to_hub false and upload later with `hf-optbench push RUN_DIR --repo-id ID`."
-    if _hub_offline():
-        raise OptBenchError(f"push_to_hub is set but HF_HUB_OFFLINE is on, so nothing could be uploaded: unset "
-                            f"HF_HUB_OFFLINE. {fix}")
-    _require_token(fix)
+    check_hub_online()
+    _require_token(PUSH_LATER)
     return HubTarget(repo_id, private=getattr(args, "hub_private_repo", True) is not False,
                      every_save=strategy == "every_save", revision=getattr(args, "hub_revision", None),
                      always_push=bool(getattr(args, "hub_always_push", False)))
@@ -141,7 +157,7 @@ def _upload(api: Any, target: HubTarget, folder: Path, message: str, run_dir: Pa
         detail = redact_text(" ".join(str(exc).split()), [t for t in [known_token()] if t])
         raise OptBenchError(
             f"upload to the Hub repo '{repo_id}' failed ({type(exc).__name__}: {detail}). The run directory is "
-            f"intact: retry with `hf-optbench push {run_dir} --repo-id {repo_id}`."
+            f"intact: retry with `hf-optbench push {run_dir} --repo_id {repo_id}`."
         ) from None
 
 
@@ -153,15 +169,13 @@ def push_run(run_dir: str | os.PathLike[str], repo_id: str, private: bool = True
     without owner is refused unless ``owner_from_token`` (the run's push_to_hub, like the Trainer)."""
     from huggingface_hub import HfApi
 
-    _validate_repo_id(repo_id, "--repo-id")
-    if "/" not in repo_id and not owner_from_token:
-        raise OptBenchError(f"--repo-id '{repo_id}' names no owner: use 'user-or-org/{repo_id}'.")
+    check_repo_id(repo_id, owner_from_token=owner_from_token)
     if _hub_offline():
         raise OptBenchError(
-            "HF_HUB_OFFLINE is set, so nothing can be uploaded: unset it to push, or pass --dry-run to stage "
+            "HF_HUB_OFFLINE is set, so nothing can be uploaded: unset it to push, or pass --dry_run to stage "
             "and check the upload folder only."
         )
-    token = token or _require_token("Or pass --dry-run to stage and check only.")
+    token = token or _require_token("Or pass --dry_run to stage and check only.")
     with staged_upload(run_dir, stage_dir, repo_id=repo_id, token=token) as staged:
         summary = read_summary(Path(run_dir), required=True)
         message = commit_message or (

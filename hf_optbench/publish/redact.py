@@ -189,6 +189,15 @@ def _kinds_in(text: str, text_rules: bool) -> list[str]:
     return found
 
 
+def secret_kinds(data: bytes, token: str | None, text_rules: bool = True) -> list[str]:
+    """The kinds of secret in ``data`` (bytes read as Latin-1, so any byte is a character): :func:`_kinds_in`, and
+    ``token`` itself as "a Hugging Face token"."""
+    kinds = _kinds_in(data.decode("latin-1"), text_rules)
+    if token and token.encode() in data:
+        kinds.append(SECRET_PATTERNS[0][0])
+    return list(dict.fromkeys(kinds))
+
+
 def _add(found: list[str], kinds: list[str]) -> None:
     found += [k for k in dict.fromkeys(kinds) if k not in found]
 
@@ -268,7 +277,6 @@ def secret_problems(path: Path, token: str | None, chunk: int = 8 << 20) -> list
     looked for as "a Hugging Face token"; every file but safetensors weights also through the text rules (W&B's
     places, high-entropy ``*_KEY``/``*_TOKEN`` assignments); JSON, JSON lines, YAML and a safetensors header's
     metadata are parsed too, so that a value written with escapes, or under a secret-named key, is seen."""
-    needle = token.encode() if token else None
     text_rules = path.suffix.lower() != ".safetensors"
     overlap = 256  # longer than any secret matched, so a match split across two chunks is still seen
     found: list[str] = []
@@ -276,9 +284,7 @@ def secret_problems(path: Path, token: str | None, chunk: int = 8 << 20) -> list
     with path.open("rb") as f:
         while block := f.read(chunk):
             window = tail + block
-            _add(found, _kinds_in(window.decode("latin-1"), text_rules))
-            if needle and needle in window:
-                _add(found, [SECRET_PATTERNS[0][0]])
+            _add(found, secret_kinds(window, token, text_rules))
             tail = window[-overlap:]
     problems = [f"contains {kind}" for kind in found]
     if path.suffix.lower() in (".json", ".jsonl", ".yaml", ".yml", ".safetensors"):

@@ -28,6 +28,7 @@ from hf_optbench.report.analysis import DERIVED_COLUMNS, Analysis, analyse
 from hf_optbench.report.plots import write_plots
 from hf_optbench.report.reference import reference_section
 from hf_optbench.report.speedups import speedup_tables
+from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import BASELINE, write_text_atomic
 from hf_optbench.study.records import cell_of, write_summary_csv
 
@@ -413,6 +414,55 @@ def _runs(doc: Doc, an: Analysis) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- report
+# The manifest a report leaves in its folder: the folder is a report's, and these are the files it wrote.
+REPORT_MARKER = ".hf_optbench_report"
+# What a report writes besides its plots (*.png); a file of another name in its folder is never one of its own.
+REPORT_FILES = ("report.md", "evidence.md", "report.html", "summary.csv", "runs.parquet")
+
+
+def _report_manifest(out: Path) -> list[str] | None:
+    """The names an earlier report recorded in ``out``, or None when no report left a readable manifest there."""
+    import json
+
+    try:
+        files = json.loads((out / REPORT_MARKER).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return [str(n) for n in files] if isinstance(files, list) else None
+
+
+def _report_output(name: str) -> bool:
+    """Whether ``name`` is one a report writes (or a report's temporary file of it, ``rundir.atomic_path``'s)."""
+    base = name.split(".tmp-", 1)[0]
+    return base in REPORT_FILES or base == REPORT_MARKER or base.endswith(".png")
+
+
+def check_report_folder(out: Path) -> None:
+    """Refuse (exit 2, nothing written) a report folder holding files no report wrote, naming them. A folder with a
+    report's manifest may hold that report's outputs (replaced by the new ones) and any file of the names a report
+    writes (another report of it may be writing at this moment); one without (the user's folder: their own
+    report.md and summary.csv) may hold nothing, since a report would replace those files without a word."""
+    if not out.is_dir():
+        return
+    recorded = _report_manifest(out)
+    entries = sorted(p.name for p in out.iterdir())
+    theirs = [n for n in entries if not n.startswith(REPORT_MARKER) and (
+        recorded is None or not (n in recorded or _report_output(n)))]
+    if theirs:
+        shown = ", ".join(theirs[:8]) + (f" and {len(theirs) - 8} more" if len(theirs) > 8 else "")
+        raise OptBenchError(
+            f"report folder '{out}' holds files no hf-optbench report wrote ({shown}), which a report could replace. "
+            "Choose another --output (or an empty folder), or move those files away.")
+
+
+def _record_report(out: Path, names: Sequence[str]) -> None:
+    """Add ``names`` to the report manifest of ``out`` (written first, so a folder being filled is a report's)."""
+    from hf_optbench.rundir import write_json_atomic
+
+    files = sorted(set(_report_manifest(out) or []) | set(names))
+    write_json_atomic(out / REPORT_MARKER, {"made_by": "hf_optbench.report", "files": files})
+
+
 def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None,
                  target_loss: float | dict[str, float] | None = None,
                  tuning_dir: str | os.PathLike[str] | None = None,
@@ -434,8 +484,10 @@ def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[st
 
     sweep = Path(sweep_dir)
     out = Path(output) if output else sweep / "report"
+    check_report_folder(out)  # a folder of the user's is never written into
     an = analyse(sweep, target_loss, tuning_dir=tuning_dir, include_transient=include_transient)
     out.mkdir(parents=True, exist_ok=True)
+    _record_report(out, [])
     files: dict[str, Path] = {"summary.csv": write_summary_csv(an.all_records, out / "summary.csv", DERIVED_COLUMNS)}
     files["runs.parquet"] = write_runs_parquet(an.all_records, an.metrics, out / "runs.parquet")
     files.update(write_plots(an, out))
@@ -471,4 +523,5 @@ def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[st
     files["report.md"] = write_text_atomic(out / "report.md", short.markdown(out))
     files["evidence.md"] = write_text_atomic(out / "evidence.md", evidence.markdown(out))
     files["report.html"] = write_text_atomic(out / "report.html", short.html(f"hf_optbench report: {name}", evidence))
+    _record_report(out, [p.name for p in files.values()])
     return files

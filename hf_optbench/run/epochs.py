@@ -13,6 +13,9 @@ import dataclasses
 import math
 from typing import Any
 
+from hf_optbench.config.bounds import check_max_steps
+from hf_optbench.errors import OptBenchError
+
 
 def epoch_steps(epochs: float, blocks: int, training: Any) -> dict[str, Any]:
     """How ``epochs`` of a training split of ``blocks`` blocks come to optimizer steps with ``training``'s batch:
@@ -36,11 +39,18 @@ def with_epoch_steps(cfg: Any) -> Any:
     if epochs is None:
         return cfg
     from hf_optbench.data.pipeline import prepare_data
+    from hf_optbench.run.write_failure import cache_write_failures
 
     training = copy.copy(cfg.training)
-    with training.main_process_first(desc="count the training split"):
+    with training.main_process_first(desc="count the training split"), \
+            cache_write_failures(cfg.data.resolved_cache_dir()):
         bundle = prepare_data(cfg.data, n_positions=cfg.model.n_positions or cfg.data.block_size)
     steps = epoch_steps(epochs, len(bundle.train), training)
+    try:  # bounded as a max_steps given directly is (config.bounds), before the plan or the model
+        check_max_steps(steps["max_steps"], training.logging_steps)
+    except OptBenchError as exc:
+        raise OptBenchError(f"num_train_epochs {epochs:g} comes to max_steps {steps['max_steps']:,} "
+                            f"({steps['steps_per_epoch']:,} steps an epoch): {exc}") from None
     training.max_steps = steps["max_steps"]
     return dataclasses.replace(cfg, training=training,
                                trainer_keys=dataclasses.replace(cfg.trainer_keys, epoch_steps=steps))

@@ -29,12 +29,10 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from hf_optbench.errors import OptBenchError
-from hf_optbench.rundir import TORN_CHECKPOINTS_DIR, TRAINER_STATE_FILE
+from hf_optbench.rundir import STAMP_KEY, TORN_CHECKPOINTS_DIR, TRAINER_STATE_FILE
 
 if TYPE_CHECKING:
     from hf_optbench.run.plan import RunPlan
-
-STAMP_KEY = "PlanStamp"  # transformers keys ``stateful_callbacks`` by the callback's class name
 
 
 class PlanStamp(TrainerCallback, ExportableState):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -167,7 +168,7 @@ def print_result(summary: dict[str, Any], out: Path) -> None:
     print(f"wrote {out} ({', '.join(names)})")
     # a report compares the runs of one sweep (it refuses a directory of unrelated runs), so a single run's next
     # steps are its own: read it, rerun it, load its model
-    hints = [f"cat {out / SUMMARY_FILE}", f"{rerun_line(out, summary.get('launch') or {}, f'{out}_rerun')}  (rerun it)"]
+    hints = [f"cat {shlex.quote(str(out / SUMMARY_FILE))}", f"{rerun_line(out, summary.get('launch') or {}, f'{out}_rerun')}  (rerun it)"]
     if model:
         hints.append(f'GPT2LMHeadModel.from_pretrained("{out}")')
     print("next: " + "   or   ".join(hints), flush=True)

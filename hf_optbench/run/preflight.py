@@ -1,7 +1,9 @@
 """What a run checks before transformers is even imported: that its output_dir's names fit the filesystem, that no
 other run owns it, that its sizes and counts fit the machine (config.bounds), that the machine has the hardware
-the recipe's precision needs, and that a recipe recorded by a run on N processes (config.yaml's ``num_processes``)
-runs on N.
+the recipe's precision needs, that a recipe recorded by a run on N processes (config.yaml's ``num_processes``)
+runs on N, that push_to_hub has a Hub to reach, that every key is known, and that the tokenizer can be loaded
+(shipped, a local directory without custom code, or a Hub id in the cache when offline: an offline run of the
+default Hub tokenizer was refused only after 20 s of imports).
 
 Both must answer before ``parse_args`` (which builds ``TrainingArguments``: 5-6 s of imports on a loaded 2-core
 machine). A second run into a busy directory is refused in well under 2 s; a bf16 recipe on a machine without a
@@ -24,15 +26,24 @@ from hf_optbench.config.argv import attach_negative_values
 from hf_optbench.config.bounds import SYNTHETIC_KEYS, check_run_bounds
 from hf_optbench.config.checks import RUN_DIR_LONGEST_INSIDE, check_path_fits
 from hf_optbench.config.data_args import DataArguments
-from hf_optbench.config.parse import TRAINING_DEFAULTS, RunConfig, check_num_processes, load_recipe
+from hf_optbench.config.parse import (
+    TRAINING_DEFAULTS,
+    RunConfig,
+    _split_argv,
+    check_keys,
+    check_num_processes,
+    load_recipe,
+)
+from hf_optbench.data.tokenizers import check_tokenizer_available
 from hf_optbench.errors import OptBenchError
+from hf_optbench.publish.hub import check_hub_online
 from hf_optbench.run.lock import RunLock, acquire_run_lock, check_not_busy, is_launch_main_process
-from hf_optbench.run.own_files import check_own_files
 
 # The keys read here; any other is left to parse_args.
 PREFLIGHT_KEYS = ("output_dir", "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "use_cpu", "torch_compile",
-                  "num_processes")
+                  "num_processes", "tokenizer_name", "push_to_hub")
 _TRUE = ("yes", "true", "t", "y", "1")  # HfArgumentParser's string_to_bool
+DATA_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DataArguments)}
 # The keys the size bounds read (config.bounds.check_run_bounds), read here as the keys above are.
 BOUND_KEYS = ("max_steps", "logging_steps", "block_size", "data_source", "synthetic_num_tokens", *SYNTHETIC_KEYS)
 # Devices on which Accelerate allows fp16 mixed precision (accelerate 1.15, Accelerator.__init__).
@@ -81,7 +92,7 @@ def bound_settings(argv: list[str], recipe: dict[str, Any] | None) -> dict[str, 
     """The values of :data:`BOUND_KEYS` as parse_args will see them (defaults, the recipe, the command line on top),
     as far as they can be read without it: a command-line value of the wrong type is left out (parse_args refuses
     it), so only values the parser would accept are bounded here."""
-    values: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(DataArguments) if f.name in BOUND_KEYS}
+    values: dict[str, Any] = {k: v for k, v in DATA_DEFAULTS.items() if k in BOUND_KEYS}
     values.update({k: TRAINING_DEFAULTS[k] for k in BOUND_KEYS if k in TRAINING_DEFAULTS})
     values.update({k: v for k, v in (recipe or {}).items() if k in BOUND_KEYS})
     tokens = argv[1:] if recipe is not None else list(argv)
@@ -167,7 +178,6 @@ def own_output_dir(cfg: RunConfig, held: RunLock | None = None) -> RunLock | Non
     it already locks that directory, else a new lock (the directory is created). Raises OptBenchError naming the
     holder when another run owns it."""
     out = Path(cfg.training.output_dir)
-    check_own_files(out, cfg.run.overwrite_output_dir)  # a user's README.md / config.json: refused, every rank
     if not is_launch_main_process():
         return None
     if held is not None and held.held and held.output_dir.resolve() == out.resolve():
@@ -177,7 +187,9 @@ def own_output_dir(cfg: RunConfig, held: RunLock | None = None) -> RunLock | Non
 
 def preflight(argv: list[str]) -> dict[str, Any] | None:
     """Before transformers is imported: refuse an output_dir (named by the recipe or command line) that a live run
-    holds, in well under 2 s, and half precision this machine cannot run. Touches nothing: the lock is taken by
+    holds, in well under 2 s, half precision this machine cannot run, push_to_hub with the Hub offline, a misspelt
+    key, and a tokenizer that cannot be loaded (offline and not cached, custom code). ``validate --full`` runs it
+    too. Touches nothing: the lock is taken by
     :func:`own_output_dir` once the arguments are valid. Returns the recipe's mapping (read once: parse_args takes
     it), or None without a recipe."""
     values, where, recipe = light_settings(argv)
@@ -186,11 +198,18 @@ def preflight(argv: list[str]) -> dict[str, Any] | None:
         check_path_fits(out, "output_dir", RUN_DIR_LONGEST_INSIDE)  # a name too long: refused in well under 1 s
     if out is not None and is_launch_main_process():
         check_not_busy(out)
-    check_run_bounds(bound_settings(argv, recipe))  # absurd sizes and counts, before transformers is imported
+    bounds = bound_settings(argv, recipe)
+    check_run_bounds(bounds)  # absurd sizes and counts, before transformers is imported
     check_hardware(values, where)
+    if as_bool(values.get("push_to_hub", False)):
+        check_hub_online()  # HF_HUB_OFFLINE: nothing could be uploaded
     if values.get("num_processes") is not None:  # torchrun / accelerate set WORLD_SIZE in every process they start
         recipe_path = argv[0] if recipe is not None else None
         check_num_processes(_int(values["num_processes"]), int(os.environ.get("WORLD_SIZE", "1")), recipe_path)
+    recipe_path, cli_tokens = _split_argv(argv)
+    check_keys(recipe or {}, cli_tokens, recipe_path)  # a misspelt key is named before what it would have set
+    if bounds.get("data_source") != "synthetic":  # offline and not cached, a file, custom code: refused now
+        check_tokenizer_available(str(values.get("tokenizer_name") or DATA_DEFAULTS["tokenizer_name"]))
     return recipe
 
 

@@ -18,10 +18,14 @@ upload. There is no Trainer subclass.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import math
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +46,7 @@ from hf_optbench.run.output import (
 )
 from hf_optbench.run.preflight import own_output_dir, preflight
 from hf_optbench.run.summary import build_summary, finish_summary, record_failure
-from hf_optbench.rundir import FINISHED_STATUSES, SUMMARY_FILE, write_json_atomic
+from hf_optbench.rundir import FINISHED_STATUSES, INTERRUPTED, SUMMARY_FILE, write_json_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -79,18 +83,18 @@ class Built:
 def prepare(plan: RunPlan) -> Prepared:
     """Tokenizer + packed datasets + a freshly initialised model, all from the plan. What can be refused is
     refused as soon as it is known: the splits against the batch and the memory the model needs, from the
-    settings alone before any data is read (:func:`check_before_data`), then from the data itself before the model
-    is built."""
+    settings alone before any data is read (:func:`check_before_data`, in :func:`checked_plan`), then from the data
+    itself before the model is built."""
     from transformers import default_data_collator, set_seed
 
     from hf_optbench.data.pipeline import check_model_vocab, prepare_data
     from hf_optbench.models import build_model
     from hf_optbench.run.memory_fit import check_memory_fits
+    from hf_optbench.run.write_failure import cache_write_failures
 
     cfg = plan.args
-    check_before_data(plan)
     # Rank 0 tokenizes and caches first; the other ranks then load the memory-mapped cache (run_clm's pattern).
-    with cfg.training.main_process_first(desc="tokenize and pack"):
+    with cfg.training.main_process_first(desc="tokenize and pack"), cache_write_failures(cfg.data.resolved_cache_dir()):
         bundle = prepare_data(cfg.data, n_positions=plan.model.n_positions)
     tuning = getattr(bundle, "tuning", None)
     _check_splits(plan, len(bundle.train), len(bundle.eval) if bundle.eval is not None else 0,
@@ -111,6 +115,32 @@ def prepare(plan: RunPlan) -> Prepared:
     )
     check_model_vocab(bundle, model.config.vocab_size)
     return Prepared(model, bundle.train, bundle.eval, default_data_collator, bundle.tokenizer, bundle)
+
+
+def checked_plan(cfg: RunConfig, *, move: bool) -> tuple[RunPlan, Any]:
+    """The plan (every value resolved and checked once; nothing writes back into it) and the checkpoint a resume
+    loads (its own identity must match; ``move``: damaged ones set aside), after every refusal the settings decide
+    before any data (:func:`check_before_data`). The run's steps up to its data, and ``validate --full``'s."""
+    from hf_optbench.run.identity import choose_checkpoint
+    from hf_optbench.run.plan import resolve_plan
+
+    plan = resolve_plan(cfg)
+    resumption = choose_checkpoint(plan, Path(cfg.training.output_dir), move=move)
+    check_steps_left(resumption, plan.max_steps)
+    check_before_data(plan)
+    return plan, resumption
+
+
+def validate_run(cfg: RunConfig) -> None:
+    """Every check a run makes before its data (``hf-optbench validate --full``), writing nothing: the push, the
+    plan, the resume's checkpoint, the splits and memory the settings give. ``num_train_epochs`` are counted as one
+    step each here (a lower bound: the run counts them from the training split)."""
+    check_push_possible(cfg.training, Path(cfg.training.output_dir))
+    if cfg.trainer_keys.epochs is not None:
+        training = copy.copy(cfg.training)
+        training.max_steps = max(math.ceil(cfg.trainer_keys.epochs), 1)
+        cfg = dataclasses.replace(cfg, training=training)
+    checked_plan(cfg, move=False)
 
 
 def check_before_data(plan: RunPlan) -> None:
@@ -372,7 +402,11 @@ def _train_and_record(trainer: Trainer, prepared: Prepared, recorder: Any, built
         # train_segments.json stays as the last complete checkpoint wrote it: the resume starts there
         summary["error"] = str(failing)
         raise failing from exc
-    except BaseException as exc:  # KeyboardInterrupt, SystemExit: the figures so far are still written below
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGHUP: nothing failed; the figures so far are written below
+        summary["status"], summary["error"] = INTERRUPTED, None
+        failing = exc
+        raise
+    except BaseException as exc:  # SystemExit: the figures so far are still written below
         failing = exc
         raise
     finally:
@@ -420,8 +454,7 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     data or model work. The plan is resolved once (:func:`hf_optbench.run.plan.resolve_plan`) and every step
     takes it; each step runs once and hands its result on."""
     from hf_optbench.run.epochs import with_epoch_steps
-    from hf_optbench.run.identity import choose_checkpoint
-    from hf_optbench.run.plan import plan_record, resolve_plan
+    from hf_optbench.run.plan import plan_record
 
     args = cfg.training
     out = Path(args.output_dir)
@@ -434,9 +467,7 @@ def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
     try:
         git = _check_git(cfg)
         cfg = with_epoch_steps(cfg)  # num_train_epochs: max_steps from the training split's size
-        plan = resolve_plan(cfg)  # every value resolved and checked once; nothing writes back into it
-        resumption = choose_checkpoint(plan, out, move=is_main)  # the checkpoint's own identity must match
-        check_steps_left(resumption, plan.max_steps)
+        plan, resumption = checked_plan(cfg, move=is_main)
         prepared = prepare(plan)
         built = build_optimization(plan, prepared.model)
         record = plan_record(plan, built.groups, built.impl)
@@ -478,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return print_run_help(full=help_requested(argv) == "full", prog="python -m hf_optbench.run")
     lock = None
+    cfg = None
     try:
         argv = recipe_first(argv)  # `--config RECIPE` anywhere on the line: a recipe like any other
         recipe = preflight(argv)  # the recipe, read once
@@ -485,16 +517,55 @@ def main(argv: list[str] | None = None) -> int:
         if finished_run_summary(cfg, Path(cfg.training.output_dir)) is not None:
             return 0  # a finished run resumed: it said so in one line, and nothing was written
         lock = own_output_dir(cfg)  # before any data or model work; released when the run ends
-        summary = train(cfg, lock=lock)
+        with hangup_as_interrupt():
+            summary = train(cfg, lock=lock)
     except OptBenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        out = Path(cfg.training.output_dir) if cfg is not None else None
+        print(interrupted_line(out), file=sys.stderr, flush=True)
+        return 130
     finally:
         if lock is not None:
             lock.release()
     if is_launch_main_process():
         print_result(summary, Path(cfg.training.output_dir))
     return 0 if summary["status"] in FINISHED_STATUSES else 1
+
+
+@contextmanager
+def hangup_as_interrupt() -> Iterator[None]:
+    """SIGHUP (the terminal closed) ends a run as Ctrl-C does: summary.json written with status "interrupted" and one
+    line, instead of a silent exit 129 that wrote nothing."""
+    import signal
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGHUP, interrupt)
+    except (ValueError, AttributeError):  # not the main thread, or no SIGHUP (Windows)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def interrupted_line(out: Path | None) -> str:
+    """The one line a run stopped by Ctrl-C or SIGHUP ends with: where it stopped and how to go on."""
+    from hf_optbench.rundir import read_summary
+
+    summary = (read_summary(out) or {}) if out is not None else {}
+    if summary.get("status") != INTERRUPTED:
+        return "interrupted before training started: nothing was trained; start the same command again."
+    on = ("continue it with --resume_from_checkpoint true (from its last checkpoint), or start again with "
+          "--overwrite_output_dir true") if any(out.glob("checkpoint-*")) else \
+        "it saved no checkpoint: start it again with --overwrite_output_dir true"
+    return (f"interrupted at step {summary.get('steps')}: {out} keeps what was written (summary.json status "
+            f"'{INTERRUPTED}'); {on}.")
 
 
 def exit_process(code: int) -> None:

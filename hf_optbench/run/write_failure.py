@@ -22,6 +22,8 @@ import os
 import re
 import resource
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from hf_optbench.errors import OptBenchError
@@ -34,7 +36,8 @@ WRITE_ERRNOS = {
     errno.EFBIG: ("a file grew past the largest file size of", "use a filesystem that allows larger files"),
     errno.EROFS: ("the filesystem turned read-only:", "remount it writable"),
 }
-_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust's std::io::Error (safetensors) shows the errno
+# how Rust's std::io::Error (safetensors) shows the errno, and how Arrow's C++ writer (the data cache) does
+_OS_ERROR = re.compile(r"\(os error (\d+)\)|\[Errno (\d+)\]")
 # torch.save's zip writer (caffe2/serialize/inline_container.cc, PyTorchStreamWriter) fails without an errno, in
 # one of these words (its reader's errors, a damaged file at load, say other things)
 _TORCH_WRITER = ("unexpected pos ", "file write failed")
@@ -77,8 +80,8 @@ def _failed_write(exc: BaseException, out: Path) -> tuple[int, str | None] | Non
                 return seen.errno, filename
         text = str(seen)
         found = _OS_ERROR.search(text)
-        if found and int(found.group(1)) in WRITE_ERRNOS:
-            return int(found.group(1)), filename
+        if found and int(found.group(1) or found.group(2)) in WRITE_ERRNOS:
+            return int(found.group(1) or found.group(2)), filename
         if isinstance(seen, RuntimeError) and "inline_container.cc" in text and any(m in text for m in _TORCH_WRITER):
             code = _probe(out)
             return (code, filename) if code is not None else None
@@ -98,8 +101,10 @@ def _file_size_limit() -> int | None:
     return None if limit == resource.RLIM_INFINITY else limit
 
 
-def _what_and_fix(code: int, out: Path, path: Path) -> tuple[str, str]:
-    """(what ran out, where; the fix) for the error line; ``path``: the file that could not be written, or ``out``."""
+def _what_and_fix(code: int, out: Path, path: Path, holding: str = "output_dir",
+                  elsewhere: str = "point --output_dir elsewhere") -> tuple[str, str]:
+    """(what ran out, where; the fix) for the error line; ``path``: the file that could not be written, or ``out``
+    (the folder named ``holding`` that can be moved ``elsewhere``)."""
     limit = _file_size_limit()
     if code == errno.EFBIG and limit is not None:
         return (f"a file in '{path.parent if path != out else out}' grew past this process's file-size limit "
@@ -108,7 +113,27 @@ def _what_and_fix(code: int, out: Path, path: Path) -> tuple[str, str]:
     inside = os.path.abspath(path).startswith(os.path.join(os.path.abspath(out), "")) or path == out
     if not inside:  # e.g. a full /dev/shm: not the output_dir's disk
         return f"{what} '{_mount_point(path)}' (writing '{path}')", fix
-    return f"{what} '{_mount_point(path)}' (holding output_dir '{out}')", f"{fix} or point --output_dir elsewhere"
+    return f"{what} '{_mount_point(path)}' (holding {holding} '{out}')", f"{fix} or {elsewhere}"
+
+
+@contextmanager
+def cache_write_failures(cache_dir: str | os.PathLike[str]) -> Iterator[None]:
+    """A failed write while the data cache entry is built (a full disk, a quota, a file-size limit: pyarrow's
+    ``OSError: [Errno 27] File too large``) as one exit-2 line naming the cache directory and the fix. Nothing is
+    lost: the entry is built in a temporary folder, removed on the way out (``data.cache.store``), and no training
+    has started."""
+    try:
+        yield
+    except OptBenchError:
+        raise
+    except Exception as exc:
+        failed = _failed_write(exc, Path(cache_dir))
+        if failed is None:
+            raise
+        what, fix = _what_and_fix(failed[0], Path(cache_dir), Path(cache_dir), "the data cache", "point the data cache elsewhere (--data_cache_dir or "
+                                  "HF_OPTBENCH_CACHE)")
+        raise OptBenchError(f"{what} while building a data cache entry: {fix}; nothing was trained, and the cache "
+                            "holds no part of the entry.") from None
 
 
 def _resume_hint(out: Path, trained: bool, final_model: bool) -> str:

@@ -88,7 +88,7 @@ def refusal(changed: dict[str, dict[str, tuple[Any, Any]]]) -> OptBenchError:
     return OptBenchError(
         f"the sweep file now gives other settings to {len(ids)} finished run(s) it would keep: {listed}. They were "
         "trained with the old values, and a report would pair them with runs at the new ones. Revert the edit, give "
-        f"the sweep a new --output-dir, or pass --rerun-changed to move them aside (<run_id>.{CHANGED_SUFFIX}-N, "
+        f"the sweep a new --output_dir, or pass --rerun_changed to move them aside (<run_id>.{CHANGED_SUFFIX}-N, "
         "kept) and run them again."
     )
 

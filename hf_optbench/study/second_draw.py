@@ -59,7 +59,9 @@ def _cell(value: Any, sizes: Sequence[str], budget: Budget | None) -> tuple[str,
     keys = ratio_keys(budget)
     tpp = value.get("tokens_per_param")
     if keys == (None,):
-        if tpp is not None and (budget is None or float(tpp) != budget.ratios[0]):
+        one = isinstance(tpp, (int, float)) and not isinstance(tpp, bool) and budget is not None and \
+            float(tpp) == budget.ratios[0]
+        if tpp is not None and not one:  # a string, a list or another number: not the one ratio
             raise OptBenchError(f"tune.second_draw cell {size}: tokens_per_param {tpp!r} is not the sweep's one data "
                                 "ratio. Leave it out in a sweep with one ratio.")
         return size, None

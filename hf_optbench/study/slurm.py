@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.config.checks import LINE_BREAKS
 from hf_optbench.errors import OptBenchError
 from hf_optbench.publish.redact import is_secret_name, redact_argv
 from hf_optbench.rundir import FINISHED_STATUSES, STDOUT_FILE, append_state
@@ -84,14 +85,11 @@ def check_job_script_values(spec: SweepSpec) -> None:
                                                       if key not in SHELL_LINE_KEYS
                                                       for w, t in _texts(v, f"launcher.slurm.{key}"))]
     for where, text in values:
-        bad = next((c for c in ("\n", "\r", "\0") if c in text), None)
+        bad = next((c for c in LINE_BREAKS if c in text), None)
         if bad is not None:
-            raise OptBenchError(f"{where} holds a {_BREAKS[bad]} ({text[:60]!r}), which would end a line of the SLURM "
+            raise OptBenchError(f"{where} holds a {LINE_BREAKS[bad]} ({text[:60]!r}), which would end a line of the SLURM "
                                 "job script submitit writes and run the rest as a shell command. Remove it (commands "
                                 "to run before the job go in launcher.slurm.setup).")
-
-
-_BREAKS = {"\n": "line break", "\r": "carriage return", "\0": "NUL character"}
 
 
 def slurm_executor(spec: SweepSpec) -> Any:

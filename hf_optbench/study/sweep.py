@@ -91,6 +91,7 @@ whose run.lock another live process holds is never moved or written into: the sw
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import uuid
 from dataclasses import asdict
@@ -239,7 +240,7 @@ def _dry_run(spec: SweepSpec, out_stream: Any, power: tuple[float | None, str | 
         for run in phase.runs:
             status = "changed" if run.run_id in changed else \
                 finished_status(phase.run_dir(run), rows, run.run_id) or "pending"
-            cmd = " ".join(redact_argv(build_command(phase, run, phase.run_dir(run), False)))
+            cmd = shlex.join(redact_argv(build_command(phase, run, phase.run_dir(run), False)))  # pastable
             print(f"{run.run_id:<40} {status:<10} {cmd}", file=out_stream)
         counts = _add(counts, _counts(phase, rows))
     predictor = predictor_for(spec)

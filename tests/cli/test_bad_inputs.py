@@ -183,6 +183,9 @@ CASES = [
     c("report-corrupt-summary", ["report", "{T}/sweep_badsummary"], "summary.json"),
     c("report-output-is-a-file", ["report", "{T}/emptysweep", "--output", "{T}/afile"], "--output"),
     c("report-output-under-a-file", ["report", "{T}/emptysweep", "--output", "{T}/afile/rep"], "--output"),
+    c("report-output-holds-user-files", ["report", "{T}/emptysweep", "--output", "{T}/myreport"],
+      "holds files no hf-optbench report wrote (report.md, summary.csv)"),  # was: both replaced, exit 0
+    c("report-thin-summary", ["report", "{T}/sweep_thin"], "adamw__tiny__s0/summary.json"),  # was: a TypeError
     c("report-bad-target", ["report", "{T}/emptysweep", "--target-loss", "low"], "--target-loss"),
     c("report-unknown-flag", ["report", "{T}/emptysweep", "--bogus"], "--bogus"),
     # -- report/tune: a run the sweep recorded as finished whose summary.json is gone (was a TypeError) ----------
@@ -239,6 +242,12 @@ CASES = [
     # -- push ---------------------------------------------------------------------------------------------
     c("push-missing-dir", ["push", "{T}/missing", "--repo-id", "me/run", "--dry-run"], "missing"),
     c("push-corrupt-summary", ["push", "{T}/badrun", "--repo-id", "me/run", "--dry-run"], "summary.json"),
+    c("muon-ns-steps-0", [*RUN, "--optimizer", "muon", "--optimizer_kwargs", '{"ns_steps": 0}'],
+      "'ns_steps' must be an integer >= 1"),  # was: accepted, no orthogonalisation
+    c("save-total-limit-0", [*RUN, "--save_total_limit", "0"], "save_total_limit must be >= 1"),  # was: all kept
+    c("save-total-limit-negative", [*RUN, "--save_total_limit", "-1"], "save_total_limit must be >= 1"),
+    c("push-dry-run-bad-repo-id", ["push", "{T}/badrun", "--repo_id", "../../x y", "--dry_run"],
+      "invalid --repo_id '../../x y'"),  # was: exit 0, staged as if the push could go
     c("push-no-repo-id", ["push", "{T}/badrun"], "--repo_id"),
     c("push-token-flag", ["push", "{T}/badrun", "--repo-id", "me/run", "--token", "hf_SECRETVALUE"], "--token",
       absent="hf_SECRETVALUE"),
@@ -256,10 +265,13 @@ def _sweep(path: Path, output_dir: Path, **extra) -> None:
     path.write_text(yaml.safe_dump(spec), encoding="utf-8")
 
 
+FINISHED = {"status": "completed", "optimizer": "adamw", "model_size": "tiny", "num_params": 100_000}
+
+
 def _bad_sweep_dir(root: Path, *, manifest: str | None = None, summary: str | None = None) -> None:
     run_dir = root / "runs" / "adamw__tiny__s0"
     run_dir.mkdir(parents=True)
-    (run_dir / "summary.json").write_text(summary or json.dumps({"status": "completed"}), encoding="utf-8")
+    (run_dir / "summary.json").write_text(summary or json.dumps(FINISHED), encoding="utf-8")
     if manifest is not None:
         (root / "sweep_manifest.json").write_text(manifest, encoding="utf-8")
 
@@ -278,6 +290,7 @@ def workspace(tmp_path: Path, monkeypatch) -> Path:
     (tmp_path / "finished").mkdir()
     (tmp_path / "finished" / "summary.json").write_text('{"status": "completed"}')
     (tmp_path / "unfinished" / "checkpoint-2").mkdir(parents=True)
+    (tmp_path / "unfinished" / "run_identity.json").write_text("{}")  # a run writes it before it trains
     (tmp_path / "badrun").mkdir()
     (tmp_path / "badrun" / "summary.json").write_text("{not json")
     (tmp_path / "emptysweep").mkdir()
@@ -285,6 +298,10 @@ def workspace(tmp_path: Path, monkeypatch) -> Path:
     _bad_sweep_dir(tmp_path / "sweep_badsummary", summary="{not json")
     _bad_sweep_dir(tmp_path / "sweep_bomsummary")
     (tmp_path / "sweep_bomsummary" / "runs" / "adamw__tiny__s0" / "summary.json").write_bytes(b"\xff\xfe{}")
+    _bad_sweep_dir(tmp_path / "sweep_thin", summary=json.dumps({"status": "completed"}))  # one key
+    (tmp_path / "myreport").mkdir()
+    (tmp_path / "myreport" / "report.md").write_text("# my own report\n")
+    (tmp_path / "myreport" / "summary.csv").write_text("mine,1\n")
     _bad_sweep_dir(tmp_path / "sweep_badtuning")  # a good sweep whose tuning run's summary.json was cut short
     _bad_sweep_dir(tmp_path / "sweep_badtuning" / "tuning", summary='{"status": "compl')
     (tmp_path / "sweep_badtuning" / "tuning" / "runs" / "adamw__tiny__s0").rename(
@@ -447,7 +464,7 @@ def test_unwritable_directory_is_refused(argv: list[str], workspace: Path, monke
 
 
 ENTRY_POINT_CASES = ["batch-0", "report-missing-dir", "memory-zero-stage", "recipe-not-utf8",
-                     "output-dir-holds-user-files", "report-summary-not-utf8", "sweep-lr-multipliers-collide",
+                     "output-dir-holds-user-files", "report-output-holds-user-files", "report-thin-summary", "report-summary-not-utf8", "sweep-lr-multipliers-collide",
                      "output-dir-name-too-long", "n-positions-absurd"]
 
 

@@ -104,6 +104,20 @@ def test_a_file_size_limit_at_the_first_checkpoint_is_one_line(tmp_path: Path) -
     assert [p.name.split(".")[0] for p in (out / "torn_checkpoints").iterdir()] == ["checkpoint-2"]
 
 
+@pytest.mark.slow
+def test_a_file_size_limit_while_the_data_cache_is_built_is_one_line(tmp_path: Path) -> None:
+    """`ulimit -f` 64 KiB below the synthetic entry's Arrow file (0.8 MB): pyarrow's ``OSError: [Errno 27] File too
+    large`` was a traceback. Now exit 2 naming the limit and the cache before any training; no partial entry and no
+    run directory are left."""
+    out, cache = tmp_path / "run", tmp_path / "cache"
+    proc = _run_limited(out, cache, "--data_source", "synthetic", "--synthetic_num_tokens", "100000",
+                        fsize=64 * 1024)
+    line = _error_line(proc)
+    assert "grew past this process's file-size limit (ulimit -f: 0.1 MiB) while building a data cache entry" in line
+    assert "nothing was trained" in line and not out.exists(), line
+    assert not [p for p in cache.rglob("*") if p.is_file()], "a partial cache entry was left"
+
+
 def _mount_tmpfs(path: Path, size: str) -> bool:
     """A tmpfs of ``size`` at ``path`` (needs root and mount(8)); False where it cannot be made."""
     if not (hasattr(os, "geteuid") and os.geteuid() == 0) or shutil.which("mount") is None:

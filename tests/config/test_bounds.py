@@ -105,3 +105,10 @@ def test_a_cache_entry_beyond_the_disk_is_refused_naming_the_setting(tmp_path, m
     assert "1,000,000,000,000 tuning blocks of 128 tokens" in text and "Lower tuning_blocks" in text
     assert f"the filesystem of '{tmp_path}' has 10.0 GiB free" in text  # the nearest existing directory's
     check_cache_room(str(tmp_path), {**splits, "tuning": (16, "tuning_blocks")}, 128)
+
+
+def test_small_figures_keep_their_digits() -> None:
+    """"at least 0.0 GiB ... has 0.0 GiB free" hid both numbers."""
+    from hf_optbench.config.bounds import _gib
+
+    assert (_gib(3 * 2**20), _gib(300 * 2**20), _gib(10 * 2**30), _gib(0)) == ("0.0029", "0.29", "10.0", "0.0")

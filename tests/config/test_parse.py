@@ -207,7 +207,8 @@ def test_a_tuned_file_may_not_set_what_the_command_line_refuses(tmp_path: Path) 
 
 def test_unfinished_run_with_checkpoints_needs_a_decision(tmp_path: Path) -> None:
     (tmp_path / "run" / "checkpoint-2").mkdir(parents=True)
-    with pytest.raises(OptBenchError, match="resume_from_checkpoint"):
+    (tmp_path / "run" / "run_identity.json").write_text("{}")  # a run writes it before it trains
+    with pytest.raises(OptBenchError, match="checkpoints of an unfinished run.*resume_from_checkpoint"):
         parse_args([_recipe(tmp_path)])
     parse_args([_recipe(tmp_path), "--resume_from_checkpoint", "true"])
 

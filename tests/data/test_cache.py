@@ -217,3 +217,48 @@ def test_a_cache_root_that_is_a_file_is_refused_naming_where_it_came_from(tmp_pa
         make_cache_root(str(afile / "data"), from_env=True)
     make_cache_root(str(tmp_path / "new" / "data"), from_env=True)
     assert (tmp_path / "new" / "data").is_dir() and afile.read_text() == "x"
+
+
+def test_a_read_only_cache_holding_the_entry_is_read_and_one_without_it_refused(tmp_path: Path) -> None:
+    """A shared cache mounted read-only was refused as "not writable" even when it held the entry a run needs:
+    reading it writes nothing. Needs root and mount(8) (a read-only tmpfs refuses even root)."""
+    import shutil
+    import subprocess
+
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0) or shutil.which("mount") is None:
+        pytest.skip("needs root and mount(8) to make a read-only tmpfs")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(cache)]).returncode != 0:
+        pytest.skip("mount failed")
+    try:
+        built = prepare_data(_args(tmp_path), n_positions=64)
+        subprocess.run(["mount", "-o", "remount,ro", str(cache)], check=True)
+        again = prepare_data(_args(tmp_path), n_positions=64)  # the entry is there: read, nothing written
+        assert (_ids(again.train) == _ids(built.train)).all()
+        with pytest.raises(OptBenchError, match="not writable"):  # another entry must be built: refused
+            prepare_data(_args(tmp_path, synthetic_num_tokens=64 * 300), n_positions=64)
+    finally:  # lazily: the datasets above still map the entry's files
+        subprocess.run(["umount", "-l", str(cache)])
+
+
+def test_a_stopped_builds_temporary_folders_are_removed_at_the_next_build(tmp_path: Path, capsys) -> None:
+    """A SIGTERM'd or killed build left its .tmp-*/.work-* folders for good; the next build removes those of
+    processes that are gone on this host, and keeps a live one's and an unknown one's."""
+    import socket
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    host = socket.gethostname().replace("-", "_")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, live = int(gone.stdout), os.getpid()
+    names = {f".tmp-abc123-{host}@{dead}-x1y2z3": True, f".work-{host}@{dead}-q9w8e7": True,
+             f".work-{host}@{live}-a1b2c3": False, f".work-otherhost@{dead}-d4e5f6": False, ".tmp-old-abcdef": False}
+    for name in names:
+        (cache / name).mkdir(parents=True)
+        (cache / name / "part.arrow").write_bytes(b"x" * 1000)
+    prepare_data(_args(tmp_path), n_positions=64)
+    assert sorted(p.name for p in cache.iterdir() if p.name.startswith(".")) == \
+        sorted(n for n, stale in names.items() if not stale)
+    assert "removed 2 temporary folders of stopped cache builds" in capsys.readouterr().err

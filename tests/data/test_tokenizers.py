@@ -147,3 +147,19 @@ def test_cli_train_from_c4_layout_then_stats(tmp_path, docs, capsys):
     assert cli_main(["train", "--input", str(path), "--vocab-size", "300", "--output", str(tmp_path / "c"),
                      "--char-level", "--no-keep-thai-marks"]) == 0
     assert json.loads((tmp_path / "c" / "optbench_tokenizer.json").read_text())["units"] == "code points"
+
+
+def test_a_tokenizer_directory_asking_for_custom_code_is_refused_and_its_code_never_runs(tmp_path) -> None:
+    """auto_map in tokenizer_config.json names the directory's own Python; loading it would run that file."""
+    import shutil
+
+    tok = tmp_path / "tok"
+    shutil.copytree(builtin_tokenizers()["thai-bpe-2k"], tok)
+    config = json.loads((tok / "tokenizer_config.json").read_text())
+    config["auto_map"] = {"AutoTokenizer": [None, "mine.MyTokenizer"]}
+    (tok / "tokenizer_config.json").write_text(json.dumps(config))
+    (tok / "mine.py").write_text(f"open({str(tmp_path / 'RAN')!r}, 'w').close()\n"
+                                 "from transformers import PreTrainedTokenizerFast as MyTokenizer\n")
+    with pytest.raises(OptBenchError, match="tokenizer_config.json asks for custom tokenizer code"):
+        load_tokenizer(str(tok))
+    assert not (tmp_path / "RAN").exists()

@@ -104,6 +104,12 @@ def _notes_in_stage_dir(run: Path, tmp_path: Path) -> None:
     (dest / "NOTES.txt").write_text("my notes\n")
 
 
+def _gzipped_token(run: Path, tmp_path: Path) -> None:
+    import gzip
+
+    (run / "checkpoint-10" / "tokenizer.model").write_bytes(gzip.compress(b"HF_TOKEN=hf_" + b"Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"))
+
+
 # case -> (how the run (or its staging folder) is spoiled, what the one line must say, what it must not)
 CASES: dict[str, tuple[Callable[[Path, Path], None], list[str], list[str]]] = {
     "tokens-in-tokenizer-config": (_tokens_in_notes, [
@@ -111,6 +117,8 @@ CASES: dict[str, tuple[Callable[[Path, Path], None], list[str], list[str]]] = {
         "tokenizer_config.json: contains a W&B API key"], ["Zq9x", "Pq7r", "Wd4b"]),
     "pickle-as-zip-member-300": (_zip_of_300, ["tokenizer.model: holds a pickle in zip member piece299"], []),
     "zip-past-the-member-bound": (_zip_past_the_bound, [f"tokenizer.model: a zip archive of {MAX_ARCHIVE_MEMBERS + 1:,} members"], []),
+    "gzipped-token": (_gzipped_token, ["tokenizer.model: contains a Hugging Face token (in gzip-compressed content)"],
+                      ["Ab3dEf"]),  # was: staged
     "user-file-in-stage-dir": (_notes_in_stage_dir, ["holds files no earlier staging by hf-optbench wrote",
                                                      "NOTES.txt"], []),
 }

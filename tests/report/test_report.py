@@ -179,3 +179,25 @@ def test_bad_records_are_skipped_by_name_through_the_installed_command(tmp_path:
                  "sweep_state.jsonl"):
         assert sum(name in line for line in warnings) == 1, (name, warnings)
     assert (root / "report" / "report.md").is_file()
+
+
+def test_a_report_folder_may_hold_only_what_a_report_wrote(tmp_path: Path) -> None:
+    """A user's own report.md and summary.csv are never replaced; a report's earlier outputs (its manifest lists
+    them) are, and a file of another name beside them is refused."""
+    from hf_optbench.report.build import _record_report, check_report_folder
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("# my own\n")
+    (mine / "summary.csv").write_text("a,b\n")
+    with pytest.raises(OptBenchError, match=r"no hf-optbench report wrote \(report.md, summary.csv\)"):
+        check_report_folder(mine)
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    _record_report(ours, [])
+    for name in ("report.md", "summary.csv", "loss_tiny.png", "report.md.tmp-12-abcd1234.md"):
+        (ours / name).write_text("a report's\n")
+    check_report_folder(ours)
+    (ours / "notes.txt").write_text("mine\n")
+    with pytest.raises(OptBenchError, match=r"\(notes.txt\)"):
+        check_report_folder(ours)

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from hf_optbench.run import train as run_mod
-from hf_optbench.run.identity import STAMP_KEY, identity_changes
+from hf_optbench.run.identity import identity_changes
+from hf_optbench.rundir import STAMP_KEY
 from hf_optbench.rundir import IDENTITY_FILE
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -95,7 +95,7 @@ def test_an_edited_sweep_refuses_the_runs_it_would_keep_with_old_settings(tmp_pa
     with pytest.raises(OptBenchError) as err:
         run_sweep(edited, stream=open(os.devnull, "w"))
     line = str(err.value)
-    assert "adamw__tiny__s1 (dropout 0.0 -> 0.3, " in line and "--rerun-changed" in line
+    assert "adamw__tiny__s1 (dropout 0.0 -> 0.3, " in line and "--rerun_changed" in line
     assert "warmup_steps 0.1 -> 2.0" in line and "schedule_resolved.warmup_steps 1 -> 2" in line  # inside a mapping
     assert "\n" not in line and "lion" not in line
     assert _launched(tmp_path) == ["adamw__tiny__s1"]  # nothing launched: lion neither

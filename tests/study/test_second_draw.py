@@ -68,9 +68,11 @@ def test_a_sweep_over_ratios_names_each_drawn_cell_by_its_ratio() -> None:
         parse({"model_size": "tiny"})
     with pytest.raises(OptBenchError, match="excluded by budget.exclude"):
         parse({"model_size": "tiny", "tokens_per_param": 1})
-    with pytest.raises(OptBenchError, match="is not the sweep's one data ratio"):
-        parse_second_draw({"seed": 6, "cells": [{"model_size": "tiny", "tokens_per_param": 2}]}, tune_seeds=[0],
-                          confirm_seeds=[], compared_seeds=[1], sizes=["tiny"], budget=Budget((0.5,)))
+    for tpp in (2, "abc", [0.5], "0.5"):  # "abc" was a ValueError, [0.5] a TypeError
+        with pytest.raises(OptBenchError, match="is not the sweep's one data ratio"):
+            parse_second_draw({"seed": 6, "cells": [{"model_size": "tiny", "tokens_per_param": tpp}]},
+                              tune_seeds=[0], confirm_seeds=[], compared_seeds=[1], sizes=["tiny"],
+                              budget=Budget((0.5,)))
 
 
 # ------------------------------------------------------------------------------------------------ the draw
