@@ -12,9 +12,9 @@ from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import (
     METRICS_TAIL_BYTES,
     STAMP_KEY,
+    atomic_path,
     check_no_foreign_files,
     foreign_files,
-    atomic_path,
     last_train_step,
     parse_run_id,
     previous_run,

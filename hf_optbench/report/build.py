@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hf_optbench.errors import OptBenchError
 from hf_optbench.report import legends as L
 from hf_optbench.report import tables as T
 from hf_optbench.report import tables_targets as TT
@@ -28,7 +29,6 @@ from hf_optbench.report.analysis import DERIVED_COLUMNS, Analysis, analyse
 from hf_optbench.report.plots import write_plots
 from hf_optbench.report.reference import reference_section
 from hf_optbench.report.speedups import speedup_tables
-from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import BASELINE, write_text_atomic
 from hf_optbench.study.records import cell_of, write_summary_csv
 

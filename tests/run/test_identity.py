@@ -19,8 +19,7 @@ import pytest
 
 from hf_optbench.run import train as run_mod
 from hf_optbench.run.identity import identity_changes
-from hf_optbench.rundir import STAMP_KEY
-from hf_optbench.rundir import IDENTITY_FILE
+from hf_optbench.rundir import IDENTITY_FILE, STAMP_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
