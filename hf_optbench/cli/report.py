@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ def one_line_warnings() -> Iterator[None]:
         yield
 
 
-def check_sweep_dir(sweep_dir: str) -> None:
+def check_sweep_dir(sweep_dir: str, needs: Mapping[str, Any] | None = None) -> None:
     """Before any work (and without creating anything): the sweep directory exists, its sweep_manifest.json and
     every run's summary.json parse. A corrupt file is named with its fix instead of a JSON traceback, and a
     report is never built from runs it silently dropped. Shared with ``tune``."""
@@ -65,21 +65,24 @@ def check_sweep_dir(sweep_dir: str) -> None:
             ) from None
     root = runs_root(d)
     for summary in sorted(root.glob(f"*/{SUMMARY_FILE}")):
-        _check_finished_summary(summary, read_summary(summary.parent, required=True))  # OptBenchError naming it
+        _check_finished_summary(summary, read_summary(summary.parent, required=True),
+                                FINISHED_SUMMARY_KEYS if needs is None else needs)  # OptBenchError naming it
     _check_finished_runs_have_summaries(d, root)
 
 
 # What every finished run's summary.json records and the report's statistics read (the size's parameter count
 # is the verdict's x axis): a "finished" summary without them was not written by a run.
 FINISHED_SUMMARY_KEYS = {"optimizer": str, "model_size": str, "num_params": (int, float)}
+# What a tuning run's summary.json must hold for its loss to be placed on its curve (tune, the report's curves).
+TUNING_SUMMARY_KEYS = {"optimizer": str, "model_size": str}
 
 
-def _check_finished_summary(path: Path, summary: dict[str, Any] | None) -> None:
+def _check_finished_summary(path: Path, summary: dict[str, Any] | None, needs: Mapping[str, Any]) -> None:
     """A summary.json whose status says finished holds the figures a finished run writes, else it is refused by
     name (a hand-written ``{"status": "completed"}`` was a TypeError deep in the verdict)."""
     if not summary or summary.get("status") not in FINISHED_STATUSES:
         return
-    missing = [k for k, kind in FINISHED_SUMMARY_KEYS.items()
+    missing = [k for k, kind in needs.items()
                if not isinstance(summary.get(k), kind) or isinstance(summary.get(k), bool)]
     if missing:
         raise OptBenchError(
@@ -134,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         if tuning_dir is None and (Path(args.sweep_dir) / TUNING_DIR).is_dir():
             tuning_dir = Path(args.sweep_dir) / TUNING_DIR
         if tuning_dir is not None:  # its runs picked the learning rates the report states: checked like the sweep's
-            check_sweep_dir(str(tuning_dir))
+            check_sweep_dir(str(tuning_dir), TUNING_SUMMARY_KEYS)
         include = None if args.include_transient is None else args.include_transient == "true"
         files = report.build_report(args.sweep_dir, args.output, targets, tuning_dir=tuning_dir,
                                     include_transient=include)

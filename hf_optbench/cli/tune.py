@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from hf_optbench.cli import ArgumentParser
-from hf_optbench.cli.report import check_sweep_dir
+from hf_optbench.cli.report import TUNING_SUMMARY_KEYS, check_sweep_dir
 from hf_optbench.rundir import TUNED_FILE
 
 DESCRIPTION = ("Writes the best learning-rate multiplier per optimizer and size of a tuning sweep (by mean "
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=TUNED_FILE, help="YAML to write (merged into a tuned file hf-optbench "
                                                              "wrote; any other existing file is refused)")
     args = parser.parse_args(argv)
-    check_sweep_dir(args.sweep_dir)  # a missing folder, a corrupt manifest or summary.json: exit 2, one line
+    check_sweep_dir(args.sweep_dir, TUNING_SUMMARY_KEYS)  # a missing folder, a corrupt manifest or summary.json: exit 2, one line
     paths, warnings = tuning_phase.tune(args.sweep_dir, args.output)  # one file per data ratio of the sweep
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)

@@ -14,7 +14,8 @@ RECIPES = sorted(Path(__file__).resolve().parents[2].joinpath("recipes").glob("*
 
 def _recipe(tmp_path: Path, **values) -> str:
     path = tmp_path / "r.yaml"
-    base = {"model_size": "tiny", "max_steps": 5, "output_dir": str(tmp_path / "run"), "use_cpu": True}
+    base = {"model_size": "tiny", "max_steps": 5, "output_dir": str(tmp_path / "run"), "use_cpu": True,
+            "tokenizer_name": "builtin:thai-bpe-2k"}  # offline: the shipped tokenizer (the Hub default is refused)
     base.update(values)
     path.write_text(yaml.safe_dump(base))
     return str(path)
