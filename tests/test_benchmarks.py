@@ -247,12 +247,12 @@ def test_bench_muon_step_measures_every_row_in_each_environment(tmp_path):
     bf16 (so auto picks fp32), every row measured, the tables written."""
     import bench_muon_step
 
-    from hf_optbench.optim.muon import bf16_matmul_native
+    from hf_optbench.optim.muon_precision import bf16_matmul_native
 
     assert bench_muon_step.main(["--sizes", "tiny", "--rounds", "1", "--steps", "2", "--warmup", "1",
                                  "--out", str(tmp_path)]) == 0
     results = {r["env"]: r for r in json.loads((tmp_path / "muon_step.json").read_text())["results"]}
-    assert results["avx2"]["bf16_native"] is False and results["avx2"]["auto"] == "fp32"
+    assert results["avx2"]["bf16_native"] is False and results["avx2"]["auto"] == {"tiny": "fp32"}
     assert results["native"]["bf16_native"] == bf16_matmul_native("cpu")[0]
     for res in results.values():
         assert {(r["optimizer"], r["ns_precision"]) for r in res["rows"]} == {("adamw", None), ("muon", "bf16"),

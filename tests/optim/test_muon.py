@@ -180,14 +180,19 @@ def test_bf16_and_mixed_groups_step_like_torch():
         MuonNS([torch.nn.Parameter(torch.randn(3, 3))], ns_precision="fp16")
 
 
-def test_ns_precision_is_checked_and_auto_resolved_for_the_model_s_device():
-    from hf_optbench.optim.muon import bf16_matmul_native
+def test_ns_precision_is_checked_and_auto_resolved_for_the_model_s_device(monkeypatch):
+    """A Python-API build resolves auto itself, on the model's own hidden matrices (timings injected here)."""
+    from hf_optbench.optim import muon_precision
 
     with pytest.raises(OptBenchError, match="ns_precision 'half' is not one of auto, bf16, fp32"):
         build_optimizer("muon", tiny_model(), ns_precision="half")
+    seen = []
+    monkeypatch.setattr(muon_precision, "_MEMO", {})
+    monkeypatch.setattr(muon_precision, "measure", lambda shapes: seen.append(shapes) or
+                        {"bf16_ms": 1.0, "fp32_ms": 2.0, "bf16_error": 0.01, "bf16_timed": True})
     opt = build_optimizer("muon", tiny_model())  # auto, as a Python-API user gets it
-    native, _ = bf16_matmul_native("cpu")
-    assert opt.muon.param_groups[0]["ns_precision"] == ("bf16" if native else "fp32")
+    assert opt.muon.param_groups[0]["ns_precision"] == "bf16"
+    assert muon_precision.shapes_key(seen[0]) == muon_precision.shapes_key(muon_precision.gpt2_matrix_shapes(2, 32))
 
 
 def _shapes_params(seed: int = 0) -> list[torch.nn.Parameter]:
