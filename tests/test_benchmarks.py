@@ -321,3 +321,26 @@ def test_bench_compile_break_even_and_reproducibility_from_constructed_runs():
     assert res["runs"][2]["max_abs_loss_diff_vs_eager"] == pytest.approx(1e-7, abs=1e-9)
     text = bench_compile.render({**res, "date": "d", "machine": "m", "torch": "t", "load_average": 0.0}, "cmd")
     assert "break-even after 2500 steps" in text and "would cost 26 s" in text
+
+
+@pytest.mark.slow
+def test_bench_study_step_measures_every_row_and_sets_an_older_run_beside_it(tmp_path):
+    """Every row against AdamW's at its size, Muon as auto resolves it and with each precision forced, the AVX2
+    environment with AdamW and Muon only; a --json run of another checkout is set beside this one's (here the same
+    package twice: the table's shape, not a timing)."""
+    import bench_study_step
+
+    common = ["--sizes", "tiny", "--rounds", "1", "--steps", "2", "--warmup", "1", "--optimizers", "adamw", "muon",
+              "soap"]
+    assert bench_study_step.main([*common, "--envs", "native", "--json", str(tmp_path / "before.json")]) == 0
+    assert bench_study_step.main([*common, "--envs", "native", "avx2", "--before", str(tmp_path / "before.json"),
+                                  "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "study_step.json").read_text())
+    rows = {(r["env"], r["row"]) for res in doc["results"] for r in res["rows"]}
+    assert rows == {("native", "adamw"), ("native", "muon"), ("native", "muon bf16"), ("native", "muon fp32"),
+                    ("native", "soap"), ("avx2", "adamw"), ("avx2", "muon"), ("avx2", "muon fp32")}
+    assert all(r["step_time_median_s"] > 0 and r["optimizer_step_median_s"] > 0
+               for res in doc["results"] for r in res["rows"])
+    table = (tmp_path / "study_step.md").read_text()
+    assert "| native | tiny | soap | " in table and "| avx2 | tiny | muon fp32 | " in table
+    assert table.count("| native | tiny |") == 5 and "| avx2 | tiny | adamw | – | – | – | – |" in table

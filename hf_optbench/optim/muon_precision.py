@@ -7,10 +7,11 @@ against 9.89 in bf16) and bf16 at ``mini`` (43.4 against 53.3 ms; benchmarks/res
 small matrices pay bf16's conversions, large ones gain its doubled matmul rate. Where bf16 is emulated (an AVX2-only
 CPU) the timing shows it 10-20x slower and fp32 is taken, as the capability rule took it.
 
-What is timed: one Newton-Schulz pass over the run's hidden matrices as :class:`~hf_optbench.optim.muon_impl.MuonNS`
+What is timed: the CPU time of one Newton-Schulz pass over the run's hidden matrices as :class:`~hf_optbench.optim.muon_impl.MuonNS`
 runs it (same-shape matrices stacked, ``muon_batched``), Gaussian inputs, one torch thread (the CPU study trains one
 run per core, each on one thread, and one thread keeps the choice the same in every process that plans the run: a
-sweep's validation and its runs), a warm-up pass dropped, the best of :data:`REPEATS`. The accuracy check: the bf16
+sweep's validation and its runs), warm-up passes dropped, the two precisions alternating, the best of
+:data:`REPEATS`. The accuracy check: the bf16
 result's relative Frobenius distance to the fp32 one on the same inputs, at most :data:`ACCURACY_LIMIT`.
 
 Why cached: the choice is part of the run's identity (it changes what is trained), so every run of a study on one
@@ -42,9 +43,9 @@ CACHE_FILE = "ns_precision.json"
 # distance (benchmarks/results/ns_precision.md: final eval loss -0.0004 [-0.0038, +0.0031] nats, "level"). The
 # limit, about 3x the largest measured, refuses a bf16 path that computes something else, not bf16's rounding.
 ACCURACY_LIMIT = 0.05
-REPEATS = 3
-# A precision whose warm-up pass alone took this many times the other's best is not timed further (emulated bf16 at
-# GPT-2's sizes would take minutes per pass).
+REPEATS = 5
+# bf16 is not timed further when its second warm-up pass (the first builds oneDNN's kernels) took this many times
+# fp32's best (emulated bf16 at GPT-2's sizes would take minutes per pass).
 HOPELESS = 10.0
 
 Timer = Callable[[list[tuple[int, int]]], dict[str, Any]]
@@ -119,21 +120,28 @@ def measure(shapes: list[tuple[int, int]]) -> dict[str, Any]:
     coefficients = (3.4445, -4.7750, 2.0315)  # torch.optim.Muon's defaults (torch/optim/_muon.py DEFAULT_A/B/C)
 
     def one_pass(dtype: torch.dtype) -> tuple[float, list[torch.Tensor]]:
-        t0 = time.perf_counter()
+        t0 = time.thread_time()  # this thread's CPU time (torch on one thread runs here): others' load adds nothing
         out = [newton_schulz_batched(s.to(dtype, copy=True), coefficients, 5, 1e-7) for s in stacks]
-        return time.perf_counter() - t0, out
+        return time.thread_time() - t0, out
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        one_pass(torch.float32)
-        fp32 = min(one_pass(torch.float32)[0] for _ in range(REPEATS))
-        warm, out16 = one_pass(torch.bfloat16)
+        # two warm-up passes each (the first bf16 call builds oneDNN's kernels: 20 ms at tiny here), then the
+        # precisions alternate so that a change of the machine's load falls on both
+        for _ in range(2):
+            fp32 = one_pass(torch.float32)[0]
+            warm, out16 = one_pass(torch.bfloat16)
         timed = warm < HOPELESS * fp32
-        bf16 = min(one_pass(torch.bfloat16)[0] for _ in range(REPEATS)) if timed else warm
+        fp32_times, bf16_times = [fp32], [warm]
+        for _ in range(REPEATS):
+            fp32_times.append(one_pass(torch.float32)[0])
+            if timed:
+                bf16_times.append(one_pass(torch.bfloat16)[0])
         ref = one_pass(torch.float32)[1]
     finally:
         torch.set_num_threads(before)
+    fp32, bf16 = min(fp32_times), min(bf16_times)
     num = sum(float((a.float() - b).norm()) ** 2 for a, b in zip(out16, ref, strict=True))
     den = sum(float(b.norm()) ** 2 for b in ref)
     return {"bf16_ms": 1e3 * bf16, "fp32_ms": 1e3 * fp32, "bf16_error": (num / den) ** 0.5, "bf16_timed": timed}
