@@ -129,27 +129,56 @@ def newton_schulz_batched(stack: torch.Tensor, ns_coefficients: tuple[float, flo
     return ortho
 
 
-def _buckets(updates: list[torch.Tensor]) -> dict[tuple[Any, ...], list[int]]:
-    """The updates' indices by the shape Newton-Schulz sees (a tall matrix transposed, so GPT-2's c_fc (d, 4d) and
-    its MLP c_proj (4d, d) share one stack), dtype and device, in first-seen order."""
-    out: dict[tuple[Any, ...], list[int]] = {}
+# An fp32 stack is orthogonalised in chunks of at most this many bytes, a bf16 one whole. Measured on this
+# project's AMD EPYC (Zen 4, 1 MiB L2 per core), one thread, CPU time, median of 9: 8 fp32 matrices of 128 x 512
+# took 21.2 ms in chunks of one against 28.6-31.7 ms stacked whole (a stack past L2 streams through memory once per
+# matmul), 4 of 64 x 256 1.40 ms whole against 1.89 ms one by one, 12 of 192 x 768 110 ms in chunks of one against
+# 126 ms whole; in bf16 (oneDNN's batched kernel) the whole stack was the fastest at every one of those shapes.
+FP32_CHUNK_BYTES = 256 * 1024
+
+
+def _stacks(updates: list[torch.Tensor], dtype: torch.dtype) -> list[list[int]]:
+    """The updates' indices grouped into the stacks Newton-Schulz runs on: by the shape it sees (a tall matrix
+    transposed, so GPT-2's c_fc (d, 4d) and its MLP c_proj (4d, d) share one stack), dtype and device, in first-seen
+    order; an fp32 stack cut into chunks of :data:`FP32_CHUNK_BYTES`."""
+    buckets: dict[tuple[Any, ...], list[int]] = {}
     for i, u in enumerate(updates):
         rows, cols = u.shape
-        out.setdefault((min(rows, cols), max(rows, cols), u.dtype, u.device), []).append(i)
+        buckets.setdefault((min(rows, cols), max(rows, cols), u.dtype, u.device), []).append(i)
+    out = []
+    for (m, n, _, _), idx in buckets.items():
+        size = max(1, FP32_CHUNK_BYTES // (m * n * 4)) if dtype == torch.float32 else len(idx)
+        out += [idx[k:k + size] for k in range(0, len(idx), size)]
+    return out
+
+
+def orthogonalise(updates: list[torch.Tensor], dtype: torch.dtype, ns_coefficients: tuple[float, float, float],
+                  ns_steps: int, eps: float) -> list[torch.Tensor]:
+    """Each update's Newton-Schulz result (in ``dtype``, in the update's own orientation), computed over the stacks
+    of :func:`_stacks`; the updates themselves are not touched (each stack is a fresh copy)."""
+    out: list[torch.Tensor] = list(updates)
+    for idx in _stacks(updates, dtype):
+        tall = [updates[i].size(0) > updates[i].size(1) for i in idx]
+        stack = torch.stack([updates[i].mT if t else updates[i] for i, t in zip(idx, tall, strict=True)])
+        stack = stack.to(dtype) if stack.dtype != dtype else stack
+        ortho = newton_schulz_batched(stack, ns_coefficients, ns_steps, eps)
+        for k, (i, t) in enumerate(zip(idx, tall, strict=True)):
+            out[i] = ortho[k].mT if t else ortho[k]
     return out
 
 
 def muon_batched(dtype: torch.dtype, params: list[torch.Tensor], grads: list[torch.Tensor], bufs: list[torch.Tensor],
                  group: Mapping[str, Any]) -> None:
     """:func:`muon_per_matrix`'s update with the matrices of one (oriented) shape orthogonalised together: the
-    momentum and Nesterov blend as torch's foreach ops over the group, then per shape one stacked copy in ``dtype``
-    through :func:`newton_schulz_batched`, then weight decay and the step with each matrix's own LR factor.
-    Per matrix the arithmetic is :func:`muon_per_matrix`'s (tested to float tolerance, tests/optim/test_muon.py).
+    momentum and Nesterov blend as torch's foreach ops over the group, then per shape stacked copies in ``dtype``
+    through :func:`newton_schulz_batched` (:func:`orthogonalise`), then weight decay and the step with each matrix's
+    own LR factor. Per matrix the arithmetic is :func:`muon_per_matrix`'s (tested to float tolerance, tests/optim/test_muon.py).
 
     Why: torch's Muon runs Newton-Schulz one matrix at a time (3 matmuls x ns_steps per matrix, each a separate
-    call), so at the CPU study's sizes (matrices of 64-512 rows) the step is call overhead, not arithmetic: 20x
-    AdamW's optimizer step at tiny. Stacking same-shape parameters and orthogonalising them with batched matmuls is
-    what modded-nanogpt does (KellerJordan/modded-nanogpt train_gpt.py@0016a3c45a41748e729b097a9db15e9840328b52,
+    call); at the CPU study's sizes (matrices of 64-512 rows) the calls cost as much as the arithmetic: one bf16
+    pass over tiny's 8 matrices took 3.7-4.2 ms one at a time and 2.1-2.5 ms stacked (this project's AMD EPYC, one
+    thread, CPU time; the optimizer steps in benchmarks/results/study_step.md). Stacking same-shape parameters and
+    orthogonalising them with batched matmuls is what modded-nanogpt does (KellerJordan/modded-nanogpt train_gpt.py@0016a3c45a41748e729b097a9db15e9840328b52,
     ``polar_express``: a chunk of stacked same-shape matrices, normalised over dims (-2, -1), iterated with
     ``baddbmm``); the iteration here stays torch's quintic Newton-Schulz with torch's coefficients."""
     for grad in grads:
@@ -161,14 +190,7 @@ def muon_batched(dtype: torch.dtype, params: list[torch.Tensor], grads: list[tor
     momentum = group["momentum"]
     torch._foreach_lerp_(bufs, grads, 1 - momentum)
     updates = torch._foreach_lerp(grads, bufs, momentum) if group["nesterov"] else bufs
-    orthos: dict[int, torch.Tensor] = {}
-    for idx in _buckets(updates).values():
-        views = [updates[i].mT if updates[i].size(0) > updates[i].size(1) else updates[i] for i in idx]
-        stack = torch.stack(views)  # a fresh copy: the momentum buffers stay as they are
-        stack = stack.to(dtype) if stack.dtype != dtype else stack
-        ortho = newton_schulz_batched(stack, group["ns_coefficients"], group["ns_steps"], group["eps"])
-        for k, i in enumerate(idx):
-            orthos[i] = ortho[k].mT if updates[i].size(0) > updates[i].size(1) else ortho[k]
+    orthos = orthogonalise(updates, dtype, group["ns_coefficients"], group["ns_steps"], group["eps"])
     torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
     for i, param in enumerate(params):
         param.add_(orthos[i], alpha=-_adjust_lr(lr, group["adjust_lr_fn"], param.shape))

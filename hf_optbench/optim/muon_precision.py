@@ -112,16 +112,15 @@ def measure(shapes: list[tuple[int, int]]) -> dict[str, Any]:
     "bf16_timed": whether bf16 was timed past its warm-up (see :data:`HOPELESS`)}, on one torch thread."""
     import torch
 
-    from hf_optbench.optim.muon_impl import _buckets, newton_schulz_batched
+    from hf_optbench.optim.muon_impl import orthogonalise
 
     gen = torch.Generator().manual_seed(0)
-    mats = [torch.randn(min(s), max(s), generator=gen) for s in shapes]
-    stacks = [torch.stack([mats[i] for i in idx]) for idx in _buckets(mats).values()]
+    mats = [torch.randn(s, generator=gen) for s in shapes]
     coefficients = (3.4445, -4.7750, 2.0315)  # torch.optim.Muon's defaults (torch/optim/_muon.py DEFAULT_A/B/C)
 
     def one_pass(dtype: torch.dtype) -> tuple[float, list[torch.Tensor]]:
         t0 = time.thread_time()  # this thread's CPU time (torch on one thread runs here): others' load adds nothing
-        out = [newton_schulz_batched(s.to(dtype, copy=True), coefficients, 5, 1e-7) for s in stacks]
+        out = orthogonalise(mats, dtype, coefficients, 5, 1e-7)
         return time.thread_time() - t0, out
 
     before = torch.get_num_threads()

@@ -204,13 +204,23 @@ def _shapes_params(seed: int = 0) -> list[torch.nn.Parameter]:
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
-@pytest.mark.parametrize(("nesterov", "adjust_lr_fn"), [(True, "match_rms_adamw"), (False, "original")])
-def test_batched_newton_schulz_equals_the_per_matrix_path(precision, nesterov, adjust_lr_fn):
+@pytest.mark.parametrize(("nesterov", "adjust_lr_fn", "chunk_bytes"),
+                         [(True, "match_rms_adamw", None), (False, "original", None), (True, "original", 8000)])
+def test_batched_newton_schulz_equals_the_per_matrix_path(precision, nesterov, adjust_lr_fn, chunk_bytes,
+                                                         monkeypatch):
     """MuonNS orthogonalises same-shape matrices together (muon_impl.muon_batched); per matrix that is the
     one-matrix-at-a-time path (muon_impl.muon_per_matrix, torch's _single_tensor_muon with the precision's cast) to
     float tolerance, over steps with momentum, Nesterov or not, weight decay and a shape-dependent LR factor (the
-    'original' one tells a tall matrix from its wide transpose)."""
+    'original' one tells a tall matrix from its wide transpose); fp32 stacks also cut into chunks (8000 bytes: of
+    2 and 1 matrices here)."""
+    from hf_optbench.optim import muon_impl
     from hf_optbench.optim.muon_impl import NS_DTYPES, MuonNS, muon_per_matrix
+
+    if chunk_bytes:
+        monkeypatch.setattr(muon_impl, "FP32_CHUNK_BYTES", chunk_bytes)
+        sizes = [len(s) for s in muon_impl._stacks([torch.zeros(s) for s in [(16, 16)] * 3 + [(16, 64)] * 6],
+                                                  torch.float32)]
+        assert sizes == [3, 1, 1, 1, 1, 1, 1]
 
     ours = _shapes_params()
     ref = [torch.nn.Parameter(p.detach().clone()) for p in ours]
