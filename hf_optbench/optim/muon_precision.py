@@ -38,6 +38,8 @@ from hf_optbench.machine import cpu_model
 from hf_optbench.rundir import write_json_atomic
 
 CACHE_FILE = "ns_precision.json"
+# Part of every cache key: raised when what is timed changes (the stacking, the passes), so old timings are not read.
+TIMING_VERSION = 2
 # The bf16 result's relative Frobenius distance to fp32's: 0.010-0.018 measured on Gaussian matrices of the CPU and
 # GPT-2 shapes (32 x 32 to 768 x 3072, ns_steps 5); the results of the two differ by no measurable amount at that
 # distance (benchmarks/results/ns_precision.md: final eval loss -0.0004 [-0.0038, +0.0031] nats, "level"). The
@@ -99,12 +101,13 @@ def shapes_key(shapes: Iterable[tuple[int, int]]) -> str:
 
 
 def machine_key() -> str:
-    """What the timing depends on besides the shapes: the CPU, torch's version and the capability it runs with."""
+    """What the timing depends on besides the shapes: the CPU, torch's version and the capability it runs with (and
+    :data:`TIMING_VERSION`)."""
     import torch
 
     native, _ = bf16_matmul_native("cpu")
     return (f"{cpu_model()} | torch {torch.__version__} | {torch.backends.cpu.get_cpu_capability()} | "
-            f"bf16 native {native}")
+            f"bf16 native {native} | timing {TIMING_VERSION}")
 
 
 def measure(shapes: list[tuple[int, int]]) -> dict[str, Any]:
