@@ -18,11 +18,15 @@ round hold three refreshes, so the median step is an Adam step in the eigenbasis
 the table gives both. Under ``--envs avx2`` (oneDNN, ATen and MKL held to AVX2, as ``bench_muon_step.py`` does) only
 AdamW and Muon run (the rows whose arithmetic the ISA changes).
 
-Before and after: the package measured is whichever ``hf_optbench`` Python imports, so an older checkout is measured
-with ``PYTHONPATH=<checkout> python benchmarks/bench_study_step.py --json before.json``; ``--before before.json``
-puts those rows beside this run's in the table.
+Before and after: the package measured is whichever ``hf_optbench`` Python imports. ``--before-pythonpath
+<checkout>`` measures an older checkout interleaved with this one: one child process per round, package and
+environment, the two packages alternating round by round, each child's rows rotated by its round; per-round ratios
+then come from children that ran next to each other. (``PYTHONPATH=<checkout> ... --json before.json`` and
+``--before before.json`` set a separate run's rows beside this one's instead.)
 
     python benchmarks/bench_study_step.py                                  # ~6 min on an idle 2-core machine
+    git worktree add /tmp/before 11c1d8d && python benchmarks/bench_study_step.py --clock cpu \
+        --before-pythonpath /tmp/before --before-label "commit 11c1d8d"    # before and after, interleaved
     python benchmarks/bench_study_step.py --sizes tiny --rounds 1 --steps 2 --warmup 1 --envs native \\
         --optimizers adamw muon --out /tmp/ss                               # the test's
 
@@ -95,17 +99,19 @@ def _optimizer_step(entry: Any, steps: int, warmup: int) -> dict[str, Any]:
 
 
 def child(env: str, optimizers: list[str], sizes: list[str], rounds: int, steps: int, warmup: int,
-          clock: str = "wall") -> dict[str, Any]:
+          clock: str = "wall", offset: int = 0) -> dict[str, Any]:
     """In the environment under test: every row's training step (interleaved rounds) and optimizer step alone.
     ``clock`` "cpu": the process's CPU time in place of the wall clock (``time.perf_counter`` is what the
     calibration and this script read, in this package and in older ones), which other processes on a shared machine
-    do not add to (one torch thread: the process's CPU time is the step's)."""
+    do not add to (one torch thread: the process's CPU time is the step's). ``offset``: the rows' order rotated by
+    that many (a parent running one round per child rotates it as the calibration does between rounds)."""
     if clock == "cpu":
         time.perf_counter = time.process_time  # type: ignore[assignment]
     import hf_optbench
     from hf_optbench.study.calibration import Entry, machine_record, measure, torch_threads
 
     plan = [(opt, size, p) for size in sizes for opt, p in rows_for(optimizers, env)]
+    plan = plan[offset % len(plan):] + plan[:offset % len(plan)]
     entries = [Entry(opt, size, _args(opt, size, p)) for opt, size, p in plan]
     out = []
     with torch_threads(1):
@@ -120,14 +126,53 @@ def child(env: str, optimizers: list[str], sizes: list[str], rounds: int, steps:
             "package": str(Path(hf_optbench.__file__).resolve().parent), "rows": out}
 
 
-def _run_env(env: str, args: argparse.Namespace) -> dict[str, Any]:
+def _run_env(env: str, args: argparse.Namespace, *, rounds: int | None = None, offset: int = 0,
+             pythonpath: str | None = None) -> dict[str, Any]:
+    """One child in ``env`` (``pythonpath``: the package it imports, else this process's)."""
     environ = {**os.environ, **ENVS[env], "OMP_NUM_THREADS": "1"}
+    if pythonpath is not None:
+        environ["PYTHONPATH"] = pythonpath
     cmd = [sys.executable, __file__, "--child", env, "--optimizers", *args.optimizers, "--sizes", *args.sizes,
-           "--rounds", str(args.rounds), "--steps", str(args.steps), "--warmup", str(args.warmup), "--clock", args.clock]
+           "--rounds", str(rounds or args.rounds), "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--clock", args.clock, "--offset", str(offset)]
     proc = subprocess.run(cmd, env=environ, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"{env}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def merge(children: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result from children that each measured one round: the rounds' medians side by side, each figure the
+    median over rounds (the optimizer step's mean: the mean over rounds)."""
+    rows = []
+    for i, first in enumerate(children[0]["rows"]):
+        same = [c["rows"][i] for c in children]
+        rounds = [m for r in same for m in r["step_time_round_medians_s"]]
+        alone = [r["optimizer_step_median_s"] for r in same]
+        rows.append({**first, "step_time_round_medians_s": rounds, "step_time_median_s": statistics.median(rounds),
+                     "spread": [min(rounds), max(rounds)], "optimizer_step_round_s": alone,
+                     "optimizer_step_median_s": statistics.median(alone),
+                     "optimizer_step_mean_s": statistics.fmean(r["optimizer_step_mean_s"] for r in same)})
+    return {**children[0], "rows": rows}
+
+
+def interleaved(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(after, before): per environment, one child per round and package, the two packages alternating (after
+    first in even rounds), each child's rows rotated by its round, so a change of the machine's load falls on both."""
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in range(args.rounds):
+        for env in args.envs:
+            order = [("after", None), ("before", args.before_pythonpath)]
+            for which, path in order if r % 2 == 0 else order[::-1]:
+                runs.setdefault((which, env), []).append(_run_env(env, args, rounds=1, offset=r, pythonpath=path))
+    return ([merge(runs[("after", env)]) for env in args.envs], [merge(runs[("before", env)]) for env in args.envs])
+
+
+def _range(mine: list[float] | None, base: list[float] | None) -> list[float] | None:
+    if not mine or not base:
+        return None
+    per_round = [x / y for x, y in zip(mine, base, strict=True)]
+    return [min(per_round), max(per_round)]
 
 
 def ratios(res: dict[str, Any]) -> list[dict[str, Any]]:
@@ -145,7 +190,8 @@ def ratios(res: dict[str, Any]) -> list[dict[str, Any]]:
                     "mean_ratio": (r["step_time_median_s"] + r["optimizer_step_mean_s"] - r["optimizer_step_median_s"])
                     / (a["step_time_median_s"] + a["optimizer_step_mean_s"] - a["optimizer_step_median_s"]),
                     "opt_ms": 1e3 * r["optimizer_step_median_s"], "opt_mean_ms": 1e3 * r["optimizer_step_mean_s"],
-                    "opt_ratio": r["optimizer_step_median_s"] / a["optimizer_step_median_s"]})
+                    "opt_ratio": r["optimizer_step_median_s"] / a["optimizer_step_median_s"],
+                    "opt_round_range": _range(r.get("optimizer_step_round_s"), a.get("optimizer_step_round_s"))})
     return out
 
 
@@ -168,8 +214,10 @@ def _cells(x: dict[str, Any] | None) -> str:
     if x is None:
         return "– | – | – | –"
     ns = f" ({x['ns_precision']})" if x["row"] == "muon" and x["ns_precision"] else ""
+    opt = x.get("opt_round_range")
+    spread = f" [{opt[0]:.1f}, {opt[1]:.1f}]" if opt else ""
     return (f"{x['step_ms']:.2f}{ns} | x{x['ratio']:.2f} [{x['round_range'][0]:.2f}, {x['round_range'][1]:.2f}] | "
-            f"x{x['mean_ratio']:.2f} | {x['opt_ms']:.2f} (mean {x['opt_mean_ms']:.2f}; x{x['opt_ratio']:.1f})")
+            f"x{x['mean_ratio']:.2f} | {x['opt_ms']:.2f} (mean {x['opt_mean_ms']:.2f}; x{x['opt_ratio']:.1f}{spread})")
 
 
 def render(after: list[dict[str, Any]], meta: dict[str, Any], before: list[dict[str, Any]] | None,
@@ -193,7 +241,10 @@ def render(after: list[dict[str, Any]], meta: dict[str, Any], before: list[dict[
         "",
     ]
     if before:
-        lines += [f"Before: the package at {meta['before_label']}; after: this commit's.", ""]
+        how = ("measured interleaved with it (one child process per round and package, alternating)"
+               if meta.get("interleaved") else "measured in a run of its own")
+        lines += [f"Before: the package at {meta['before_label']}, {how}; after: this commit's. The optimizer step's "
+                  "range in brackets: per-round ratios to AdamW's, where rounds ran in children of their own.", ""]
     head = "| env | size | optimizer | step ms | x AdamW [per round] | x AdamW amortised | optimizer step ms (x AdamW) |"
     if before:
         head = ("| env | size | optimizer | before: step ms | x AdamW [per round] | x AdamW amortised | optimizer step ms "
@@ -226,24 +277,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write this run's measurements here only (no table): a 'before' to compare")
     parser.add_argument("--before", help="a --json file of an older checkout, set beside this run's rows")
     parser.add_argument("--before-label", default="an older checkout")
+    parser.add_argument("--before-pythonpath", help="an older checkout's directory: measured interleaved with this "
+                        "one, one child per round and package, alternating")
     parser.add_argument("--load", default="", help="what else ran on the machine, for the header")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="cpu: the process's CPU time, which other processes do not add to (a shared machine)")
     parser.add_argument("--child", choices=list(ENVS), help=argparse.SUPPRESS)
+    parser.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child, args.optimizers, args.sizes, args.rounds, args.steps, args.warmup,
-                                args.clock)))
+                                args.clock, args.offset)))
         return 0
-    results = [_run_env(env, args) for env in args.envs]
+    before_results = None
+    if args.before_pythonpath:
+        results, before_results = interleaved(args)
+    else:
+        results = [_run_env(env, args) for env in args.envs]
     meta = {"date": _dt.date.today().isoformat(), "sizes": args.sizes, "rounds": args.rounds, "steps": args.steps,
-            "warmup": args.warmup, "clock": args.clock, "load": args.load, "before_label": args.before_label,
+            "warmup": args.warmup, "clock": args.clock, "interleaved": bool(args.before_pythonpath), "load": args.load, "before_label": args.before_label,
             "argv": sys.argv[1:] if argv is None else argv}
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=1), encoding="utf-8")
         return 0
     before = None
-    if args.before:
+    if before_results is not None:
+        before = [x for res in before_results for x in ratios(res)]
+    elif args.before:
         before = [x for res in json.loads(Path(args.before).read_text(encoding="utf-8"))["results"]
                   for x in ratios(res)]
     after = [x for res in results for x in ratios(res)]
@@ -251,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "study_step.md").write_text(text, encoding="utf-8")
-    (out / "study_step.json").write_text(json.dumps({"meta": meta, "results": results, "before": before}, indent=1),
-                                         encoding="utf-8")
+    (out / "study_step.json").write_text(json.dumps({"meta": meta, "results": results, "before": before,
+                                                     "before_results": before_results}, indent=1), encoding="utf-8")
     print(text)
     return 0
 

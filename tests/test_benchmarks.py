@@ -336,7 +336,7 @@ def test_bench_study_step_measures_every_row_and_sets_an_older_run_beside_it(tmp
     assert bench_study_step.main([*common, "--envs", "native", "avx2", "--before", str(tmp_path / "before.json"),
                                   "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "study_step.json").read_text())
-    rows = {(r["env"], r["row"]) for res in doc["results"] for r in res["rows"]}
+    rows = {(res["env"], r["row"]) for res in doc["results"] for r in res["rows"]}
     assert rows == {("native", "adamw"), ("native", "muon"), ("native", "muon bf16"), ("native", "muon fp32"),
                     ("native", "soap"), ("avx2", "adamw"), ("avx2", "muon"), ("avx2", "muon fp32")}
     assert all(r["step_time_median_s"] > 0 and r["optimizer_step_median_s"] > 0
@@ -344,3 +344,31 @@ def test_bench_study_step_measures_every_row_and_sets_an_older_run_beside_it(tmp
     table = (tmp_path / "study_step.md").read_text()
     assert "| native | tiny | soap | " in table and "| avx2 | tiny | muon fp32 | " in table
     assert table.count("| native | tiny |") == 5 and "| avx2 | tiny | adamw | – | – | – | – |" in table
+
+
+def test_bench_study_step_interleaves_the_older_checkout_round_by_round(monkeypatch):
+    """--before-pythonpath: one child per round, package and environment, the packages alternating, each child's
+    rows rotated by its round; the children's rounds merged side by side (a stub child: the order, not a timing)."""
+    import argparse
+
+    import bench_study_step
+
+    calls = []
+
+    def fake(env, args, *, rounds=None, offset=0, pythonpath=None):
+        calls.append((env, offset, pythonpath))
+        ms = 2.0 if pythonpath else 1.0
+        row = {"row": "adamw", "model_size": "tiny", "optimizer": "adamw", "ns_precision": None,
+               "step_time_round_medians_s": [ms + offset], "step_time_median_s": ms + offset,
+               "optimizer_step_median_s": 0.1 * (offset + 1), "optimizer_step_mean_s": 0.2}
+        return {"env": env, "machine": {}, "rows": [row]}
+
+    monkeypatch.setattr(bench_study_step, "_run_env", fake)
+    args = argparse.Namespace(rounds=3, envs=["native", "avx2"], before_pythonpath="/old")
+    after, before = bench_study_step.interleaved(args)
+    assert calls == [("native", 0, None), ("native", 0, "/old"), ("avx2", 0, None), ("avx2", 0, "/old"),
+                     ("native", 1, "/old"), ("native", 1, None), ("avx2", 1, "/old"), ("avx2", 1, None),
+                     ("native", 2, None), ("native", 2, "/old"), ("avx2", 2, None), ("avx2", 2, "/old")]
+    (row,) = after[0]["rows"]
+    assert row["step_time_round_medians_s"] == [1.0, 2.0, 3.0] and row["step_time_median_s"] == 2.0
+    assert row["optimizer_step_round_s"] == pytest.approx([0.1, 0.2, 0.3]) and before[0]["rows"][0]["spread"] == [2, 4]
