@@ -52,8 +52,9 @@ def _args(optimizer: str, size: str, precision: str | None) -> tuple[str, ...]:
             optimizer, "--model_size", size, *extra)
 
 
-def _optimizer_step_s(entry: Any, steps: int, warmup: int) -> float:
-    """Median seconds of ``optimizer.step()`` alone, on the gradients of one forward and backward pass."""
+def optimizer_step_times(entry: Any, steps: int, warmup: int) -> tuple[list[float], str | None]:
+    """Seconds of each ``optimizer.step()`` alone, on the gradients of one forward and backward pass, after
+    ``warmup`` dropped ones, and the Newton-Schulz precision the entry resolved to (also bench_study_step's)."""
     from hf_optbench.study.calibration import build_case
 
     case = build_case(entry, Path("/nonexistent/bench-muon-step"))
@@ -64,7 +65,12 @@ def _optimizer_step_s(entry: Any, steps: int, warmup: int) -> float:
         t0 = time.perf_counter()
         case.optimizer.step()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times[warmup:])
+    return times[warmup:], case.ns_precision
+
+
+def _optimizer_step_s(entry: Any, steps: int, warmup: int) -> float:
+    """Median seconds of ``optimizer.step()`` alone (:func:`optimizer_step_times`)."""
+    return statistics.median(optimizer_step_times(entry, steps, warmup)[0])
 
 
 def child(sizes: list[str], rounds: int, steps: int, warmup: int) -> dict[str, Any]:

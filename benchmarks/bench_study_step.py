@@ -48,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_muon_step import ENVS  # noqa: E402
+from bench_muon_step import ENVS, optimizer_step_times  # noqa: E402
 from bench_ns_precision import ROOT, demo_cell  # noqa: E402
 
 STUDY = ("adamw", "muon", "lion", "adafactor", "soap", "schedule_free_adamw")
@@ -83,19 +83,9 @@ def _args(optimizer: str, size: str, precision: str | None) -> tuple[str, ...]:
 def _optimizer_step(entry: Any, steps: int, warmup: int) -> dict[str, Any]:
     """``optimizer.step()`` alone on one backward's gradients: median and mean seconds over ``steps`` after
     ``warmup`` (the mean carries SOAP's refresh every 10th step), and the Newton-Schulz precision it ran."""
-    from hf_optbench.study.calibration import build_case
-
-    case = build_case(entry, Path("/nonexistent/bench-study-step"))
-    x = case.batches[0]
-    case.model(input_ids=x, labels=x).loss.backward()
-    times = []
-    for _ in range(warmup + steps):
-        t0 = time.perf_counter()
-        case.optimizer.step()
-        times.append(time.perf_counter() - t0)
-    kept = times[warmup:]
+    kept, precision = optimizer_step_times(entry, steps, warmup)
     return {"optimizer_step_median_s": statistics.median(kept), "optimizer_step_mean_s": statistics.fmean(kept),
-            "ns_precision": case.ns_precision}
+            "ns_precision": precision}
 
 
 def child(env: str, optimizers: list[str], sizes: list[str], rounds: int, steps: int, warmup: int,
@@ -145,8 +135,9 @@ def merge(children: list[dict[str, Any]]) -> dict[str, Any]:
     """One result from children that each measured one round: the rounds' medians side by side, each figure the
     median over rounds (the optimizer step's mean: the mean over rounds)."""
     rows = []
-    for i, first in enumerate(children[0]["rows"]):
-        same = [c["rows"][i] for c in children]
+    for first in children[0]["rows"]:  # each child's rows are in its own rotated order: matched by name and size
+        same = [next(r for r in c["rows"] if (r["row"], r["model_size"]) == (first["row"], first["model_size"]))
+                for c in children]
         rounds = [m for r in same for m in r["step_time_round_medians_s"]]
         alone = [r["optimizer_step_median_s"] for r in same]
         rows.append({**first, "step_time_round_medians_s": rounds, "step_time_median_s": statistics.median(rounds),
@@ -165,6 +156,7 @@ def interleaved(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[di
             order = [("after", None), ("before", args.before_pythonpath)]
             for which, path in order if r % 2 == 0 else order[::-1]:
                 runs.setdefault((which, env), []).append(_run_env(env, args, rounds=1, offset=r, pythonpath=path))
+    args.children = runs  # kept in the JSON file as measured
     return ([merge(runs[("after", env)]) for env in args.envs], [merge(runs[("before", env)]) for env in args.envs])
 
 
@@ -312,7 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "study_step.md").write_text(text, encoding="utf-8")
     (out / "study_step.json").write_text(json.dumps({"meta": meta, "results": results, "before": before,
-                                                     "before_results": before_results}, indent=1), encoding="utf-8")
+                                                     "before_results": before_results,
+                                                     "children": {f"{k[0]} {k[1]}": v for k, v in
+                                                                  getattr(args, "children", {}).items()}},
+                                                    indent=1), encoding="utf-8")
     print(text)
     return 0
 

@@ -358,10 +358,11 @@ def test_bench_study_step_interleaves_the_older_checkout_round_by_round(monkeypa
     def fake(env, args, *, rounds=None, offset=0, pythonpath=None):
         calls.append((env, offset, pythonpath))
         ms = 2.0 if pythonpath else 1.0
-        row = {"row": "adamw", "model_size": "tiny", "optimizer": "adamw", "ns_precision": None,
-               "step_time_round_medians_s": [ms + offset], "step_time_median_s": ms + offset,
-               "optimizer_step_median_s": 0.1 * (offset + 1), "optimizer_step_mean_s": 0.2}
-        return {"env": env, "machine": {}, "rows": [row]}
+        rows = [{"row": name, "model_size": "tiny", "optimizer": name, "ns_precision": None,
+                 "step_time_round_medians_s": [ms * k + offset], "step_time_median_s": ms * k + offset,
+                 "optimizer_step_median_s": 0.1 * (offset + 1), "optimizer_step_mean_s": 0.2}
+                for k, name in ((1, "adamw"), (10, "soap"))]
+        return {"env": env, "machine": {}, "rows": rows[offset % 2:] + rows[:offset % 2]}  # rotated, as a child
 
     monkeypatch.setattr(bench_study_step, "_run_env", fake)
     args = argparse.Namespace(rounds=3, envs=["native", "avx2"], before_pythonpath="/old")
@@ -369,6 +370,8 @@ def test_bench_study_step_interleaves_the_older_checkout_round_by_round(monkeypa
     assert calls == [("native", 0, None), ("native", 0, "/old"), ("avx2", 0, None), ("avx2", 0, "/old"),
                      ("native", 1, "/old"), ("native", 1, None), ("avx2", 1, "/old"), ("avx2", 1, None),
                      ("native", 2, None), ("native", 2, "/old"), ("avx2", 2, None), ("avx2", 2, "/old")]
-    (row,) = after[0]["rows"]
-    assert row["step_time_round_medians_s"] == [1.0, 2.0, 3.0] and row["step_time_median_s"] == 2.0
-    assert row["optimizer_step_round_s"] == pytest.approx([0.1, 0.2, 0.3]) and before[0]["rows"][0]["spread"] == [2, 4]
+    rows = {r["row"]: r for r in after[0]["rows"]}
+    assert rows["adamw"]["step_time_round_medians_s"] == [1.0, 2.0, 3.0] and rows["adamw"]["step_time_median_s"] == 2.0
+    assert rows["soap"]["step_time_round_medians_s"] == [10.0, 11.0, 12.0]  # matched by name, not by position
+    assert rows["adamw"]["optimizer_step_round_s"] == pytest.approx([0.1, 0.2, 0.3])
+    assert {r["row"]: r["spread"] for r in before[0]["rows"]} == {"adamw": [2, 4], "soap": [20, 22]}
