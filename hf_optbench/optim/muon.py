@@ -126,8 +126,8 @@ def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor:
     opt = MuonWithAuxAdamW(muon_groups, adamw_groups, muon_kwargs={"lr": lr, **ctor, NS_KEY: precision},
                            adamw_kwargs=adamw_kwargs)
     aux = "fused=True" if adamw_kwargs.get("fused") else "foreach"
-    # bf16 is torch.optim.Muon's own code; fp32 the same update with the iteration in fp32 (muon_impl.MuonNS)
-    muon = "torch.optim.Muon" if precision == "bf16" else "hf_optbench.optim.muon_impl.MuonNS"
+    # torch.optim.Muon's update with same-shape matrices orthogonalised together, in either precision (MuonNS)
+    muon = "hf_optbench.optim.muon_impl.MuonNS[torch.optim.Muon, batched]"
     return opt, (f"{muon}(adjust_lr_fn={ctor.get('adjust_lr_fn')}, Newton-Schulz {precision})+torch.optim.AdamW({aux}) "
                  f"[{len(hidden)} hidden matrices on Muon]")
 
