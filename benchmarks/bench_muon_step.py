@@ -52,8 +52,9 @@ def _args(optimizer: str, size: str, precision: str | None) -> tuple[str, ...]:
             optimizer, "--model_size", size, *extra)
 
 
-def _optimizer_step_s(entry: Any, steps: int, warmup: int) -> float:
-    """Median seconds of ``optimizer.step()`` alone, on the gradients of one forward and backward pass."""
+def optimizer_step_times(entry: Any, steps: int, warmup: int) -> tuple[list[float], str | None]:
+    """Seconds of each ``optimizer.step()`` alone, on the gradients of one forward and backward pass, after
+    ``warmup`` dropped ones, and the Newton-Schulz precision the entry resolved to (also bench_study_step's)."""
     from hf_optbench.study.calibration import build_case
 
     case = build_case(entry, Path("/nonexistent/bench-muon-step"))
@@ -64,12 +65,18 @@ def _optimizer_step_s(entry: Any, steps: int, warmup: int) -> float:
         t0 = time.perf_counter()
         case.optimizer.step()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times[warmup:])
+    return times[warmup:], case.ns_precision
+
+
+def _optimizer_step_s(entry: Any, steps: int, warmup: int) -> float:
+    """Median seconds of ``optimizer.step()`` alone (:func:`optimizer_step_times`)."""
+    return statistics.median(optimizer_step_times(entry, steps, warmup)[0])
 
 
 def child(sizes: list[str], rounds: int, steps: int, warmup: int) -> dict[str, Any]:
     """In the environment under test: the training step (interleaved rounds) and the optimizer step of each row."""
-    from hf_optbench.optim.muon import bf16_matmul_native, resolve_ns_precision
+    from hf_optbench.models import GPT2_SIZES
+    from hf_optbench.optim import muon
     from hf_optbench.study.calibration import Entry, machine_record, measure, torch_threads
 
     entries = [Entry(opt, size, _args(opt, size, p)) for size in sizes for opt, p in ROWS]
@@ -77,9 +84,17 @@ def child(sizes: list[str], rounds: int, steps: int, warmup: int) -> dict[str, A
         rows = measure(entries, rounds=rounds, steps=steps, warmup=warmup)
         for row, entry in zip(rows, entries, strict=True):
             row["optimizer_step_s"] = _optimizer_step_s(entry, steps, warmup)
-    native, seen = bf16_matmul_native("cpu")
-    return {"machine": machine_record(), "bf16_native": native, "capability": seen,
-            "auto": resolve_ns_precision("auto", "cpu")[0], "rows": rows}
+    native, seen = muon.bf16_matmul_native("cpu")
+    # what auto picks for each size's matrices (timed in this process; older checkouts read the capability alone)
+    auto = {}
+    for size in sizes:
+        d = GPT2_SIZES[size]["n_embd"]
+        matrices = [(d, 3 * d), (d, d), (d, 4 * d), (4 * d, d)] * GPT2_SIZES[size]["n_layer"]
+        try:
+            auto[size] = muon.resolve_ns_precision("auto", "cpu", shapes=matrices)[0]
+        except TypeError:
+            auto[size] = muon.resolve_ns_precision("auto", "cpu")[0]
+    return {"machine": machine_record(), "bf16_native": native, "capability": seen, "auto": auto, "rows": rows}
 
 
 def _run_env(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -112,8 +127,9 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         for size in meta["sizes"]:
             a, b, f = (by[("adamw", size, None)], by[("muon", size, "bf16")], by[("muon", size, "fp32")])
             base = a["step_time_median_s"]
+            auto = res["auto"][size] if isinstance(res["auto"], dict) else res["auto"]
             lines.append(
-                f"| {res['env']} | {res['bf16_native']} | {res['auto']} | {size} | {1e3 * base:.2f} | "
+                f"| {res['env']} | {res['bf16_native']} | {auto} | {size} | {1e3 * base:.2f} | "
                 f"{1e3 * b['step_time_median_s']:.2f} (x{b['step_time_median_s'] / base:.2f}) | "
                 f"{1e3 * f['step_time_median_s']:.2f} (x{f['step_time_median_s'] / base:.2f}) | "
                 f"{1e3 * a['optimizer_step_s']:.2f} / {1e3 * b['optimizer_step_s']:.2f} / "

@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     records = run_cell(Path(args.work), args.tokens_per_param, args.seeds, args.multiples, tuned)
     rows = speedups(records)
     stats = compare(rows)
-    from hf_optbench.optim.muon import bf16_matmul_native
+    from hf_optbench.optim.muon_precision import bf16_matmul_native
     from hf_optbench.study.calibration import machine_record
 
     native, seen = bf16_matmul_native("cpu")

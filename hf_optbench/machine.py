@@ -25,6 +25,20 @@ DEEPSPEED_LOGGER = "DeepSpeed"  # deepspeed/utils/logging.py: LoggerFactory.crea
 CPU_FALLBACK_NOTICE = "Setting accelerator to CPU."
 
 
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (what a timing was measured on), else what ``platform`` says."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def gpu_visible(env: dict[str, str] | None = None) -> bool:
     """Whether a process could see a GPU, from device files and CUDA_VISIBLE_DEVICES alone (no CUDA initialisation)."""
     env = dict(os.environ) if env is None else env

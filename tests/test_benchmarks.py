@@ -247,12 +247,12 @@ def test_bench_muon_step_measures_every_row_in_each_environment(tmp_path):
     bf16 (so auto picks fp32), every row measured, the tables written."""
     import bench_muon_step
 
-    from hf_optbench.optim.muon import bf16_matmul_native
+    from hf_optbench.optim.muon_precision import bf16_matmul_native
 
     assert bench_muon_step.main(["--sizes", "tiny", "--rounds", "1", "--steps", "2", "--warmup", "1",
                                  "--out", str(tmp_path)]) == 0
     results = {r["env"]: r for r in json.loads((tmp_path / "muon_step.json").read_text())["results"]}
-    assert results["avx2"]["bf16_native"] is False and results["avx2"]["auto"] == "fp32"
+    assert results["avx2"]["bf16_native"] is False and results["avx2"]["auto"] == {"tiny": "fp32"}
     assert results["native"]["bf16_native"] == bf16_matmul_native("cpu")[0]
     for res in results.values():
         assert {(r["optimizer"], r["ns_precision"]) for r in res["rows"]} == {("adamw", None), ("muon", "bf16"),
@@ -321,3 +321,57 @@ def test_bench_compile_break_even_and_reproducibility_from_constructed_runs():
     assert res["runs"][2]["max_abs_loss_diff_vs_eager"] == pytest.approx(1e-7, abs=1e-9)
     text = bench_compile.render({**res, "date": "d", "machine": "m", "torch": "t", "load_average": 0.0}, "cmd")
     assert "break-even after 2500 steps" in text and "would cost 26 s" in text
+
+
+@pytest.mark.slow
+def test_bench_study_step_measures_every_row_and_sets_an_older_run_beside_it(tmp_path):
+    """Every row against AdamW's at its size, Muon as auto resolves it and with each precision forced, the AVX2
+    environment with AdamW and Muon only; a --json run of another checkout is set beside this one's (here the same
+    package twice: the table's shape, not a timing)."""
+    import bench_study_step
+
+    common = ["--sizes", "tiny", "--rounds", "1", "--steps", "2", "--warmup", "1", "--optimizers", "adamw", "muon",
+              "soap"]
+    assert bench_study_step.main([*common, "--envs", "native", "--json", str(tmp_path / "before.json")]) == 0
+    assert bench_study_step.main([*common, "--envs", "native", "avx2", "--before", str(tmp_path / "before.json"),
+                                  "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "study_step.json").read_text())
+    rows = {(res["env"], r["row"]) for res in doc["results"] for r in res["rows"]}
+    assert rows == {("native", "adamw"), ("native", "muon"), ("native", "muon bf16"), ("native", "muon fp32"),
+                    ("native", "soap"), ("avx2", "adamw"), ("avx2", "muon"), ("avx2", "muon fp32")}
+    assert all(r["step_time_median_s"] > 0 and r["optimizer_step_median_s"] > 0
+               for res in doc["results"] for r in res["rows"])
+    table = (tmp_path / "study_step.md").read_text()
+    assert "| native | tiny | soap | " in table and "| avx2 | tiny | muon fp32 | " in table
+    assert table.count("| native | tiny |") == 5 and "| avx2 | tiny | adamw | – | – | – | – |" in table
+
+
+def test_bench_study_step_interleaves_the_older_checkout_round_by_round(monkeypatch):
+    """--before-pythonpath: one child per round, package and environment, the packages alternating, each child's
+    rows rotated by its round; the children's rounds merged side by side (a stub child: the order, not a timing)."""
+    import argparse
+
+    import bench_study_step
+
+    calls = []
+
+    def fake(env, args, *, rounds=None, offset=0, pythonpath=None):
+        calls.append((env, offset, pythonpath))
+        ms = 2.0 if pythonpath else 1.0
+        rows = [{"row": name, "model_size": "tiny", "optimizer": name, "ns_precision": None,
+                 "step_time_round_medians_s": [ms * k + offset], "step_time_median_s": ms * k + offset,
+                 "optimizer_step_median_s": 0.1 * (offset + 1), "optimizer_step_mean_s": 0.2}
+                for k, name in ((1, "adamw"), (10, "soap"))]
+        return {"env": env, "machine": {}, "rows": rows[offset % 2:] + rows[:offset % 2]}  # rotated, as a child
+
+    monkeypatch.setattr(bench_study_step, "_run_env", fake)
+    args = argparse.Namespace(rounds=3, envs=["native", "avx2"], before_pythonpath="/old")
+    after, before = bench_study_step.interleaved(args)
+    assert calls == [("native", 0, None), ("native", 0, "/old"), ("avx2", 0, None), ("avx2", 0, "/old"),
+                     ("native", 1, "/old"), ("native", 1, None), ("avx2", 1, "/old"), ("avx2", 1, None),
+                     ("native", 2, None), ("native", 2, "/old"), ("avx2", 2, None), ("avx2", 2, "/old")]
+    rows = {r["row"]: r for r in after[0]["rows"]}
+    assert rows["adamw"]["step_time_round_medians_s"] == [1.0, 2.0, 3.0] and rows["adamw"]["step_time_median_s"] == 2.0
+    assert rows["soap"]["step_time_round_medians_s"] == [10.0, 11.0, 12.0]  # matched by name, not by position
+    assert rows["adamw"]["optimizer_step_round_s"] == pytest.approx([0.1, 0.2, 0.3])
+    assert {r["row"]: r["spread"] for r in before[0]["rows"]} == {"adamw": [2, 4], "soap": [20, 22]}

@@ -9,15 +9,16 @@ the other (study.tuning), as Marin's phase I tunes Muon's ``muon_to_adam_lr``; A
 
 Newton-Schulz precision, ``ns_precision`` (``auto`` | ``bf16`` | ``fp32``): the reference implementation and
 ``torch.optim.Muon`` run the iteration in bf16, fast where bf16 matmuls are native and emulated (20-30x slower than
-fp32) elsewhere. ``auto`` is resolved once, in the run's plan (``run.plan``), by :func:`resolve_ns_precision` from what
-torch reports of the device (:func:`bf16_matmul_native`); the plan, summary.json, the card and the trackers record the
-choice with its reason. It changes what is trained (the orthogonalised update differs by ~1 % between the two), so it
+fp32) elsewhere. ``auto`` is resolved once, in the run's plan (``run.plan``), by :func:`resolve_ns_precision`: on a CPU
+by timing both on the run's matrices (``optim.muon_precision``: the faster that passes an accuracy check against
+fp32, measured once per machine and cached with the data cache), on a GPU from what torch reports of the device
+(:func:`bf16_matmul_native`); the plan, summary.json, the card and the trackers record the choice with its reason
+(both timings). It changes what is trained (the orthogonalised update differs by ~1 % between the two), so it
 is part of the run's identity; ``benchmarks/bench_ns_precision.py`` shows what it changes in the results.
 """
 
 from __future__ import annotations
 
-import platform
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError
@@ -28,6 +29,7 @@ from hf_optbench.optim.adamw import (
     fused_ok,
     split_matrix_params,
 )
+from hf_optbench.optim.muon_precision import bf16_matmul_native, measured_choice
 from hf_optbench.optim.spec import (
     EMBEDDING,
     MATRIX,
@@ -48,40 +50,11 @@ CITATIONS: dict[str, str] = {
             "Liu et al. 2025, Muon is Scalable for LLM Training, arXiv:2502.16982 Sec. 2.2 (adjust_lr_fn "
             "match_rms_adamw: reuse AdamW's LR and weight decay 0.1, for the AdamW part too: nonmatrix_lr_ratio 1); "
             "Newton-Schulz in bf16 as KellerJordan/Muon muon.py@f90a42b (zeropower_via_newtonschulz5: G.bfloat16()) "
-            "and torch/optim/_muon.py run it, where the device's bf16 matmuls are native (ns_precision auto)",
+            "and torch/optim/_muon.py run it, where it is the faster here (ns_precision auto: timed on a CPU, bf16 "
+            "where native on a GPU)",
 }
 NS_KEY = "ns_precision"
 NS_PRECISIONS = ("auto", "bf16", "fp32")
-
-
-def bf16_matmul_native(device_type: str) -> tuple[bool, str]:
-    """(whether a bf16 matmul runs natively on this device, what torch reported), read from torch once.
-
-    CUDA: ``torch.cuda.is_bf16_supported(including_emulation=False)`` (compute capability >= 8: Ampere and later).
-    CPU: both of
-      * ``torch.ops.mkldnn._is_mkldnn_bf16_supported()``: torch sends a CPU bf16 matmul to oneDNN only when this holds
-        (it reads the ISA oneDNN may use, so ``ONEDNN_MAX_CPU_ISA=AVX2`` turns it off); otherwise ATen's reference
-        gemm runs it, measured at 2.6-3.1 GFLOP/s against 54-92 in fp32 on this project's AMD EPYC (Zen 4) with that
-        setting, 1.3-2.5 against 31-63 on an AVX2-only EPYC (issue 38);
-      * on x86, bf16 instructions in the hardware: ``torch.cpu._is_avx512_bf16_supported()`` or
-        ``_is_amx_tile_supported()`` (CPUID, through cpuinfo). oneDNN also takes bf16 on AVX-512 without them
-        (Skylake-X, Cascade Lake) by converting in software; not measured here, so fp32 is the choice there: the
-        precision the hardware computes in. On other architectures oneDNN's own check reads the ARM BF16
-        extension, and it alone decides.
-    """
-    import torch
-
-    if device_type == "cuda":
-        ok = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False))
-        name = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
-        return ok, f"CUDA {name}: torch.cuda.is_bf16_supported(including_emulation=False) {ok}"
-    onednn = bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    if platform.machine().lower() in ("x86_64", "amd64", "i686", "x86"):
-        avx512_bf16, amx = bool(torch.cpu._is_avx512_bf16_supported()), bool(torch.cpu._is_amx_tile_supported())
-        return onednn and (avx512_bf16 or amx), (f"CPU: oneDNN bf16 matmul {onednn} "
-                                                 f"(torch.ops.mkldnn._is_mkldnn_bf16_supported()), AVX512-BF16 "
-                                                 f"{avx512_bf16}, AMX {amx}")
-    return onednn, f"CPU ({platform.machine()}): oneDNN bf16 matmul {onednn} (torch.ops.mkldnn._is_mkldnn_bf16_supported())"
 
 
 def check_ns_precision(value: Any) -> str:
@@ -92,12 +65,17 @@ def check_ns_precision(value: Any) -> str:
     return str(value)
 
 
-def resolve_ns_precision(value: Any, device_type: str) -> tuple[str, str]:
-    """(precision, why) for ``ns_precision`` ``value`` on ``device_type`` ("cpu" | "cuda"): a forced value as it is,
-    ``auto`` bf16 where :func:`bf16_matmul_native` says so (the reference implementation's precision), else fp32."""
+def resolve_ns_precision(value: Any, device_type: str, shapes: list[tuple[int, int]] | None = None,
+                         cache_dir: str | None = None) -> tuple[str, str]:
+    """(precision, why) for ``ns_precision`` ``value`` on ``device_type`` ("cpu" | "cuda"): a forced value as it is;
+    ``auto`` on a CPU, given the run's matrix ``shapes``, the faster of bf16 and fp32 measured on them that passes the
+    accuracy check (``optim.muon_precision``, cached in ``cache_dir``); on a GPU, or without shapes, bf16 where
+    :func:`bf16_matmul_native` says so (the reference implementation's precision), else fp32."""
     value = check_ns_precision(value)
     if value != "auto":
         return value, f"set to {value}"
+    if device_type == "cpu" and shapes:
+        return measured_choice(shapes, cache_dir)
     native, seen = bf16_matmul_native(device_type)
     return ("bf16", f"auto: bf16 matmuls native ({seen})") if native else \
         ("fp32", f"auto: bf16 matmuls not native, so fp32 ({seen})")
@@ -125,13 +103,14 @@ def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor:
     adamw_betas = ctor.pop("adamw_betas", (0.9, 0.95))
     adamw_eps = ctor.pop("adamw_eps", 1e-8)
     # a run's plan resolved auto already (run.plan); a Python-API build resolves it here, for the model's device
-    precision, _ = resolve_ns_precision(ctor.pop(NS_KEY, "auto"), next(iter(trainable_params(model))).device.type)
+    hidden, _ = split_matrix_params(model)
+    precision, _ = resolve_ns_precision(ctor.pop(NS_KEY, "auto"), next(iter(trainable_params(model))).device.type,
+                                        shapes=[tuple(p.shape) for p in hidden])
     if ctor.get("adjust_lr_fn") in (None, "original") and muon_lr is None:
         raise OptBenchError(
             "muon with adjust_lr_fn 'original' takes its LR in spectral units (Keller Jordan's README: 0.02), not "
             "AdamW's: set optimizer_kwargs muon_lr (e.g. 0.02), or keep adjust_lr_fn 'match_rms_adamw'."
         )
-    hidden, _ = split_matrix_params(model)
     hidden_ids = {id(p) for p in hidden}
     muon_groups, adamw_groups = [], []
     for g in groups:
@@ -147,8 +126,8 @@ def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor:
     opt = MuonWithAuxAdamW(muon_groups, adamw_groups, muon_kwargs={"lr": lr, **ctor, NS_KEY: precision},
                            adamw_kwargs=adamw_kwargs)
     aux = "fused=True" if adamw_kwargs.get("fused") else "foreach"
-    # bf16 is torch.optim.Muon's own code; fp32 the same update with the iteration in fp32 (muon_impl.MuonNS)
-    muon = "torch.optim.Muon" if precision == "bf16" else "hf_optbench.optim.muon_impl.MuonNS"
+    # torch.optim.Muon's update with same-shape matrices orthogonalised together, in either precision (MuonNS)
+    muon = "hf_optbench.optim.muon_impl.MuonNS[torch.optim.Muon, batched]"
     return opt, (f"{muon}(adjust_lr_fn={ctor.get('adjust_lr_fn')}, Newton-Schulz {precision})+torch.optim.AdamW({aux}) "
                  f"[{len(hidden)} hidden matrices on Muon]")
 

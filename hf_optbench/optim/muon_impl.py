@@ -27,8 +27,8 @@ Newton-Schulz precision (:class:`MuonNS`): ``torch.optim.Muon`` casts the update
 iteration, as the reference implementation does (KellerJordan/Muon muon.py@f90a42b, ``zeropower_via_newtonschulz5``:
 ``G.bfloat16()``). Where bf16 matmuls are native (CUDA, a CPU with AMX or AVX-512-BF16) that is the fast choice;
 elsewhere torch emulates the format (issue 38: 1.3-2.5 GFLOP/s against 31-63 in fp32 on an AVX2 CPU, a Muon step 51
-ms against 6.9 ms) and fp32 is both faster and closer to exact. ``MuonNS`` runs torch's own code for bf16 and the same
-update with the iteration in fp32 otherwise; ``optim.muon.resolve_ns_precision`` picks one from the device.
+ms against 6.9 ms) and fp32 is both faster and closer to exact. ``MuonNS`` runs torch's update with the iteration in
+either, batched over same-shape matrices (:func:`muon_batched`); ``optim.muon.resolve_ns_precision`` picks one.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.optim._muon import _adjust_lr, muon
+from torch.optim._muon import _adjust_lr
 from torch.optim.optimizer import _to_scalar
 
 # ns_precision -> the dtype Newton-Schulz runs in ("bf16": torch's own code path, untouched).
@@ -90,11 +90,12 @@ def newton_schulz(grad: torch.Tensor, ns_coefficients: tuple[float, float, float
     return ortho.T if tall else ortho
 
 
-def _muon_in(dtype: torch.dtype, params: list[torch.Tensor], grads: list[torch.Tensor], bufs: list[torch.Tensor],
-             group: Mapping[str, Any]) -> None:
+def muon_per_matrix(dtype: torch.dtype, params: list[torch.Tensor], grads: list[torch.Tensor],
+                    bufs: list[torch.Tensor], group: Mapping[str, Any]) -> None:
     """torch's ``_single_tensor_muon`` (torch/optim/_muon.py, torch 2.13) for one group, line for line, with
     :func:`newton_schulz` in ``dtype``: momentum, Nesterov, decoupled weight decay and the shape's LR factor are
-    torch's arithmetic (``_adjust_lr`` is torch's own)."""
+    torch's arithmetic (``_adjust_lr`` is torch's own). One matrix at a time: the reference that
+    :func:`muon_batched` is tested against (tests/optim/test_muon.py); the optimizer steps through the batched one."""
     lr = _to_scalar(group["lr"])
     momentum = group["momentum"]
     for param, grad, buf in zip(params, grads, bufs, strict=True):
@@ -108,6 +109,93 @@ def _muon_in(dtype: torch.dtype, params: list[torch.Tensor], grads: list[torch.T
         param.add_(update, alpha=-adjusted_lr)
 
 
+def newton_schulz_batched(stack: torch.Tensor, ns_coefficients: tuple[float, float, float], ns_steps: int,
+                          eps: float) -> torch.Tensor:
+    """:func:`newton_schulz` on a stack (B, m, n), m <= n, of B matrices at once: each matrix normalised by its own
+    Frobenius norm, then the same quintic iteration with batched matmuls (``torch.baddbmm``), so each matrix gets
+    the arithmetic it gets alone, in B times fewer calls. ``stack`` must be a fresh tensor in the working dtype (it
+    is normalised in place)."""
+    if ns_steps >= 100:
+        raise ValueError("Number of steps must be less than 100 for computational efficiency")
+    if len(ns_coefficients) != 3:
+        raise ValueError("Coefficients must be a tuple of exactly 3 values")
+    a, b, c = ns_coefficients
+    ortho = stack
+    ortho.div_(torch.linalg.vector_norm(ortho, dim=(-2, -1), keepdim=True).clamp(min=eps))  # spectral norms <= 1
+    for _ in range(ns_steps):
+        gram = torch.bmm(ortho, ortho.mT)
+        update = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)
+        ortho = torch.baddbmm(ortho, update, ortho, beta=a)
+    return ortho
+
+
+# An fp32 stack is orthogonalised in chunks of at most this many bytes, a bf16 one whole. Measured on this
+# project's AMD EPYC (Zen 4, 1 MiB L2 per core), one thread, CPU time, median of 9: 8 fp32 matrices of 128 x 512
+# took 21.2 ms in chunks of one against 28.6-31.7 ms stacked whole (a stack past L2 streams through memory once per
+# matmul), 4 of 64 x 256 1.40 ms whole against 1.89 ms one by one, 12 of 192 x 768 110 ms in chunks of one against
+# 126 ms whole; in bf16 (oneDNN's batched kernel) the whole stack was the fastest at every one of those shapes.
+FP32_CHUNK_BYTES = 256 * 1024
+
+
+def _stacks(updates: list[torch.Tensor], dtype: torch.dtype) -> list[list[int]]:
+    """The updates' indices grouped into the stacks Newton-Schulz runs on: by the shape it sees (a tall matrix
+    transposed, so GPT-2's c_fc (d, 4d) and its MLP c_proj (4d, d) share one stack), dtype and device, in first-seen
+    order; an fp32 stack cut into chunks of :data:`FP32_CHUNK_BYTES`."""
+    buckets: dict[tuple[Any, ...], list[int]] = {}
+    for i, u in enumerate(updates):
+        rows, cols = u.shape
+        buckets.setdefault((min(rows, cols), max(rows, cols), u.dtype, u.device), []).append(i)
+    out = []
+    for (m, n, _, _), idx in buckets.items():
+        size = max(1, FP32_CHUNK_BYTES // (m * n * 4)) if dtype == torch.float32 else len(idx)
+        out += [idx[k:k + size] for k in range(0, len(idx), size)]
+    return out
+
+
+def orthogonalise(updates: list[torch.Tensor], dtype: torch.dtype, ns_coefficients: tuple[float, float, float],
+                  ns_steps: int, eps: float) -> list[torch.Tensor]:
+    """Each update's Newton-Schulz result (in ``dtype``, in the update's own orientation), computed over the stacks
+    of :func:`_stacks`; the updates themselves are not touched (each stack is a fresh copy)."""
+    out: list[torch.Tensor] = list(updates)
+    for idx in _stacks(updates, dtype):
+        tall = [updates[i].size(0) > updates[i].size(1) for i in idx]
+        stack = torch.stack([updates[i].mT if t else updates[i] for i, t in zip(idx, tall, strict=True)])
+        stack = stack.to(dtype) if stack.dtype != dtype else stack
+        ortho = newton_schulz_batched(stack, ns_coefficients, ns_steps, eps)
+        for k, (i, t) in enumerate(zip(idx, tall, strict=True)):
+            out[i] = ortho[k].mT if t else ortho[k]
+    return out
+
+
+def muon_batched(dtype: torch.dtype, params: list[torch.Tensor], grads: list[torch.Tensor], bufs: list[torch.Tensor],
+                 group: Mapping[str, Any]) -> None:
+    """:func:`muon_per_matrix`'s update with the matrices of one (oriented) shape orthogonalised together: the
+    momentum and Nesterov blend as torch's foreach ops over the group, then per shape stacked copies in ``dtype``
+    through :func:`newton_schulz_batched` (:func:`orthogonalise`), then weight decay and the step with each matrix's
+    own LR factor. Per matrix the arithmetic is :func:`muon_per_matrix`'s (tested to float tolerance, tests/optim/test_muon.py).
+
+    Why: torch's Muon runs Newton-Schulz one matrix at a time (3 matmuls x ns_steps per matrix, each a separate
+    call); at the CPU study's sizes (matrices of 64-512 rows) the calls cost as much as the arithmetic: one bf16
+    pass over tiny's 8 matrices took 3.7-4.2 ms one at a time and 2.1-2.5 ms stacked (this project's AMD EPYC, one
+    thread, CPU time; the optimizer steps in benchmarks/results/study_step.md). Stacking same-shape parameters and
+    orthogonalising them with batched matmuls is what modded-nanogpt does (KellerJordan/modded-nanogpt train_gpt.py@0016a3c45a41748e729b097a9db15e9840328b52,
+    ``polar_express``: a chunk of stacked same-shape matrices, normalised over dims (-2, -1), iterated with
+    ``baddbmm``); the iteration here stays torch's quintic Newton-Schulz with torch's coefficients."""
+    for grad in grads:
+        if grad.ndim != 2:
+            raise ValueError("Param gradient must be a 2D matrix")
+    if not params:
+        return
+    lr = _to_scalar(group["lr"])
+    momentum = group["momentum"]
+    torch._foreach_lerp_(bufs, grads, 1 - momentum)
+    updates = torch._foreach_lerp(grads, bufs, momentum) if group["nesterov"] else bufs
+    orthos = orthogonalise(updates, dtype, group["ns_coefficients"], group["ns_steps"], group["eps"])
+    torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
+    for i, param in enumerate(params):
+        param.add_(orthos[i], alpha=-_adjust_lr(lr, group["adjust_lr_fn"], param.shape))
+
+
 def _closure_loss(closure: Any) -> Any:
     """The loss of an optimizer step's closure, evaluated with gradients on (torch's ``step`` protocol)."""
     if closure is None:
@@ -118,15 +206,18 @@ def _closure_loss(closure: Any) -> Any:
 
 class MuonNS(torch.optim.Muon):
     """``torch.optim.Muon`` with its Newton-Schulz iteration in ``ns_precision`` ("bf16" or "fp32"), held in every
-    param group (so the run's plan checks it, trackers read it and checkpoints carry it).
+    param group (so the run's plan checks it, trackers read it and checkpoints carry it), and the matrices of one
+    shape orthogonalised together (:func:`muon_batched`).
 
-    A group at "bf16" steps through torch's own functional ``muon`` (what ``torch.optim.Muon.step`` calls, so the
-    result is bit-identical to it); a group at "fp32" through :func:`_muon_in`, the same update with the iteration
-    in fp32. The state is torch's (``momentum_buffer`` per matrix, created by torch's ``_init_group``), so
-    checkpoints, resume and the memory planner hold either way.
-    Why hand-written: torch hard-codes ``grad.bfloat16()`` in a module-level function (torch/optim/_muon.py) and
-    takes no precision argument; replacing that function would change every Muon in the process (a global
-    monkeypatch), so the fp32 path is this subclass's own ~20 lines, a copy of torch's with the one cast changed.
+    Every group steps through :func:`muon_batched`: torch's update (momentum, Nesterov, decoupled weight decay,
+    ``_adjust_lr``), with the iteration in bf16 (torch's own cast: ``grad.bfloat16()``) or fp32, batched over
+    same-shape matrices. Per matrix that is torch.optim.Muon's arithmetic up to the rounding of a batched matmul
+    against a single one (tests/optim/test_muon.py: against torch.optim.Muon and the per-matrix path). The state is
+    torch's (``momentum_buffer`` per matrix, created by torch's ``_init_group``), so checkpoints, resume and the
+    memory planner hold as before, and a checkpoint of torch.optim.Muon loads here and back.
+    Why hand-written: torch hard-codes ``grad.bfloat16()`` and one matrix at a time in module-level functions
+    (torch/optim/_muon.py, torch 2.13: ``foreach`` "is not supported for Muon yet") and takes no precision argument;
+    replacing them would change every Muon in the process (a global monkeypatch).
     """
 
     def __init__(self, params: Any, *, ns_precision: str = "bf16", **kwargs: Any) -> None:
@@ -144,15 +235,9 @@ class MuonNS(torch.optim.Muon):
             params: list[torch.Tensor] = []
             grads: list[torch.Tensor] = []
             bufs: list[torch.Tensor] = []
-            has_complex = self._init_group(group, params, grads, bufs)
+            self._init_group(group, params, grads, bufs)
             precision = group.get("ns_precision", self.defaults["ns_precision"])
-            if precision == "bf16":  # torch.optim.Muon.step's own call, argument for argument
-                muon(params, grads, bufs, lr=group["lr"], weight_decay=group["weight_decay"],
-                     momentum=group["momentum"], nesterov=group["nesterov"], ns_coefficients=group["ns_coefficients"],
-                     eps=group["eps"], ns_steps=group["ns_steps"], adjust_lr_fn=group["adjust_lr_fn"],
-                     has_complex=has_complex)
-            else:
-                _muon_in(NS_DTYPES[precision], params, grads, bufs, group)
+            muon_batched(NS_DTYPES[precision], params, grads, bufs, group)
         return loss
 
 

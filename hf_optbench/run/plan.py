@@ -303,15 +303,21 @@ def train_device(cfg: RunConfig) -> str:
 
 
 def _resolve_ns_precision(cfg: RunConfig, spec: OptimizerSpec | None, ctor: dict[str, Sourced]) -> None:
-    """Muon's Newton-Schulz precision, ``auto`` resolved here, once, from what torch reports of the device the run
-    trains on (``optim.muon.resolve_ns_precision``); its source then says why (the capability read) beside the
-    citation. A forced bf16/fp32 keeps its own source."""
+    """Muon's Newton-Schulz precision, ``auto`` resolved here, once, for the device the run trains on
+    (``optim.muon.resolve_ns_precision``): on a CPU timed on the model's own matrices, the measurement cached in the
+    data cache directory; its source then says why (both timings, or the capability read) beside the citation. A
+    forced bf16/fp32 keeps its own source."""
+    from hf_optbench.models import GPT2_SIZES
     from hf_optbench.optim.muon import NS_KEY, resolve_ns_precision
+    from hf_optbench.optim.muon_precision import gpt2_matrix_shapes
 
     entry = ctor.get(NS_KEY)
     if spec is None or NS_KEY not in spec.kwargs or entry is None:
         return
-    precision, why = resolve_ns_precision(entry.value, train_device(cfg))
+    size = GPT2_SIZES[cfg.model.model_size]
+    precision, why = resolve_ns_precision(entry.value, train_device(cfg),
+                                          shapes=gpt2_matrix_shapes(size["n_layer"], size["n_embd"]),
+                                          cache_dir=cfg.data.resolved_cache_dir())
     ctor[NS_KEY] = entry if precision == entry.value else Sourced(precision, f"{why} | {entry.source}")
 
 

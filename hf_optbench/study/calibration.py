@@ -35,7 +35,6 @@ import contextlib
 import datetime as _dt
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -47,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hf_optbench.machine import slurm_job_id
+from hf_optbench.machine import cpu_model, slurm_job_id
 from hf_optbench.rundir import STATE_FILE, read_summary, write_json_atomic
 from hf_optbench.study.sweep_spec import SweepSpec
 from hf_optbench.study.sweep_state import launcher_environ, plan_slots
@@ -244,26 +243,15 @@ def quick_step_times(entries: Sequence[Entry], threads: int | None, steps: int =
     return out
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine_record() -> dict[str, Any]:
     """The schema's ``machine``: what the steps were measured on."""
     import torch
 
-    from hf_optbench.optim.muon import bf16_matmul_native
+    from hf_optbench.optim.muon_precision import bf16_matmul_native
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     native, _ = bf16_matmul_native(device)
-    return {"cpu_model": _cpu_model(), "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+    return {"cpu_model": cpu_model(), "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
             "bf16_native": bool(native), "torch": torch.__version__,
             "device": f"cuda:{torch.cuda.get_device_name()}" if device == "cuda" else "cpu",
             "threads": int(torch.get_num_threads()), "host": socket.gethostname(), "slurm_job_id": slurm_job_id()}
