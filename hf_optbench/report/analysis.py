@@ -208,6 +208,21 @@ def transient_cells(an: Analysis) -> frozenset[tuple[str, float | None]]:
     return frozenset((an.cell_size.get(c, c), an.cell_tpp.get(c)) for c, w in an.regime.cells.items() if w == TRANSIENT)
 
 
+def _no_runs_text(sweep_dir: Path) -> str:
+    """Why there is nothing to report: a folder no sweep wrote, or a sweep (its manifest written) whose runs are not
+    there yet, still in its tuning phase or before its first run."""
+    from hf_optbench.rundir import MANIFEST_FILE, TUNING_DIR
+
+    if not (sweep_dir / MANIFEST_FILE).is_file():
+        return f"no run directories in '{sweep_dir}'. Run `hf-optbench sweep` first."
+    tuning = sweep_dir / TUNING_DIR
+    where = " (its tuning phase has runs: the comparison comes after it)" if tuning.is_dir() and any(
+        tuning.glob("runs/*/summary.json")) else ""
+    return (f"the sweep in '{sweep_dir}' has no compared run yet{where}: it is running, or stopped before its "
+            "comparison. Run `hf-optbench report` again once its runs have finished (the same `hf-optbench sweep` "
+            "command continues a stopped one).")
+
+
 def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, float] | None = None,
             baseline: str = BASELINE, tuning_dir: str | os.PathLike[str] | None = None,
             include_transient: bool | None = None) -> Analysis:
@@ -226,7 +241,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
 
     everything = load_runs(sweep_dir)
     if not everything:
-        raise OptBenchError(f"no run directories in '{sweep_dir}'. Run `hf-optbench sweep` first.")
+        raise OptBenchError(_no_runs_text(Path(sweep_dir)))
     an = Analysis(records=[r for r in everything if is_comparison(r)], all_records=everything,
                   sweep_dir=Path(sweep_dir))
     extra = load_runs(tuning_dir) if tuning_dir is not None else []

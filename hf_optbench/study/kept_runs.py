@@ -79,14 +79,19 @@ def _leaves(changes: dict[str, tuple[Any, Any]]) -> dict[str, tuple[Any, Any]]:
     return out
 
 
-def refusal(changed: dict[str, dict[str, tuple[Any, Any]]]) -> OptBenchError:
-    """One line: the runs, each with its changed keys old -> new, and the three ways out."""
+def refusal(changed: dict[str, dict[str, tuple[Any, Any]]], interrupted: frozenset[str] = frozenset()) -> OptBenchError:
+    """One line: the runs, each with its changed keys old -> new, and the three ways out. ``interrupted``: those of
+    them that stopped before their end (a resume would refuse them: their checkpoints hold the old training)."""
     changed = {rid: _leaves(c) for rid, c in changed.items()}
     ids = list(changed)
     listed = "; ".join(f"{rid} ({', '.join(f'{k} {_show(a)} -> {_show(b)}' for k, (a, b) in changed[rid].items())})"
                        for rid in ids[:3]) + (f"; and {len(ids) - 3} more" if len(ids) > 3 else "")
+    stopped = sum(rid in interrupted for rid in ids)
+    what = (f"{len(ids) - stopped} finished run(s) it would keep" if not stopped else
+            f"{stopped} interrupted run(s) it would resume" if stopped == len(ids) else
+            f"{len(ids) - stopped} finished run(s) it would keep and {stopped} interrupted one(s) it would resume")
     return OptBenchError(
-        f"the sweep file now gives other settings to {len(ids)} finished run(s) it would keep: {listed}. They were "
+        f"the sweep file now gives other settings to {what}: {listed}. They were "
         "trained with the old values, and a report would pair them with runs at the new ones. Revert the edit, give "
         f"the sweep a new --output_dir, or pass --rerun_changed to move them aside (<run_id>.{CHANGED_SUFFIX}-N, "
         "kept) and run them again."
@@ -108,16 +113,21 @@ def move_aside(spec: SweepSpec, run: RunSpec, changes: dict[str, tuple[Any, Any]
     return aside.name
 
 
-def keep_current(spec: SweepSpec, todo: list[RunSpec], rerun_changed: bool, say: Any) -> list[RunSpec]:
+def keep_current(spec: SweepSpec, todo: list[RunSpec], rerun_changed: bool, say: Any,
+                 interrupted: Sequence[RunSpec] = ()) -> list[RunSpec]:
     """The phase's runs to launch: ``todo``, plus (with ``rerun_changed``) the finished runs whose settings changed,
-    moved aside first; without it such a run is refused (:func:`refusal`). Each run is checked once per sweep
-    process: a run launched now runs with the file's current settings."""
+    moved aside first; without it such a run is refused (:func:`refusal`). ``interrupted``: runs of ``todo`` that
+    started and stopped before their end: one whose settings changed would be refused by its own resume (its
+    checkpoints hold the old training), so it is refused here the same way, naming --rerun_changed, or with it
+    moved aside and started again. Each run is checked once per sweep process: a run launched now runs with the
+    file's current settings."""
     pending = {r.run_id for r in todo}
     kept = [r for r in spec.runs if r.run_id not in pending and r.run_id not in spec.current]
-    changed = changed_runs(spec, kept) if kept else {}
+    stopped = [r for r in interrupted if r.run_id not in spec.current]
+    changed = changed_runs(spec, kept + stopped) if kept or stopped else {}
     if changed and not rerun_changed:
-        raise refusal(changed)
-    for run in kept:
+        raise refusal(changed, frozenset(r.run_id for r in stopped))
+    for run in kept + stopped:
         if run.run_id in changed:
             aside = move_aside(spec, run, changed[run.run_id])
             say(f"{run.run_id}: its settings changed ({', '.join(sorted(changed[run.run_id]))}): moved aside to "

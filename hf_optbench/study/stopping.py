@@ -1,4 +1,4 @@
-"""Stopping a sweep when asked: SIGINT (Ctrl-C) or SIGTERM, the same way.
+"""Stopping a sweep when asked: SIGINT (Ctrl-C), SIGTERM or SIGHUP (its terminal closed), the same way.
 
 The first signal unwinds the sweep (a ``KeyboardInterrupt`` in its main thread): every run in flight is stopped
 (SIGTERM to its process tree and session, SIGKILL after :data:`~hf_optbench.study.processes.STOP_GRACE_S`), gets
@@ -28,7 +28,9 @@ from pathlib import Path
 from hf_optbench.rundir import TRAINER_STATE_FILE
 from hf_optbench.study.processes import kill_now
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP too: a closed terminal or a dropped ssh session ended the sweep with exit 129, no line, and the
+# calibration's temporary folder left behind; now it unwinds like Ctrl-C (its temporary folders removed on the way).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
 
 
 class InFlight:
@@ -146,7 +148,7 @@ class SignalStop:
 
 @contextmanager
 def stop_on_signals() -> Iterator[SignalStop]:
-    """Within the block, SIGINT and SIGTERM stop the sweep as the module says: the first raises KeyboardInterrupt in
+    """Within the block, SIGINT, SIGTERM and SIGHUP stop the sweep as the module says: the first raises KeyboardInterrupt in
     the main thread (the block's owner prints :meth:`SignalStop.line` and exits 130), a second one kills and exits
     at once. Installed only in the main thread (the only one Python delivers signals to), whatever handler was
     there (an inherited SIG_IGN included); the previous ones are restored after the block."""

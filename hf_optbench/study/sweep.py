@@ -111,6 +111,7 @@ from hf_optbench.rundir import (
     STATE_FILE,
     SWEEP_COPY_FILE,
     finished_status,
+    read_identity,
     read_state,
     write_json_atomic,
     write_text_atomic,
@@ -266,13 +267,16 @@ def _todo(spec: SweepSpec, retry_failed: bool, retry_once: bool, rerun_changed: 
     the file changed (refused without ``rerun_changed``: study.kept_runs). Checked before anything is written."""
     check_summaries(spec)
     rows = read_state(spec.output_dir / STATE_FILE)
-    todo = []
+    todo, interrupted = [], []
     for run in spec.runs:
         status = finished_status(spec.run_dir(run), rows, run.run_id)
         failed = status in ("failed", "oom")
         if status is None or (failed and (retry_failed or (retry_once and attempt_number(rows, run.run_id) <= 2))):
             todo.append(run)
-    return keep_current(spec, todo, rerun_changed, lambda text: print(f"[sweep] {text}", file=out_stream, flush=True))
+        if status is None and read_identity(spec.run_dir(run)) is not None:  # started, stopped before its end
+            interrupted.append(run)
+    return keep_current(spec, todo, rerun_changed, lambda text: print(f"[sweep] {text}", file=out_stream, flush=True),
+                        interrupted)
 
 
 def _run_phase(spec: SweepSpec, max_runs: int | None, retry_failed: bool, out_stream: Any,

@@ -22,3 +22,27 @@ def test_tuning_runs_of_a_removed_ratio_are_named_and_left_out() -> None:
     assert an.tuning == [keep]
     assert an.notes == ["2 tuning run(s) of cell(s) this sweep no longer has (nano @ 38.4 tok/param): listed under "
                         "Runs, left out of the tuning curves"]
+
+
+def test_a_report_during_a_sweep_s_tuning_says_the_sweep_has_no_compared_run_yet(tmp_path) -> None:
+    """A sweep that has written its manifest and is tuning: not "run hf-optbench sweep first" (it is running)."""
+    import json
+
+    import pytest
+
+    from hf_optbench.errors import OptBenchError
+    from hf_optbench.report.analysis import analyse
+
+    sweep = tmp_path / "sweep"
+    (sweep / "runs").mkdir(parents=True)
+    (sweep / "sweep_manifest.json").write_text(json.dumps({"name": "s", "runs": []}))
+    tuning_run = sweep / "tuning" / "runs" / "adamw__tiny__s0__lrx1"
+    tuning_run.mkdir(parents=True)
+    (tuning_run / "summary.json").write_text(json.dumps({"status": "completed"}))
+    with pytest.raises(OptBenchError) as err:
+        analyse(sweep)
+    text = str(err.value)
+    assert "has no compared run yet (its tuning phase has runs" in text and "report` again once" in text
+    assert "Run `hf-optbench sweep` first" not in text
+    with pytest.raises(OptBenchError, match="Run `hf-optbench sweep` first"):
+        analyse(tmp_path)  # a folder no sweep wrote

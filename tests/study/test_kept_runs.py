@@ -166,3 +166,24 @@ def test_the_issue_scenario_through_the_installed_command(tmp_path: Path) -> Non
     assert rerun.returncode == 0 and "moved aside to adamw__tiny__s1.changed-1" in rerun.stdout, rerun.stdout
     report = hf("report", tmp_path / "out")
     assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
+
+
+def test_an_interrupted_run_under_an_edited_sweep_is_refused_naming_rerun_changed(tmp_path: Path, first: Path) -> None:
+    """A run that started and stopped before its end (its identity recorded, no end row): its own resume would
+    refuse the new settings; the sweep says so before launching anything, naming --rerun_changed, which moves it
+    aside and starts it again."""
+    state = tmp_path / "out" / "sweep_state.jsonl"
+    rows = [r for r in read_state(state) if r.get("event") != "end"]  # the run stopped before its end
+    state.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "out" / "runs" / "adamw__tiny__s1" / "summary.json").unlink()
+    edited = _sweep(tmp_path, "v2.yaml", ["adamw"], warmup_steps=2, dropout=0.3)
+    _identities(tmp_path, edited)
+    with pytest.raises(OptBenchError) as err:
+        run_sweep(edited, stream=open(os.devnull, "w"))
+    line = str(err.value)
+    assert "1 interrupted run(s) it would resume: adamw__tiny__s1 (dropout 0.0 -> 0.3" in line
+    assert "--rerun_changed" in line and "\n" not in line
+    assert _launched(tmp_path) == ["adamw__tiny__s1"]  # nothing launched
+    assert run_sweep(edited, stream=open(os.devnull, "w"), rerun_changed=True) == {"completed": 1}
+    runs = tmp_path / "out" / "runs"
+    assert sorted(p.name for p in runs.iterdir()) == ["adamw__tiny__s1", "adamw__tiny__s1.changed-1"]

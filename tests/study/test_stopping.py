@@ -85,6 +85,7 @@ def _interrupt(proc: subprocess.Popen, out: Path, signals: list[signal.Signals],
 CASES = {
     "sigint-as-a-background-job": (signal.SIGINT, True, {}),  # SIGINT inherited ignored: ran every run, exit 0
     "sigterm": (signal.SIGTERM, False, {}),
+    "sighup": (signal.SIGHUP, False, {}),  # a closed terminal: was exit 129, no line, temporary files left
     "sigint-runs-ignore-sigterm": (signal.SIGINT, False, {"FAKE_IGNORE_TERM": "1"}),  # killed after the grace
 }
 
