@@ -163,6 +163,9 @@ def _schedule_kwargs(schedule: str, kwargs: dict[str, Any], where: str) -> tuple
     return out, floor
 
 
+CLI = "the command line"
+
+
 def _given(recipe: dict[str, Any], tokens: list[str], recipe_path: str | None
            ) -> tuple[dict[str, tuple[Any, str]], dict[str, Any], list[str], dict[str, str]]:
     """(TrainingArguments key -> (value, where), the recipe without them, the tokens without them, the hf_optbench
@@ -170,12 +173,12 @@ def _given(recipe: dict[str, Any], tokens: list[str], recipe_path: str | None
     where_recipe = f"recipe '{recipe_path}'"
     given = {k: (recipe[k], where_recipe) for k in SPELLINGS if recipe.get(k) is not None}
     cli, rest = _take(tokens, tuple(SPELLINGS))
-    given.update({k: (v, "the command line") for k, v in cli.items()})
+    given.update({k: (v, CLI) for k, v in cli.items()})
     ours = {k: where_recipe for k in recipe if k in SPELLINGS.values() or k == "min_lr_ratio"}
     for tok in rest:
         key = tok[2:].split("=", 1)[0].replace("-", "_") if tok.startswith("--") else None
         if key in SPELLINGS.values() or key == "min_lr_ratio":
-            ours[key] = "the command line"
+            ours[key] = CLI
     return given, {k: v for k, v in recipe.items() if k not in SPELLINGS}, rest, ours
 
 
@@ -185,6 +188,14 @@ def translate(recipe: dict[str, Any], tokens: list[str], recipe_path: str | None
     hf_optbench's (see the module docstring), and what was translated. OptBenchError for both spellings of one
     setting, a name hf_optbench cannot build, or a value of the wrong kind."""
     given, recipe, tokens, ours = _given(recipe, tokens, recipe_path)
+    for key in list(given):  # the two spellings from two places: the command line beats the recipe, as for any key
+        mine = SPELLINGS[key]
+        if mine in ours and given[key][1] != ours[mine]:
+            if given[key][1] == CLI:
+                recipe = {k: v for k, v in recipe.items() if k != mine}
+                del ours[mine]
+            else:
+                del given[key]
     if not given:
         return recipe, tokens, TrainerKeys()
     for key in given:

@@ -233,17 +233,26 @@ def assemble(run_dir: Path, dest: Path, source: Path, *, with_summary: bool) -> 
 
 
 def _portable_config(text: str) -> str:
-    """The uploaded config.yaml without this machine's output_dir: a path (``/home/me/runs/x``) becomes its last
-    part (``x``), in the value and in the rerun comment above it."""
+    """The uploaded config.yaml without this machine's paths: every absolute path a value holds (output_dir,
+    data_files, tuned_hparams_file, a local tokenizer or init_from directory; a list's items too) becomes its last
+    part (``/home/me/runs/x`` -> ``x``), in the values and in the rerun comment above them. A reader of the Hub
+    repo has none of those paths; the name says what to put in its place."""
     import yaml
 
     try:
-        out = str((yaml.safe_load(text) or {}).get("output_dir") or "")
-    except (yaml.YAMLError, AttributeError):
+        values = yaml.safe_load(text) or {}
+    except yaml.YAMLError:
         return text
-    if os.sep not in out.rstrip(os.sep):
+    if not isinstance(values, dict):
         return text
-    return re.sub(re.escape(out.rstrip(os.sep)), Path(out).name, text)
+    found = set()
+    for value in values.values():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and os.path.isabs(item) and os.sep in item.rstrip(os.sep):
+                found.add(item.rstrip(os.sep))
+    for path in sorted(found, key=len, reverse=True):  # a longer path first: one may hold another
+        text = re.sub(re.escape(path) + r"(?![\w.-])", Path(path).name, text)
+    return text
 
 
 def finish_stage(dest: Path, card: Any, token: str | None, run_dir: Path | None = None) -> Path:

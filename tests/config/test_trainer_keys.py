@@ -82,23 +82,34 @@ def test_a_name_hf_optbench_cannot_build_is_refused_by_name() -> None:
     assert translate({"optim": "hf_optbench:muon"}, [], "x.yaml")[2].became == {"optimizer": "muon"}
 
 
-@pytest.mark.parametrize("trainer_key, value", [("optim", "adamw_torch"), ("lr_scheduler_type", "cosine"),
-                                                ("lr_scheduler_kwargs", {"num_cycles": 0.5}),
-                                                ("num_train_epochs", 1), ("warmup_ratio", 0.1)])
-@pytest.mark.parametrize("ours_on_cli", [False, True])
-def test_both_spellings_of_one_setting_are_an_error_naming_both(trainer_key: str, value, ours_on_cli: bool) -> None:
+TWO_SPELLINGS = [("optim", "adamw_torch"), ("lr_scheduler_type", "cosine"), ("lr_scheduler_kwargs", {"num_cycles": 0.5}),
+                 ("num_train_epochs", 1), ("warmup_ratio", 0.1)]
+OURS_VALUE = {"optimizer": "lion", "schedule": "wsd", "schedule_kwargs": "{}", "max_steps": 10, "warmup_steps": 2}
+
+
+@pytest.mark.parametrize("trainer_key, value", TWO_SPELLINGS)
+def test_both_spellings_of_one_setting_in_one_place_are_an_error_naming_both(trainer_key: str, value) -> None:
     assert set(SPELLINGS) == {"optim", "lr_scheduler_type", "lr_scheduler_kwargs", "num_train_epochs", "warmup_ratio"}
     ours = SPELLINGS[trainer_key]
-    ours_value = {"optimizer": "lion", "schedule": "wsd", "schedule_kwargs": "{}", "max_steps": 10,
-                  "warmup_steps": 2}[ours]
-    recipe, tokens = {trainer_key: value}, []
-    if ours_on_cli:
-        tokens = [f"--{ours}", str(ours_value)]
-    else:
-        recipe[ours] = ours_value
-    where = "the command line" if ours_on_cli else "recipe 'x.yaml'"
-    with pytest.raises(OptBenchError, match=rf"'{trainer_key}' \(in recipe 'x.yaml'\) and '{ours}' \(in {where}\) both"):
-        check_keys(recipe, tokens, "x.yaml")
+    with pytest.raises(OptBenchError, match=rf"'{trainer_key}' \(in recipe 'x.yaml'\) and '{ours}' \(in recipe 'x.yaml'\) "
+                                            "both"):
+        check_keys({trainer_key: value, ours: OURS_VALUE[ours]}, [], "x.yaml")
+    cli = json.dumps(value) if isinstance(value, dict) else str(value)
+    with pytest.raises(OptBenchError, match=rf"'{trainer_key}' \(in the command line\) and '{ours}' \(in the command "
+                                            "line\) both"):
+        check_keys({}, [f"--{trainer_key}", cli, f"--{ours}", str(OURS_VALUE[ours])], "x.yaml")
+
+
+@pytest.mark.parametrize("trainer_key, value", TWO_SPELLINGS)
+def test_the_command_line_beats_the_recipe_whichever_spelling_each_uses(trainer_key: str, value) -> None:
+    """``--num_train_epochs 1`` over a recipe's ``max_steps`` (and the other way round): the command line wins, as
+    it does for every key, instead of "both set"."""
+    ours = SPELLINGS[trainer_key]
+    recipe, tokens, keys = translate({ours: OURS_VALUE[ours]}, [f"--{trainer_key}",
+                                     json.dumps(value) if isinstance(value, dict) else str(value)], "x.yaml")
+    assert ours not in recipe and trainer_key in keys.given  # the recipe's spelling dropped, the command line's kept
+    recipe, tokens, keys = translate({trainer_key: value}, [f"--{ours}", str(OURS_VALUE[ours])], "x.yaml")
+    assert not keys.given and f"--{ours}" in tokens  # the recipe's TrainingArguments key dropped
 
 
 def test_command_line_spellings_translate_like_the_recipe_and_merge_constructor_arguments(tmp_path: Path) -> None:

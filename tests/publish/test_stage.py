@@ -141,3 +141,22 @@ def test_push_dry_run_through_the_installed_command_refuses_in_one_line(tmp_path
     assert all(n in lines[0] for n in needles) and not any(a in lines[0] for a in absent), lines[0]
     if case == "user-file-in-stage-dir":
         assert _tree(tmp_path) == before  # the user's NOTES.txt and the earlier staging untouched
+
+
+def test_the_staged_config_holds_no_absolute_path_of_this_machine() -> None:
+    """Not only output_dir: data_files (each item), the tuned file and a local tokenizer directory become their last
+    part, in the values and the rerun comment; relative paths and Hub ids stay as written."""
+    import yaml
+
+    from hf_optbench.publish.stage import _portable_config
+
+    text = ("# hf-optbench run /home/me/runs/x/config.yaml --output_dir NEW_DIR\n"
+            + yaml.safe_dump({"output_dir": "/home/me/runs/x", "data_files": ["/data/me/th/a.txt", "rel/b.txt"],
+                              "tuned_hparams_file": "/home/me/runs/sweep/tuned_hparams__tpp0.5.yaml",
+                              "tokenizer_name": "/home/me/tok", "dataset_name": "allenai/c4"}))
+    out = _portable_config(text)
+    assert "/home/me" not in out and "/data/me" not in out
+    values = yaml.safe_load(out)
+    assert values["output_dir"] == "x" and values["data_files"] == ["a.txt", "rel/b.txt"]
+    assert values["tuned_hparams_file"] == "tuned_hparams__tpp0.5.yaml" and values["tokenizer_name"] == "tok"
+    assert values["dataset_name"] == "allenai/c4" and out.startswith("# hf-optbench run x/config.yaml")
