@@ -264,8 +264,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("tokens_to_target", "convergence", "tokens to target loss"),
     MetricSpec("seconds_to_target", "convergence", "seconds to target loss"),
     # One spike per 1k steps and one diverged seed in five are the smallest gaps worth a word.
-    MetricSpec("loss_spikes_per_1k", "stability", "loss spikes / 1k steps", "difference", 1.0),
-    MetricSpec("diverged", "stability", "diverged fraction", "difference", 0.2),
+    MetricSpec("loss_spikes_per_1k", "stability", "loss spikes / 1k steps", "difference", 1.0, unit="spikes/1k steps"),
+    MetricSpec("diverged", "stability", "diverged fraction", "difference", 0.2, unit="of the seeds"),
 )
 
 

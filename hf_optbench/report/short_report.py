@@ -169,7 +169,7 @@ def answer_sentences(an: Any, key: str) -> list[str]:
         parts = []
         for axis in ("data", "size"):
             cells = [v for v in an.verdicts_along(axis) if v.optimizer == opt and v.metric.key == key
-                     and v.verdict != NOT_MEASURABLE]
+                     and v.verdict != NOT_MEASURABLE and len(v.points) >= 2]  # an axis of one point asks nothing
             if cells:
                 parts.append(f"along {axis} {'; '.join(_trend_phrase(v) for v in cells)}")
         if parts:
