@@ -265,7 +265,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("seconds_to_target", "convergence", "seconds to target loss"),
     # One spike per 1k steps and one diverged seed in five are the smallest gaps worth a word.
     MetricSpec("loss_spikes_per_1k", "stability", "loss spikes / 1k steps", "difference", 1.0, unit="spikes/1k steps"),
-    MetricSpec("diverged", "stability", "diverged fraction", "difference", 0.2, unit="of the seeds"),
+    MetricSpec("diverged", "stability", "diverged fraction", "difference", 0.2, unit="share"),
 )
 
 

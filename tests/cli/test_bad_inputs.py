@@ -74,15 +74,16 @@ CASES = [
       "fewer than one micro-batch", work=True),
     c("data-files-missing", [*RUN, "--data_source", "local", "--data_files", "{T}/none.txt"], "none.txt"),
     # -- run: TrainingArguments fields hf_optbench replaces (issue 14 item 1) -----------------------------------
-    # (TrainingArguments' own optim / lr_scheduler_* / num_train_epochs are translated, issue 39: both spellings of
-    # one setting, here the quickstart's optimizer, schedule and max_steps beside them, stop naming both)
-    c("optim", [*RUN, "--optim", "adamw_torch"], "and 'optimizer' (in recipe"),
+    # (TrainingArguments' own optim / lr_scheduler_* / num_train_epochs are translated: both spellings of one
+    # setting in one place stop naming both; from two places the command line wins, as for every key)
+    c("optim", [*RUN, "--optim", "adamw_torch", "--optimizer", "adamw"], "and 'optimizer' (in the command line"),
     c("optim-args", [*RUN, "--optim_args", "betas=0.9"], "optimizer_kwargs"),
     c("optim-target-modules", [*RUN, "--optim_target_modules", "attn"], "optim_target_modules"),
-    c("lr-scheduler-type", [*RUN, "--lr_scheduler_type", "cosine"], "and 'schedule' (in recipe"),
+    c("lr-scheduler-type", [*RUN, "--lr_scheduler_type", "cosine", "--schedule", "wsd"],
+      "and 'schedule' (in the command line"),
     c("lr-scheduler-kwargs", [*RUN, "--lr_scheduler_kwargs", "{}", "--schedule_kwargs", "{}"],
       "and 'schedule_kwargs' (in the command line"),
-    c("num-train-epochs", [*RUN, "--num_train_epochs", "3"], "and 'max_steps' (in recipe"),
+    c("num-train-epochs", [*RUN, "--num_train_epochs", "3", "--max_steps", "5"], "and 'max_steps' (in the command line"),
     c("auto-find-batch-size", [*RUN, "--auto_find_batch_size", "true"], "per_device_train_batch_size"),
     c("adam-beta-for-lion", [*RUN, "--optimizer", "lion", "--adam_beta2", "0.5"], "optimizer_kwargs"),
     c("adam-beta-and-kwargs", [*RUN, "--adam_beta2", "0.5", "--optimizer_kwargs", '{"betas": [0.9, 0.9]}'],

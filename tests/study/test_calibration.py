@@ -41,7 +41,8 @@ def test_entries_are_measured_interleaved_and_written_in_the_report_s_schema(mon
     assert order == ["adamw", "muon", "adamw", "muon", "adamw", "adamw"]
     assert set(doc) == {"schema", "machine", "measured_at", "rounds", "steps_per_round", "entries"}
     assert (doc["schema"], doc["rounds"], doc["steps_per_round"]) == (1, 2, 3)
-    assert set(doc["machine"]) == {"cpu_model", "cpu_capability", "bf16_native", "torch", "device", "threads"}
+    assert set(doc["machine"]) == {"cpu_model", "cpu_capability", "bf16_native", "torch", "device", "threads", "host",
+                                   "slurm_job_id"}
     assert doc["machine"]["device"] == "cpu" and isinstance(doc["machine"]["bf16_native"], bool)
     rows = {r["optimizer"]: r for r in doc["entries"]}
     assert len(doc["entries"]) == 2 and all(set(r) == ENTRY_KEYS for r in doc["entries"])
