@@ -139,7 +139,7 @@ def _wrapped(label: str, names: list[str], width: int) -> list[str]:
 def short_help(prog: str = "hf-optbench run", width: int | None = None) -> str:
     """The one-screen help (under 80 lines): usage, each group's main keys with default and help, the rest of its
     keys by name, the Trainer keys a benchmark sets, and what hf_optbench refuses."""
-    width = width or min(120, max(80, shutil.get_terminal_size((110, 24)).columns))
+    width = width or min(100, max(80, shutil.get_terminal_size((100, 24)).columns))  # 100 columns at most
     intro = ("One benchmark run. A recipe is a flat YAML of these keys; --key value beats the recipe, which beats "
              "hf_optbench's defaults, then transformers'. `hf-optbench validate RECIPE` checks one; --help-all lists "
              "every option.")

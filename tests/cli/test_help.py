@@ -32,6 +32,7 @@ def test_short_run_help_fits_a_screen_and_imports_no_torch() -> None:
     lines = text.splitlines()
     assert len(lines) < 80, len(lines)
     assert lines[0].startswith("usage: hf-optbench run ")
+    assert max(len(line) for line in _run_help(200)[2].splitlines()) <= 100  # a wide terminal: 100 columns at most
     for _, cls, _ in GROUPS:  # every hf_optbench key is named, grouped under its dataclass
         assert cls.__name__ in text
         for f in dataclasses.fields(cls):
