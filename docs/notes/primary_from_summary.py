@@ -15,33 +15,18 @@ the trends. What it cannot redo from the rows: the second tuning draw's widening
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 from pathlib import Path
 
 from hf_optbench.measure.primary import ReportSpec
 from hf_optbench.measure.verdict import METRICS, Verdict, confidence_text, grid_families, verdict_table
+from hf_optbench.study.records import compared_rows
 
 SPEEDUP = next(m for m in METRICS if m.key == "speedup")
 
 
-def compared_rows(path: Path) -> list[dict[str, object]]:
-    """The compared runs' rows (the x1 budget, no learning-rate multiplier), as the verdict reads records."""
-    out = []
-    with path.open(encoding="utf-8", newline="") as fh:
-        for r in csv.DictReader(fh):
-            if r["status"] != "completed" or r.get("lr_multiplier") or r.get("budget_multiple") not in ("", "1", "1.0"):
-                continue
-            bound = r.get("speedup_bound") or ""
-            out.append({"optimizer": r["optimizer"], "model_size": r["model_size"], "num_params": float(r["num_params"]),
-                        "seed": int(r["seed"]), "budget_tpp": float(r["budget_tpp"]),
-                        "speedup": float(r["speedup"]) if r.get("speedup") else None,
-                        "speedup_censored": bool(bound), "speedup_bound": bound or None})
-    return out
-
-
 def _row(v: Verdict) -> list[str]:
-    trend = v.trend_text().replace(" (+: advantage grows)", "") or "–"
+    trend = v.trend_text(sign=False) or "–"
     mde = f"±{v.trend_mde:.2g}" if v.trend_mde is not None and math.isfinite(v.trend_mde) else "–"
     points = ", ".join(f"{p.model_size}{' (transient)' if p.transient else ''} {p.ratio():.3g} "
                        f"[{p.interval()[0]:.3g}, {p.interval()[1]:.3g}]" for p in v.points)

@@ -435,12 +435,13 @@ class Verdict:
         """"ln/decade" for a ratio metric, "nats/decade" (its unit) for a difference metric."""
         return "ln/decade" if self.metric.mode == "ratio" else f"{self.metric.unit or 'units'}/decade"
 
-    def trend_text(self) -> str:
-        """"+0.270 ln/decade [+0.153, +0.388] (+: advantage grows)", or "" without a trend."""
+    def trend_text(self, sign: bool = True) -> str:
+        """"+0.270 ln/decade [+0.153, +0.388] (+: advantage grows)", without the orientation where the caller states
+        it once (``sign`` false); "" without a trend."""
         a, ci = self.advantage_trend, self.advantage_ci
         if a is None or ci is None:
             return ""
-        return f"{a:+.3f} {self.trend_unit()} [{ci[0]:+.3f}, {ci[1]:+.3f}] ({ADVANTAGE_SIGN})"
+        return f"{a:+.3f} {self.trend_unit()} [{ci[0]:+.3f}, {ci[1]:+.3f}]" + (f" ({ADVANTAGE_SIGN})" if sign else "")
 
     @property
     def word(self) -> str:
@@ -742,7 +743,7 @@ def _judge(cell: _Cell, alpha: float) -> Verdict:
     shown = [dataclasses.replace(_compare(s, p, spec, alpha / 2, cell.pooled), transient=s in cell.transient)
              for s, p in cell.sizes.items()]
     if len(sizes) < 2:
-        pts = shown if cell.transient else [_compare(s, p, spec, alpha / 2, cell.pooled) for s, p in sizes.items()]
+        pts = shown  # the one judged point, and any transient ones beside it
         zero_sizes = {n.split(" ")[0] for n in notes if "ratio 0" in n}
         # e.g. SGD without momentum keeps no state: a 100 % saving at every size, which no ratio can express
         label = "holds" if not pts and len(zero_sizes) >= 2 else "insufficient data"

@@ -3,7 +3,7 @@ matrix shapes, once per machine, and the faster precision taken that passes an a
 
 Why measured, not read from the hardware: where bf16 matmuls are native the faster precision still depends on the
 shapes. On this project's AMD EPYC (Zen 4, AVX-512-BF16) fp32 was the faster one at ``tiny`` (Muon's step 8.63 ms
-against 9.89 in bf16) and bf16 at ``mini`` (43.4 against 53.3 ms; benchmarks/results/muon_step.md, 2026-11-27):
+against 9.89 in bf16) and bf16 at ``mini`` (43.4 against 53.3 ms; benchmarks/results/muon_step.md):
 small matrices pay bf16's conversions, large ones gain its doubled matmul rate. Where bf16 is emulated (an AVX2-only
 CPU) the timing shows it 10-20x slower and fp32 is taken, as the capability rule took it.
 
@@ -62,7 +62,7 @@ def bf16_matmul_native(device_type: str) -> tuple[bool, str]:
       * ``torch.ops.mkldnn._is_mkldnn_bf16_supported()``: torch sends a CPU bf16 matmul to oneDNN only when this holds
         (it reads the ISA oneDNN may use, so ``ONEDNN_MAX_CPU_ISA=AVX2`` turns it off); otherwise ATen's reference
         gemm runs it, measured at 2.6-3.1 GFLOP/s against 54-92 in fp32 on this project's AMD EPYC (Zen 4) with that
-        setting, 1.3-2.5 against 31-63 on an AVX2-only EPYC (issue 38);
+        setting, 1.3-2.5 against 31-63 on an AVX2-only EPYC;
       * on x86, bf16 instructions in the hardware: ``torch.cpu._is_avx512_bf16_supported()`` or
         ``_is_amx_tile_supported()`` (CPUID, through cpuinfo). oneDNN also takes bf16 on AVX-512 without them
         (Skylake-X, Cascade Lake) by converting in software; not measured here, so fp32 is the choice there: the

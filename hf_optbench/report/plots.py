@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.report.analysis import Analysis, group, window
+from hf_optbench.report.legends import confidence_range
 from hf_optbench.rundir import BASELINE
 from hf_optbench.study.records import cell_of
 
@@ -48,7 +49,7 @@ def point_style(p: Any, c: Any) -> dict[str, Any]:
     """How a verdict point is drawn: filled where beyond the margin (ahead or behind), hollow where not, faded where
     the cell is transient (shown, left out of the trend)."""
     return {"color": c, "mfc": c if p.significant else "white", "mew": 1.3, "ms": 7,
-            "alpha": 0.35 if getattr(p, "transient", False) else 1.0}
+            "alpha": 0.35 if p.transient else 1.0}
 
 
 TREND_KEY = "trend ln/decade, +: advantage grows"
@@ -57,21 +58,10 @@ TREND_KEY = "trend ln/decade, +: advantage grows"
 def verdict_label(name: str, v: Any) -> str:
     """A series' legend text: its verdict and its advantage trend per decade (the legend's title,
     :data:`TREND_KEY`, states the orientation)."""
-    a, ci = getattr(v, "advantage_trend", None), getattr(v, "advantage_ci", None)
+    a, ci = v.advantage_trend, v.advantage_ci
     trend = f"; trend {a:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]" if a is not None and ci is not None else ""
     return f"{name}: {v.word}{trend}"
 
-
-def levels_text(points: Iterable[Any]) -> str:
-    """The confidence of the drawn intervals as the report states it ("99.84 %", or a range), from each point's
-    two-sided level; "n/a" without one."""
-    from hf_optbench.measure.verdict import confidence_text
-
-    levels = sorted({p.level for p in points})
-    if not levels:
-        return "n/a"
-    low, high = confidence_text(levels[-1]), confidence_text(levels[0])
-    return low if low == high else f"{low} to {high}"
 
 def plt_() -> Any:
     import matplotlib
@@ -381,7 +371,7 @@ def _panel(ax: Any, an: Analysis, key: str, label: str, col: dict[str, Any], ver
     ax.set_title(label, fontsize=10)
     ax.grid(alpha=0.3, which="both")
     if ax.get_legend_handles_labels()[0]:
-        fill_key(ax, any(getattr(p, "transient", False) for v in verdicts for p in v.points))
+        fill_key(ax, any(p.transient for v in verdicts for p in v.points))
         ax.legend(fontsize=6, title=TREND_KEY, title_fontsize=6)
 
 
@@ -412,7 +402,7 @@ def plot_scaling(an: Analysis, path: Path, at: str = "") -> Path | None:
     for ax, (key, label) in zip(axes.flat, keys, strict=False):  # spare axes are hidden
         _panel(ax, an, key, label, col, verdicts)
     # the level each bar was computed at (Holm's level of its verdict cell), not a fixed one: the caption names it
-    drawn = levels_text(p for v in verdicts for p in v.points)
+    drawn = confidence_range(p for v in verdicts for p in v.points) or "n/a"
     title = (f"ratio to {BASELINE} vs model size{f' at {at}' if at else ''}: mean paired ratio, bar = its paired "
              f"interval at the level Holm's procedure gave its verdict cell ({drawn} confidence); filled = beyond the "
              "margin (grey band), hollow = not; no fitted line")
@@ -536,7 +526,7 @@ def plot_data_axis(an: Analysis, path: Path, key: str = "speedup") -> Path | Non
     else:
         pad = 0.35 * (high - low) + 0.1
         axes[0][0].set_ylim(max(0.0, low - pad), high + pad)  # an interval wider than this runs off the axis
-    drawn = levels_text(p for o in opts for v in found[o] for p in v.points)
+    drawn = confidence_range(p for o in opts for v in found[o] for p in v.points) or "n/a"
     title = (f"{spec.label} against data per parameter, per size: the mean paired value, bar = its interval at the "
              f"level Holm's procedure gave its verdict cell ({drawn} confidence, cut at the axis); filled = beyond the "
              "margin (grey band), hollow = not; the dashed line only joins one size's points; trend per decade, "

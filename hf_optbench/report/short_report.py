@@ -41,7 +41,7 @@ def point_text(p: Any, mode: str) -> str:
     else:
         text = f"{p.bound_sign()}{p.gap:+.2g} [{p.ci_low:+.2g}, {p.ci_high:+.2g}] {p.stance}"
     text += f" ({p.mde_text(mode, 'nats' if mode != 'ratio' else '')})" if p.stance == "no difference" else ""
-    return text + ("; transient, out of the trend" if getattr(p, "transient", False) else "")
+    return text + ("; transient, out of the trend" if p.transient else "")
 
 
 def _cell(an: Any, opt: str, key: str, cell: str) -> str:
@@ -156,7 +156,7 @@ def _trend_phrase(v: Any) -> str:
         return f"no trend{where} ({why}; {v.word})"
     mde = v.trend_mde
     detect = f", smallest detectable ±{mde:.2g}" if mde is not None and math.isfinite(mde) else ""
-    return f"{v.trend_text().replace(f' ({ADVANTAGE_SIGN})', '')}{where} ({v.word}{detect})"
+    return f"{v.trend_text(sign=False)}{where} ({v.word}{detect})"
 
 
 def answer_sentences(an: Any, key: str) -> list[str]:
@@ -187,7 +187,7 @@ def _sentences_note(an: Any, key: str) -> str:
                else f"Holm's procedure over {family} cells at 5 %")
     if an.report_spec is not None and an.report_spec.include_transient:
         transient = "; transient cells (at or above the bigram reference) included, as the sweep asked"
-    elif getattr(an, "regime", None) is None:
+    elif an.regime is None:
         transient = "; the regime was not computed, so no cell was left out as transient"
     else:
         transient = "; cells at or above the bigram reference (transient) are shown in the table and left out of every trend"

@@ -270,14 +270,6 @@ def _build_callbacks(plan: RunPlan, out: Path, model: torch.nn.Module, built: Bu
     return callbacks, recorder
 
 
-def _has_accelerator() -> bool:
-    """Whether torch has a device to pin host memory for (CUDA, or another accelerator it knows)."""
-    import torch
-
-    acc = getattr(torch, "accelerator", None)
-    return bool(acc.is_available()) if acc is not None else torch.cuda.is_available()
-
-
 def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: list[Any],
                    record: dict[str, Any]) -> Trainer:
     """A stock Trainer: our optimizer through ``optimizer_cls_and_kwargs`` (it survives DeepSpeed's re-init,
@@ -287,6 +279,7 @@ def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: l
     they then receive the optbench/ figures, and the recorder attaches the ``hf_optbench`` tracker section after
     them); no per-step printers; what a step need not pay (:mod:`hf_optbench.run.step_cost`: the training logits'
     fp32 copy, the FLOP count's walk over the modules, a wait for each batch's copy to the GPU)."""
+    import torch
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from transformers.utils.logging import disable_progress_bar
@@ -299,7 +292,7 @@ def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: l
 
     has_eval = prepared.eval_dataset is not None and len(prepared.eval_dataset) > 0
     args = trainer_arguments(plan.trainer_args(record))  # push_to_hub off: only hf_optbench.publish.hub uploads
-    if args.dataloader_pin_memory and not _has_accelerator():
+    if args.dataloader_pin_memory and not torch.accelerator.is_available():
         args.dataloader_pin_memory = False  # nothing to pin for: torch would warn once per DataLoader it builds
     if args.dataloader_pin_memory:  # batches copied to the GPU without a wait (nanoGPT's pin + non_blocking)
         args.accelerator_config = dataclasses.replace(args.accelerator_config, non_blocking=True)

@@ -12,16 +12,15 @@ holds the arithmetic; tests/measure/test_primary.py checks it by simulating the 
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.measure.primary import pooled_point_sd, seeds_for_trend, slope_sd, trend_mde
 from hf_optbench.measure.verdict import ALPHA, SPEEDUP_MARGIN
 from hf_optbench.rundir import BASELINE
+from hf_optbench.study.records import compared_rows
 
 
 @dataclass(frozen=True)
@@ -53,33 +52,24 @@ class PowerPlan:
         return text + "."
 
 
-def _rows(source: Path) -> list[dict[str, Any]]:
-    """The per-run rows of an earlier sweep: a report's summary.csv, or a sweep directory holding report/summary.csv."""
+def _summary_csv(source: Path) -> Path:
+    """An earlier sweep's summary.csv: the file itself, or a sweep directory's report/summary.csv."""
     path = source / "report" / "summary.csv" if source.is_dir() else source
     if not path.is_file():
         raise OptBenchError(f"--power_from '{source}': no summary.csv there. Pass an earlier sweep's report/summary.csv "
                             "(or its sweep directory, once `hf-optbench report` has run on it).")
-    with path.open(encoding="utf-8", newline="") as fh:
-        return list(csv.DictReader(fh))
+    return path
 
 
 def point_sd_from(source: str | Path) -> tuple[float, int]:
     """(pooled sd of ln(speedup) between seeds within each optimizer x size x ratio cell, cells pooled) of an earlier
     sweep's completed, uncensored comparison runs."""
-    by_cell: dict[tuple[str, str, str], list[float]] = {}
-    for r in _rows(Path(source)):
-        if r.get("optimizer") in (None, "", BASELINE) or r.get("status") != "completed":
+    by_cell: dict[tuple[str, str, float | None], list[float]] = {}
+    for r in compared_rows(_summary_csv(Path(source))):
+        speedup = r["speedup"]
+        if r["optimizer"] in ("", BASELINE) or speedup is None or not speedup > 0 or r["speedup_censored"]:
             continue
-        if r.get("budget_multiple") not in (None, "", "1", "1.0") or r.get("lr_multiplier") not in (None, ""):
-            continue
-        try:
-            speedup = float(r.get("speedup") or "nan")
-        except ValueError:
-            continue
-        if not speedup > 0 or r.get("speedup_bound"):
-            continue
-        key = (r["optimizer"], r.get("model_size", ""), r.get("budget_tpp", ""))
-        by_cell.setdefault(key, []).append(math.log(speedup))
+        by_cell.setdefault((r["optimizer"], r["model_size"], r["budget_tpp"]), []).append(math.log(speedup))
     pooled = pooled_point_sd(by_cell)
     if pooled is None:
         raise OptBenchError(f"--power_from '{source}': no cell with two or more measured speedups to estimate the "

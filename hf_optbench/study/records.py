@@ -130,3 +130,28 @@ def write_summary_csv(records: Sequence[Mapping[str, Any]], path: str | os.PathL
             row["error"] = row["error"].strip().splitlines()[-1][:300] if row["error"].strip() else ""
         writer.writerow(row)
     return write_text_atomic(path, buf.getvalue())
+
+
+def _csv_float(value: Any) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def compared_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The compared runs of a report's summary.csv (completed, the x1 budget, no learning-rate multiplier) as the
+    verdict reads records (``speedup_censored`` / ``speedup_bound`` from the bound column): what a committed study
+    keeps in place of its run directories. A figure the file lacks or cannot parse reads None."""
+    out = []
+    with Path(path).open(encoding="utf-8", newline="") as fh:
+        for r in csv.DictReader(fh):
+            if (r.get("status") != "completed" or r.get("lr_multiplier")
+                    or r.get("budget_multiple") not in (None, "", "1", "1.0")):
+                continue
+            bound = r.get("speedup_bound") or ""
+            out.append({"optimizer": r.get("optimizer") or "", "model_size": r.get("model_size") or "",
+                        "num_params": _csv_float(r.get("num_params")), "seed": int(r.get("seed") or 0),
+                        "budget_tpp": _csv_float(r.get("budget_tpp")), "speedup": _csv_float(r.get("speedup")),
+                        "speedup_censored": bool(bound), "speedup_bound": bound or None})
+    return out

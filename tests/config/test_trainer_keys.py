@@ -96,7 +96,7 @@ def test_both_spellings_of_one_setting_in_one_place_are_an_error_naming_both(tra
         check_keys({trainer_key: value, ours: OURS_VALUE[ours]}, [], "x.yaml")
     cli = json.dumps(value) if isinstance(value, dict) else str(value)
     with pytest.raises(OptBenchError, match=rf"'{trainer_key}' \(in the command line\) and '{ours}' \(in the command "
-                                            "line\) both"):
+                                            r"line\) both"):
         check_keys({}, [f"--{trainer_key}", cli, f"--{ours}", str(OURS_VALUE[ours])], "x.yaml")
 
 
