@@ -121,7 +121,7 @@ def _not_available_error(name: str, why: str) -> OptBenchError:
     )
 
 
-def _in_hub_cache(repo_id: str) -> bool:
+def in_hub_cache(repo_id: str) -> bool:
     """Whether the local Hugging Face cache holds ``repo_id``'s tokenizer (no network: the cache's own index)."""
     from huggingface_hub import try_to_load_from_cache
 
@@ -152,7 +152,7 @@ def check_tokenizer_available(name_or_path: str) -> str:
         raise OptBenchError(f"tokenizer_name {name_or_path!r} is a file, not a directory. Pass the directory that holds tokenizer.json.")
     if _looks_like_path(path):
         raise OptBenchError(f"tokenizer directory not found: {name_or_path!r}. Check the path, or give a Hub id / builtin:<name>.")
-    if offline_env() and not _in_hub_cache(path):
+    if offline_env() and not in_hub_cache(path):
         raise _not_available_error(path, "it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
     return path
 
