@@ -42,32 +42,17 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
-# The inner loop: 81 s with -n 2 on the project's idle 2-core CPU machine (measured 2026-11-26; it grows with the
-# suite and the machine's load). It leaves to `make test` / CI (.ci/run) the 129 tests marked slow or distributed
-# (in their files, or in tests/conftest.py's SLOW list):
-#   - the README commands run as pasted (tests/test_readme_commands.py: runs, rerun from config.yaml, smoke sweep,
-#     report, tune, find-lr) and the accelerate README's two-process command (test_distributed.py)
-#   - multi-process runs: DDP and DeepSpeed ZeRO-2 over gloo (test_distributed.py, test_zero_planner.py, the zero2
-#     / gloo tests in test_api.py, measure/test_recorder.py, measure/test_metrics.py)
-#   - kill-and-resume from checkpoints (test_checkpoint_resume.py), the run lock across processes (test_run_lock.py),
-#     resume identity refusals through real runs (run/test_identity.py), recorded = constructed through real runs and
-#     trackers (run/test_plan.py, measure/test_tracking.py, a two-tracker recipe in config/test_parse.py)
-#   - real sweeps: through the warm worker, accelerate, two runs at once, kill-and-resume, tuning-bracket extension,
-#     speedup report, secrets (study/test_sweep.py, test_worker.py, test_parallel_sweep.py, test_tuning_bracket.py,
-#     test_speedup_report.py, test_protocol.py), three `report` processes at once (test_report_concurrency.py)
-#   - statistical error-rate checks of the verdict rules (measure/test_verdict_rates.py, one of test_speedup_rates.py)
-#   - the inductor-compiled bf16 benchmark path and benchmark scripts run as processes (test_benchmarks.py,
-#     test_bench_real_memory.py), the planner against measured state at larger CPU sizes (measure/test_planner.py)
-#   - real runs staged for the Hub, push uploads (test_hub.py, test_hub_upload.py), `accelerate launch --quiet` and
-#     the GPU recipe's refusal as processes (test_run.py), bad inputs through the installed command
-#     (cli/test_bad_inputs.py), concurrent cache builders (data/test_cache.py), dotted-path trust (optim/)
+# The inner loop: the suite without the tests marked slow or distributed (in their files, or in tests/conftest.py's
+# SLOW list: the README's commands as pasted, multi-process and DeepSpeed runs, kill-and-resume, real sweeps and
+# pushes, the statistical error-rate checks, benchmark scripts and bad inputs run as processes). `make test` and CI
+# (.ci/run) run them all.
 test-fast: setup
 	$(BIN)/python -m pytest -q $(XDIST) -m "not slow and not distributed" $(PYTEST_ARGS)
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
-# The GPU check (benchmarks/gpu_check.sh, issue 34) runs on a lent GPU machine that reaches no registry: this
+# The GPU check (benchmarks/gpu_check.sh) runs on a lent GPU machine that reaches no registry: this
 # downloads what its image lacks into .whl/ (git-ignored; the device tool carries it) and prints the total size,
 # which must stay under 64 MiB with the project.
 gpu-wheels: setup

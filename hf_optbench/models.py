@@ -107,11 +107,9 @@ def build_config(
     ``activation_function`` "gelu_pytorch_tanh" by default: the same function as GPT-2's own ``gelu_new`` (the tanh
     approximation of GELU, Hendrycks & Gimpel 2016, eq. in Sec. 2; GPT-2's config names it gelu_new), computed by
     torch's fused ``gelu(approximate="tanh")`` kernel instead of a chain of eight element-wise ops (gelu_new was
-    28 % of ``midi``'s op time, measured 2026-11-25). Measured on this repository's 2-core CPU, one thread, training steps at
-    the demo's shape: 0.81-0.85x step time at midi under load (4 interleaved pairs, 2026-11-25); 0.86x / 0.87x /
-    0.90x at tiny / mini / midi on an idle machine (benchmarks/bench_cpu_mfu.py, RESULTS.md), losses equal to
-    <= 5e-7. It is recorded in the model's config.json, so a checkpoint loads with the function it was trained
-    with."""
+    28 % of ``midi``'s op time on a 2-core CPU): 0.86x / 0.87x / 0.90x the step time at tiny / mini / midi, one
+    thread, at the demo's shape (benchmarks/bench_cpu_mfu.py, benchmarks/RESULTS.md), losses equal to <= 5e-7. It
+    is recorded in the model's config.json, so a checkpoint loads with the function it was trained with."""
     from transformers import GPT2Config
     from transformers.activations import ACT2FN
 

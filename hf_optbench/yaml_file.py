@@ -5,8 +5,8 @@ PyYAML's ``safe_load`` alone lets through what these files must not hold, silent
 twice (the last one wins and a recipe runs with a value its author did not mean), an alias bomb (a few lines of
 ``&a [*b, *b, ...]`` that expand to gigabytes: ``MemoryError`` half a minute later), an empty file (a run on
 every default), binary or non-UTF-8 bytes, and a top level that is not a mapping. Nor do they stop a file that is
-not a file or too large to be a settings file (issue 41: a recipe linked to ``/dev/zero`` was read until a
-``MemoryError``, a FIFO nobody writes hung the run) or nesting deep enough to exhaust Python's recursion (100,000
+not a file or too large to be a settings file (a recipe linked to ``/dev/zero`` is read until a ``MemoryError``,
+a FIFO nobody writes hangs the run) or nesting deep enough to exhaust Python's recursion (100,000
 nested lists: a ``RecursionError`` traceback). :func:`load_yaml_mapping` turns each into one
 :class:`~hf_optbench.errors.OptBenchError` line naming the file, the place and the fix, before any work. Anchors
 and aliases are refused outright: no shipped file uses them, and a flat recipe never needs them.

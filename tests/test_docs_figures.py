@@ -1,6 +1,5 @@
-"""Every figure the README and the docs quote comes from a file in the repository, and this test finds it there
-(issue 33: the README's main-job figures had been copied by hand from another machine's run, and 6 of 9 speedup
-cells no longer matched what the code gave).
+"""Every figure the README and the docs quote comes from a file in the repository, and this test finds it there:
+a figure copied by hand drifts from what the code gives, and a reader cannot tell.
 
 The rule, per document in ``DOCS`` and per section (a level-2 heading down to the next one):
 
@@ -35,7 +34,9 @@ STUDY_OPEN = "<!-- study-table: filled from docs/results/cpu_study/report.md -->
 STUDY_CLOSE = "<!-- /study-table -->"
 STUDY_REPORT = REPO / "docs" / "results" / "cpu_study" / "report.md"
 STUDY_SOURCES = (STUDY_REPORT, STUDY_REPORT.with_name("evidence.md"), STUDY_REPORT.with_name("summary.csv"))
-README_MAX_LINES = 250  # issue 33: model READMEs in this field run 130-390 lines; the lab notebook went to docs/
+# Characters, not lines: a line cap lets a document grow sideways. The caps sit a little above each document's size,
+# so a document grows only by a decision to raise its cap; method, results and history belong elsewhere.
+MAX_CHARS = {REPO / "README.md": 21_000, REPO / "docs" / "ARCHITECTURE.md": 23_500, REPO / "docs" / "METHOD.md": 29_000}
 
 _FENCE = re.compile(r"^```.*?^```[ \t]*$", re.M | re.S)
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
@@ -203,10 +204,11 @@ def test_every_quoted_figure_is_in_a_file_the_section_links(section: Section) ->
                          "the generated file that holds them, or copy them from it as written.")
 
 
-def test_the_readme_stays_a_five_minute_read() -> None:
-    lines = len(DOCS[0].read_text(encoding="utf-8").splitlines())
-    assert lines <= README_MAX_LINES, (f"README.md has {lines} lines (at most {README_MAX_LINES}): move method, results "
-                                       "or history to docs/METHOD.md, benchmarks/README.md or docs/ARCHITECTURE.md")
+@pytest.mark.parametrize("doc", list(MAX_CHARS), ids=lambda d: d.name)
+def test_the_readme_and_the_design_docs_stay_within_their_length(doc: Path) -> None:
+    chars, cap = len(doc.read_text(encoding="utf-8")), MAX_CHARS[doc]
+    assert chars <= cap, (f"{doc.relative_to(REPO)} has {chars} characters (at most {cap}): say each fact once, and "
+                          "move method, results or history to docs/METHOD.md, benchmarks/README.md or docs/notes/")
 
 
 def test_the_readme_study_table_is_the_committed_study_report() -> None:
@@ -223,8 +225,8 @@ def test_the_readme_study_table_is_the_committed_study_report() -> None:
 
 
 def test_figures_quoted_from_the_repository_history_are_in_that_commit() -> None:
-    """A figure the README quotes from an earlier version of itself (the previous protocol's Muon speedups, issue 29)
-    is read from that commit's README with git: a mistyped or invented "old" figure fails."""
+    """A figure the README quotes from an earlier version of itself is read from that commit's README with git: a
+    mistyped or invented "old" figure fails."""
     import subprocess
 
     quoted = [(doc, sha, figs) for doc in DOCS for sha, figs in history_figures(doc.read_text(encoding="utf-8"))]

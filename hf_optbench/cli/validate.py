@@ -1,5 +1,5 @@
-"""``hf-optbench validate RECIPE``: check a recipe's keys without importing torch (0.117 s measured on the project's
-2-core CPU machine by benchmarks/bench_startup.py, benchmarks/RESULTS.md, 2026-11-21)."""
+"""``hf-optbench validate RECIPE``: check a recipe's keys without importing torch, in a fraction of a second
+(benchmarks/bench_startup.py measures it; benchmarks/RESULTS.md has the figure)."""
 
 from __future__ import annotations
 

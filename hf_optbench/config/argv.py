@@ -61,9 +61,8 @@ def _is_number(token: str) -> bool:
 
 def attach_negative_values(tokens: list[str]) -> list[str]:
     """``--key -inf`` (or ``-nan``, ``-1e-3``) as ``--key=-inf``. Why: argparse takes a token that starts with "-"
-    for an option unless it looks like ``-1`` or ``-.5``, so ``--weight_decay -inf`` failed with "expected one
-    argument" instead of reaching the check that says the value must be finite (issue 41); the ``=`` form was the
-    only way to pass such a value."""
+    for an option unless it looks like ``-1`` or ``-.5``, so ``--weight_decay -inf`` would fail with "expected one
+    argument" instead of reaching the check that says the value must be finite."""
     out: list[str] = []
     for tok in tokens:
         if out and tok.startswith("-") and _is_number(tok) and out[-1].startswith("--") and "=" not in out[-1]:

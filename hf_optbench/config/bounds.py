@@ -1,12 +1,11 @@
 """Every size and count a run is given, bounded before the work it sizes starts: what the plan needs against what
 the machine can hold, refused in one line (exit 2) that names the key, both figures and the fix.
 
-Why (issue 41, each tried under a 6 GB address-space limit): ``--synthetic_num_tokens 10**13``,
-``--synthetic_hidden_nodes 10**9`` and ``--tuning_blocks 10**12`` gave no answer within 120 s,
-``--synthetic_topics 10**9`` ended in a traceback after 68 s and ``--max_steps 10**14`` was accepted and started.
-Nothing bounded them but the memory or the disk running out. Each bound below is a lower bound of what the setting
-costs, worked out from how the code holds it (the arithmetic is beside each constant), so a refusal is certain: a
-setting that passes may still not fit, one refused cannot.
+Why: unbounded, ``--synthetic_num_tokens 10**13``, ``--synthetic_hidden_nodes 10**9`` and
+``--tuning_blocks 10**12`` give no answer for minutes, ``--synthetic_topics 10**9`` ends in a traceback and
+``--max_steps 10**14`` is accepted and started: nothing bounds them but the memory or the disk running out. Each
+bound below is a lower bound of what the setting costs, worked out from how the code holds it (the arithmetic is
+beside each constant), so a refusal is certain: a setting that passes may still not fit, one refused cannot.
 
 - ``max_steps``: at most :data:`MAX_STEPS` (a checkpoint's name holds 12 digits: the room ``output_dir`` is
   checked for, ``config.checks.RUN_DIR_LONGEST_INSIDE``), and the records kept in memory for every step of the

@@ -120,8 +120,8 @@ class RunArguments:
 
 # hf_optbench's own defaults for TrainingArguments. A loss log every 10 steps: the recorder reads every step's loss
 # and grad norm at each log all the same (measure/step_values.py), while the Trainer's logging and the callbacks' on_log
-# ran every step before (issue 42: ~1 ms of CPU time per step of the CPU demo's ~8, a host sync per step on a GPU);
-# a divergence then stops a run at most 9 steps after it, its step recorded as before. The NaN filter would hide
+# would otherwise run every step (~1 ms of CPU time per step of the CPU demo's ~8, a host sync per step on a GPU);
+# a divergence then stops a run at most 9 steps after it, its step recorded all the same. The NaN filter would hide
 # divergence in the Trainer's own logs (it replaces a NaN loss with the running mean when it is on).
 TRAINING_DEFAULTS: dict[str, Any] = {
     "logging_steps": 10,

@@ -4,7 +4,7 @@ step, without turning every block into Python lists and back.
 Why: a ``datasets.Dataset`` without a format hands the loader each block as two Python lists of ints, which
 ``default_data_collator`` turns back into tensors. At the CPU demo's shape (4 blocks of 64 tokens, ~7 ms a step)
 that round trip was the largest share of what the Trainer path costs beyond a plain loop
-(``benchmarks/bench_step_breakdown.py``, issue 38). Here each column's int32 values are viewed without a copy as a
+(``benchmarks/bench_step_breakdown.py``). Here each column's int32 values are viewed without a copy as a
 (blocks, block_size) array per Arrow chunk (a memory-mapped cache stays on disk), and a batch of indices is gathered
 at once and converted to int64 tensors: the very tensors ``default_data_collator`` built from the lists, so the
 batches, and the runs, are unchanged (tested bit for bit). Where a split is not plain packed blocks (an indices

@@ -1,5 +1,5 @@
-"""Reference losses of a token split: what unigram, bigram and trigram tables achieve on it (issue 29: "nothing
-shows the regime").
+"""Reference losses of a token split: what unigram, bigram and trigram tables achieve on it, so that a report shows
+the regime its runs are in.
 
 A language model's eval loss means little without them: on the main job's synthetic source AdamW ended at 3.32
 nats at ``nano`` while a table of token frequencies alone reaches ~3.4 and one of bigram frequencies ~2.4, so every
@@ -19,10 +19,10 @@ block for the order's context uses the longest context it has.
 
 A second estimate, :func:`trained_reference_losses`, fits interpolated Kneser-Ney models on a training stream and
 scores them on the held-out one, as a language model is (see its section below). **The report reads the regime
-against this one**, fitted on the training split the runs drew from (issue 44): on the main job's 32-token synthetic
+against this one**, fitted on the training split the runs drew from: on the main job's 32-token synthetic
 source the two agree, but on real text the eval split alone starves. With the bundled Thai tokenizer's 1,835 token
 types, 8,192 eval tokens put most bigrams and trigrams in the split once, leave-one-out scores each such occurrence
-with no count for it, and the references sit far too high (issue 44 measured bigram 3.995 from the eval split
+with no count for it, and the references sit far too high (bigram 3.995 from the eval split
 against 3.12 from the 100,096 training tokens the runs saw, and the runs' losses, 3.8-4.0, read "bigram–trigram"
 instead of the transient they were in). The leave-one-out figure stays beside the trained one where the two place
 every loss alike; :func:`singleton_share` says how starved a split is.
@@ -203,8 +203,8 @@ def _codes(rows: np.ndarray, n: int, vocab_size: int, *, start: int) -> np.ndarr
 
 def _distinct(codes: np.ndarray) -> np.ndarray:
     """The sorted distinct values of ``codes``. By hand, not ``np.unique``: numpy 2.4's ``np.unique`` without counts
-    takes a hash path that needed 10 s for 2M trigram codes of a 50,257-token vocabulary on this machine, a sort
-    0.6 s (measured 2026-11-27, numpy 2.4.6)."""
+    takes a hash path that needed 10 s for 2M trigram codes of a 50,257-token vocabulary on a 2-core CPU, a sort
+    0.6 s (numpy 2.4.6)."""
     ordered = np.sort(codes)
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size else ordered
 

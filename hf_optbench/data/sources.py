@@ -39,9 +39,9 @@ _C4_COLUMNS = ("text", "timestamp", "url")
 # The longest document (a line of a .txt file read per line, a JSON record's text, a whole file read per document)
 # a source may hold. Why: the Rust tokenizer holds ~240-350 bytes of memory per character of one document while it
 # encodes it (builtin:thai-bpe-2k measured on one document of 2 and 20 million characters, Thai and ASCII: peaks of
-# 0.55-0.67 GB and 4.6-5.4 GB), so a 200 MB line needs ~50-70 GB and aborted the run (issue 41: rc 134, 3.4 GB
-# resident under a 6 GB limit). 4 Mi characters stays under ~1.5 GB and holds a long novel whole (1-3 million
-# characters); longer text is split into documents by the user, who knows where its boundaries are.
+# 0.55-0.67 GB and 4.6-5.4 GB), so a 200 MB line needs ~50-70 GB and aborts the run. 4 Mi characters stays under
+# ~1.5 GB and holds a long novel whole (1-3 million characters); longer text is split into documents by the user,
+# who knows where its boundaries are.
 MAX_DOCUMENT_CHARS = 4 * 2**20
 _TOKENIZER_BYTES_PER_CHAR = 240  # the lower end of the measured range, for the error line's figure
 
@@ -157,7 +157,7 @@ def check_local_files(local: LocalFiles) -> None:
 def check_parquet_footer(path: str) -> None:
     """A Parquet file's footer (its metadata, at the end) parses, and every column chunk it lists lies inside the
     file. Why: a truncated file keeps its leading magic bytes, and pyarrow's error surfaced as a traceback once the
-    data was read (issue 41); this reads the footer only, not the data."""
+    data was read; this reads the footer only, not the data."""
     import pyarrow.parquet as pq
 
     size = os.path.getsize(path)

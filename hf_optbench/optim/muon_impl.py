@@ -26,7 +26,7 @@ group).
 Newton-Schulz precision (:class:`MuonNS`): ``torch.optim.Muon`` casts the update to bf16 before its Newton-Schulz
 iteration, as the reference implementation does (KellerJordan/Muon muon.py@f90a42b, ``zeropower_via_newtonschulz5``:
 ``G.bfloat16()``). Where bf16 matmuls are native (CUDA, a CPU with AMX or AVX-512-BF16) that is the fast choice;
-elsewhere torch emulates the format (issue 38: 1.3-2.5 GFLOP/s against 31-63 in fp32 on an AVX2 CPU, a Muon step 51
+elsewhere torch emulates the format (1.3-2.5 GFLOP/s against 31-63 in fp32 on an AVX2 CPU, a Muon step 51
 ms against 6.9 ms) and fp32 is both faster and closer to exact. ``MuonNS`` runs torch's update with the iteration in
 either, batched over same-shape matrices (:func:`muon_batched`); ``optim.muon.resolve_ns_precision`` picks one.
 """

@@ -172,7 +172,7 @@ def cited_defaults(spec: OptimizerSpec, cls: str) -> dict[str, Any]:
 
 def lr_grid(name: str, model_size: str, factors: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0)) -> list[float]:
     """Learning rates around the cited default for a tuning sweep: default x each factor (by default x1/4 ... x4 in
-    factor-2 steps, the grid the tuning protocol of issue 5 asks for), three significant digits."""
+    factor-2 steps), three significant digits."""
     base = optimizer_defaults(name, model_size)["learning_rate"]
     return [round3(base * f) for f in factors]
 

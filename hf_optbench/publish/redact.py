@@ -44,7 +44,7 @@ def scrub_secrets(obj: Any) -> Any:
 
 # ------------------------------------------------------------------------------------ names, text and argv
 
-# Words that make a variable or option name secret (issue 13: TOKEN, KEY, SECRET, PASSWORD, case-insensitive).
+# Words that make a variable or option name secret (TOKEN, KEY, SECRET, PASSWORD, ..., case-insensitive).
 SECRET_NAME_WORDS = frozenset({"token", "key", "secret", "password", "passwd", "apikey", "credentials"})
 
 

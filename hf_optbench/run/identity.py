@@ -347,9 +347,8 @@ def _number(ckpt: Path) -> int:
 
 def _set_aside(out: Path, torn: list[Path], damaged: list[tuple[Path, str]], chosen: Path) -> None:
     """Move torn checkpoints (a kill mid-save) and damaged ones out of transformers' ``checkpoint-*`` rotation; a
-    fall-back past a newer one is said on stderr, naming both (issue 41: a newer checkpoint whose trainer_state.json
-    did not parse was moved aside without a word); the legacy ``checkpoint-*.incomplete`` names of earlier versions
-    too."""
+    fall-back past a newer one is said on stderr, naming both; the legacy ``checkpoint-*.incomplete`` names of earlier
+    versions too."""
     for ckpt in [*torn, *sorted(out.glob("checkpoint-*.incomplete"))]:
         moved = move_torn_checkpoint(ckpt)
         if re.fullmatch(r"checkpoint-\d+", ckpt.name) and _number(ckpt) > _number(chosen):

@@ -413,7 +413,7 @@ def resolve_optimization(cfg: RunConfig) -> tuple[OptimizerPlan, Sourced, dict[s
     cited, takes_wd = (cited_defaults(spec, SIZE_CLASS[cfg.model.model_size]), True) if spec is not None \
         else _dotted_defaults(cfg)
     tuned_file = cfg.optim.tuned_hparams_file
-    # a ladder rung finds its own tuned rate by its budget (issue 29: every rung tuned)
+    # a ladder rung finds its own tuned rate by its budget (every rung is tuned)
     tuned = lookup_tuned(tuned_file, cfg.optim.optimizer, cfg.model.model_size,
                          max_steps=cfg.training.max_steps) if tuned_file else {}
     lr, wd, mgn = (_training_value(cfg, k, tuned, tuned_file, cited)

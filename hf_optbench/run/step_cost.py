@@ -1,4 +1,4 @@
-"""What a training step of a run pays for beyond the model and the optimizer, and what it need not (issue 42).
+"""What a training step of a run pays for beyond the model and the optimizer, and what it need not.
 
 * :func:`drop_training_logits`: in training, with labels given, the model's output leaves out its logits. Only
   the loss is used there (``Trainer.compute_loss`` keeps ``outputs["loss"]``), while under bf16/fp16 accelerate
@@ -10,7 +10,7 @@
   per micro-batch (measured at the CPU demo's shape, interleaved, CPU time).
 * :func:`flops_once`: the Trainer's ``floating_point_ops`` (its ``total_flos``, saved in trainer_state.json) is
   ``6 x tokens x model.num_parameters(exclude_embeddings=True)``, and ``num_parameters`` walks every module on every
-  micro-batch (0.4-2 ms of host time at the CPU demo's shape, issue 42); the count is taken once per run instead,
+  micro-batch (0.4-2 ms of host time at the CPU demo's shape); the count is taken once per run instead,
   the same figure.
 
 * :func:`start_up_heap_frozen`: while training, Python's garbage collector leaves the objects made before it
@@ -20,7 +20,7 @@
   of younger ones, against 0.001 s frozen, about 3 ms per step of a ~7 ms step. In a run forked from the sweep's
   warm worker a full collection also writes to every inherited object, copying the worker's pages.
 
-Where the Trainer itself waits for the GPU (transformers 5.24's trainer.py, read for issue 42): at each loss log,
+Where the Trainer itself waits for the GPU (transformers 5.24's trainer.py): at each loss log,
 ``tr_loss.item()`` and ``grad_norm.item()`` (``_maybe_log_save_evaluate``; hence ``logging_steps`` 10 in the GPU
 recipes, the recorder reading every step's values then: :mod:`hf_optbench.measure.step_values`); under DeepSpeed,
 ``grad_norm.item()`` every step (``_get_grad_norm``); with ``logging_nan_inf_filter`` on, a NaN test of every
