@@ -3,7 +3,7 @@
 Why not argparse's help: HfArgumentParser prints every TrainingArguments field (859 lines here) and needs
 transformers, i.e. torch, imported first (seconds: benchmarks/bench_startup.py measures it). This short help reads our dataclasses' fields and, for the few
 Trainer keys shown, their defaults and help strings from transformers' source with ``ast`` (as
-``parse._training_fields_fast`` does), so it imports neither. ``--help-all`` prints argparse's full list.
+``parse._training_fields_fast`` does), so it imports neither. ``--help-all`` lists every option the same way (:func:`full_help`).
 """
 
 from __future__ import annotations
@@ -93,8 +93,9 @@ def _own_field(f: dataclasses.Field) -> tuple[Any, str]:
     return default, f.metadata.get("help", "")
 
 
-def training_fields_help(names: tuple[str, ...]) -> dict[str, tuple[Any, str]]:
-    """{name: (default, help)} of TrainingArguments fields, read from transformers' source without importing it."""
+def training_fields_help(names: tuple[str, ...] | None = None) -> dict[str, tuple[Any, str]]:
+    """{name: (default, help)} of TrainingArguments fields (``names``, or all of them in the class's order), read from
+    transformers' source without importing it."""
     spec = importlib.util.find_spec("transformers")
     if spec is None or not spec.submodule_search_locations:
         return {}
@@ -104,7 +105,10 @@ def training_fields_help(names: tuple[str, ...]) -> dict[str, tuple[Any, str]]:
     out: dict[str, tuple[Any, str]] = {}
     for stmt in cls.body:
         if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                and stmt.target.id in names and isinstance(stmt.value, ast.Call)):
+                and (names is None or stmt.target.id in names)):
+            continue
+        if not isinstance(stmt.value, ast.Call):  # a plain `name: type = value` field
+            out[stmt.target.id] = (_literal(stmt.value), "")
             continue
         kw = {k.arg: k.value for k in stmt.value.keywords}
         try:
@@ -117,6 +121,16 @@ def training_fields_help(names: tuple[str, ...]) -> dict[str, tuple[Any, str]]:
             help_ = ""
         out[stmt.target.id] = (default, help_)
     return out
+
+
+def _literal(node: ast.expr | None) -> Any:
+    """A field's default as written in the source: its value when it is a literal, else its text."""
+    if node is None:
+        return None
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return ast.unparse(node)
 
 
 def _lines(name: str, default: Any, help_: str, width: int) -> list[str]:
@@ -166,12 +180,40 @@ def short_help(prog: str = "hf-optbench run", width: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def print_run_help(full: bool = False, prog: str = "hf-optbench run") -> int:
-    """Print the short help, or with ``full`` argparse's list of every option (imports transformers)."""
-    if full:
-        from hf_optbench.config.parse import make_help_parser
+def _full_entry(name: str, default: Any, help_: str, width: int) -> list[str]:
+    """One key of the full list: ``--name [default]`` on its line, its whole help wrapped below it."""
+    shown = _fmt_default(default)
+    head = f"  --{name}" + ("" if shown in ("-", "[]", "{}") else f"  [default: {shown}]")
+    text = " ".join(str(help_).split())
+    body = textwrap.wrap(text, width=width, initial_indent=" " * 6, subsequent_indent=" " * 6,
+                         break_long_words=True, break_on_hyphens=False) if text else []
+    return textwrap.wrap(head, width=width, subsequent_indent=" " * 6, break_long_words=True) + body
 
-        make_help_parser(prog).print_help()
-    else:
-        print(short_help(prog))
+
+def full_help(prog: str = "hf-optbench run", width: int | None = None) -> str:
+    """Every option a run accepts, with its default and whole help: hf_optbench's keys, then every
+    TrainingArguments field. Why not argparse's own help: it needs transformers (so torch) imported, seconds before
+    the first line, and it prints some help texts as single lines of hundreds of columns; this reads the same
+    fields (ours from their dataclasses, transformers' from its source with ``ast``) and wraps them."""
+    width = width or min(100, max(80, shutil.get_terminal_size((100, 24)).columns))
+    lines = [f"usage: {prog} [RECIPE.yaml] [--key value ...] [-h | --help-all]", ""]
+    lines += textwrap.wrap("Every option of a run: a recipe is a flat YAML of these keys; --key value beats the "
+                           "recipe, which beats hf_optbench's defaults, then transformers'. A boolean key takes "
+                           "true or false.", width=width)
+    for title, cls, _shown in GROUPS:
+        lines += ["", f"{title} ({cls.__name__}):"]
+        for f in dataclasses.fields(cls):
+            lines += _full_entry(f.name, *_own_field(f), width)
+    lines += ["", "TrainingArguments (transformers; hf_optbench's default where it sets one):"]
+    for name, (default, help_) in training_fields_help().items():
+        default = _OUR_DEFAULTS.get(name, TRAINING_DEFAULTS.get(name, default))
+        lines += _full_entry(name, default, _OUR_HELP.get(name, help_), width)
+    lines += ["", *_wrapped("refused (hf_optbench replaces them):", list(REPLACED_TRAINING_KEYS) + ["hub_token"],
+                            width)]
+    return "\n".join(lines)
+
+
+def print_run_help(full: bool = False, prog: str = "hf-optbench run") -> int:
+    """Print the short help, or with ``full`` every option (:func:`full_help`)."""
+    print(full_help(prog) if full else short_help(prog))
     return 0

@@ -349,11 +349,6 @@ def _make_parser(**kwargs: Any) -> Any:
     return parser
 
 
-def make_help_parser(prog: str = "hf-optbench run") -> Any:
-    """The full parser (every TrainingArguments field), for `--help-all`; config.help prints the short help."""
-    return _make_parser(prog=prog, usage=f"{prog} [RECIPE.yaml] [--key value ...]")
-
-
 def parse_args(argv: list[str] | None = None, *, recipe: dict[str, Any] | None = None) -> RunConfig:
     """Parse ``[RECIPE.yaml] [--key value ...]`` into a validated :class:`RunConfig`.
 

@@ -104,6 +104,20 @@ def test_help_all_lists_every_training_argument(capsys) -> None:
     assert text.startswith("usage: hf-optbench run ")
     for f in dataclasses.fields(TrainingArguments):
         assert f"--{f.name}" in text, f.name
+    assert max(map(len, text.splitlines())) <= 100
+    assert "--max_steps  [default: 200]" in text and "--model_size  [default: tiny]" in text  # our defaults shown
+
+
+def test_help_all_needs_neither_torch_nor_transformers() -> None:
+    """--help-all reads transformers' fields from its source: no import of torch (seconds) before the first line."""
+    import subprocess
+    import sys
+
+    code = ("import sys, contextlib, io; from hf_optbench import cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()): rc = cli.main(['run', '--help-all'])\n"
+            "print(rc, sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["0", "[]"], out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("argv", [["data", "--help"], ["data", "-h"], ["validate", "--help"], ["memory", "--help"],
