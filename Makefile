@@ -24,7 +24,9 @@ XDIST := -n $(TEST_WORKERS) --dist loadscope
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	@# setuptools warns at every editable install (a block of asterisks about folders named like the package): a
+	@# warning filter keeps `make setup` quiet; pip's own errors still print
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 setup: $(STAMP)
