@@ -155,7 +155,8 @@ def check_hardware(values: dict[str, Any], where: dict[str, str]) -> None:
         raise OptBenchError(
             f"{where[bf16]} sets {bf16} true, for a GPU that computes in bf16 (NVIDIA Ampere or newer: A100, H100, "
             f"L4, RTX 30xx+); this machine has {_device_words(kind)}. Run it here with {fix}"
-            + (" (and a smaller model_size) or use recipes/quickstart_cpu.yaml." if kind is None else ".")
+            + (" (and a smaller model_size; or --use_cpu true to keep bf16, as the CPU's autocast), or use "
+               "recipes/quickstart_cpu.yaml." if kind is None else ".")
         )
     if fp16 and (use_cpu or kind not in FP16_DEVICES):
         where_fp16 = where[fp16]

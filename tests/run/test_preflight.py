@@ -32,6 +32,7 @@ def test_the_headline_recipe_is_refused_without_importing_torch(tmp_path: Path) 
     assert proc.stdout.split() == ["2", "False"], proc.stdout
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("error: ") and "bf16 true" in line and "no GPU" in line and "--bf16 false" in line
+    assert "--use_cpu true" in line  # the other override that runs it here (bf16 as the CPU's autocast)
 
 
 def test_a_two_process_recipe_on_one_process_is_refused_naming_both(tmp_path: Path) -> None:
@@ -71,4 +72,5 @@ def test_the_headline_command_through_accelerate_launch_says_one_line_of_its_own
                            str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     ours = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode != 0 and len(ours) == 1 and "bf16 true" in ours[0], proc.stderr
+    assert "--use_cpu true" in ours[0], ours[0]
     assert "Traceback" not in proc.stderr, proc.stderr
