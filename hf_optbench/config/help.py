@@ -50,7 +50,7 @@ _OUR_HELP = {
     "max_steps": "Optimizer steps: the run's budget.",
     "gradient_accumulation_steps": "Micro-batches per optimizer step.",
     "warmup_steps": "Warmup steps; a value below 1 is a fraction of max_steps.",
-    "eval_steps": "Optimizer steps between evaluations.",
+    "eval_steps": "Optimizer steps between evaluations (a recipe setting its own eval_strategy: logging_steps).",
     "save_steps": "Optimizer steps between checkpoints.",
     "resume_from_checkpoint": "true (the newest), a checkpoint path, or force (unstamped).",
 }

@@ -128,7 +128,7 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "logging_nan_inf_filter": False,
     "report_to": "none",
     "eval_strategy": "steps",
-    "eval_steps": 50,
+    "eval_steps": 50,  # with our eval_strategy only: a recipe that sets its own gets transformers' rule (parse_args)
     "save_strategy": "steps",  # checkpoints by default: a run cut off by a lost machine or quota resumes
     "save_steps": 100,
     "save_total_limit": 2,
@@ -363,7 +363,10 @@ def parse_args(argv: list[str] | None = None, *, recipe: dict[str, Any] | None =
     recipe, cli_tokens, explicit, trainer = read_keys(recipe, cli_tokens, recipe_path)
 
     parser = _make_parser()
-    defaults = recipe_defaults(parser, TRAINING_DEFAULTS, "hf_optbench's defaults")
+    ours = dict(TRAINING_DEFAULTS)
+    if "eval_strategy" in explicit and "eval_steps" not in explicit:
+        del ours["eval_steps"]  # the user's own strategy gets transformers' rule: eval_steps = logging_steps
+    defaults = recipe_defaults(parser, ours, "hf_optbench's defaults")
     defaults.update(recipe_defaults(parser, recipe, f"recipe '{recipe_path}'"))
     try:  # the recipe as defaults, the command line on top (argparse: a parsed value beats a default)
         parts = parse_with_defaults(parser, defaults, cli_tokens)

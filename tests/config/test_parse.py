@@ -84,6 +84,22 @@ def test_cli_beats_yaml_beats_defaults(tmp_path: Path) -> None:
     assert "learning_rate" in cfg.explicit and "weight_decay" not in cfg.explicit
 
 
+@pytest.mark.parametrize("recipe_keys, cli, expected", [
+    ({}, [], TRAINING_DEFAULTS["eval_steps"]),  # our default strategy comes with our default interval
+    ({"eval_strategy": "steps", "logging_steps": 5}, [], 5),  # the user's strategy: transformers' rule
+    ({"logging_steps": 4}, ["--eval_strategy", "steps"], 4),
+    ({"eval_strategy": "steps", "logging_steps": 5}, ["--eval_steps", "7"], 7),
+])
+def test_eval_steps_follows_transformers_rule_under_a_strategy_the_user_set(tmp_path: Path, recipe_keys: dict,
+                                                                           cli: list[str], expected: int) -> None:
+    """transformers evaluates every logging_steps when eval_strategy is steps and eval_steps is unset; a user who
+    sets the strategy gets that rule, not our default of 50 (a 30-step run evaluated once)."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"model_size": "tiny", "data_source": "synthetic", "use_cpu": True,
+                                      "max_steps": 30, **recipe_keys}))
+    assert parse_args([str(recipe), "--output_dir", str(tmp_path / "o"), *cli]).training.eval_steps == expected
+
+
 def test_default_output_dir_names_the_run(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     cfg = parse_args(["--optimizer", "lion", "--model_size", "mini", "--seed", "3"])
