@@ -24,7 +24,7 @@ rung (its speedup would only be a bound, "> 4x"), every seed of that size gets a
 (tuned like the others), until no compared run beats the top or the next rung would pass ``max_multiple``
 (:func:`ladder_multiples`, replayed from the finished runs). A speedup still beyond the cap stays a bound.
 
-Data per parameter as an axis (issue 31): with a list of ratios every (size, ratio) cell is a sweep of its own
+Data per parameter as an axis: with a list of ratios every (size, ratio) cell is a sweep of its own
 inside the sweep: its own tuning (every group's rate, every rung's), its own ladder and comparison, its own tuned
 file. Run ids carry the ratio (``adamw__tiny__s1__tpp0.5``) only when there are several, so the ids, and the
 directories, of a single-ratio sweep stay what they were. Why the cells are not shared: a rung of one ratio can
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError
-from hf_optbench.rundir import BASELINE
+from hf_optbench.rundir import BASELINE, FINAL_STATUSES
 
 if TYPE_CHECKING:
     from hf_optbench.config.parse import RunConfig
@@ -54,8 +54,8 @@ if TYPE_CHECKING:
 BUDGET_KEYS = {"tokens_per_param", "exclude"}
 EXCLUDE_KEYS = {"model_size", "tokens_per_param"}
 LADDER_KEYS = {"multiples", "optimizer", "max_multiple"}
-# Without max_multiple: three doublings beyond the file's top rung (4x -> 32x), the reach issue 29 needed (Muon beat
-# a 4x ladder in every seed on real text; two seeds were still beyond it at 32x).
+# Without max_multiple: three doublings beyond the file's top rung (4x -> 32x), the reach Muon's speedup on real text
+# needed (it beat a 4x ladder in every seed; two seeds were still beyond it at 32x).
 DEFAULT_CAP_FACTOR = 8.0
 # Marin's ladder (experiments/optimizer_sweep) spans 1-8x Chinchilla; four points (0.5-4x) are the fewest that
 # leave the three-parameter fit of hf_optbench.measure.speedup a degree of freedom to be judged by.
@@ -299,7 +299,7 @@ def beats_top(records: Sequence[Mapping[str, Any]], baseline: str, size: str, to
               tpp: float | None = None) -> list[str]:
     """The compared runs of ``size`` (at ratio ``tpp``) whose final eval loss lies below their seed's ladder curve
     at its top budget (``top_tokens``): their speedup would only be a bound."""
-    from hf_optbench.measure.speedup import fit_ladder
+    from hf_optbench.measure.speedup import fit_ladder, speedup
 
     out = []
     for r in records:
@@ -310,10 +310,10 @@ def beats_top(records: Sequence[Mapping[str, Any]], baseline: str, size: str, to
         pts, _ = ladder_points(records, baseline, size, r.get("seed"), tpp)
         pts = [(t, v) for t, v in pts if t <= top_tokens * (1 + 1e-6)]  # the ladder as it stood at this top
         fit = fit_ladder([t for t, _ in pts], [v for _, v in pts]) if len(pts) >= 2 else None
-        # as measure.speedup.speedup censors: below the curve's value at its largest budget (exp/log round-trips
-        # of the budgets leave it a hair under the top's tokens)
+        # a curve that reaches this top (exp/log round-trips of the budgets leave it a hair under the top's tokens),
+        # and a speedup off it censored above: the run beat the top rung
         if fit is not None and fit.tokens[-1] >= top_tokens * (1 - 1e-6) \
-                and float(r["final_eval_loss"]) < fit.loss_at(fit.tokens[-1]):
+                and speedup(fit, float(r["final_eval_loss"]), fit.tokens[-1]).censored == "above":
             out.append(str(r.get("run_id")))
     return out
 
@@ -328,7 +328,7 @@ def ladder_multiples(ladder: Ladder, size: str, records: Sequence[Mapping[str, A
         top = [r for r in records if r.get("optimizer") == ladder.optimizer and r.get("model_size") == size
                and r.get("budget_tpp") == tpp
                and r.get("lr_multiplier") is None and float(r.get("budget_multiple") or 1.0) == mults[-1]]
-        if not top or any(r.get("status") not in ("completed", "diverged", "failed", "oom") for r in top):
+        if not top or any(r.get("status") not in FINAL_STATUSES for r in top):
             break
         tokens = [budget_tokens(r) for r in top if budget_tokens(r)]
         if not tokens or not beats_top(records, ladder.optimizer, size, max(tokens), tpp):

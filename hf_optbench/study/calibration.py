@@ -55,10 +55,9 @@ CALIBRATION_FILE = "step_calibration.json"
 SCHEMA = 1
 # A few dozen steps per entry and round: 3 rounds of 30 measured steps after 10 dropped ones (120 steps; at the
 # demo's shape ~7 ms each, about 1 s per optimizer). Three rounds give a spread. Each round builds its entry afresh,
-# and its first steps run cold (allocator, oneDNN's kernel choice): measured 2026-11-27 on this project's 2-core CPU
-# machine at the demo's shape, AdamW's median plain step read 11.6 ms after 2 dropped steps of 6, 7.9 ms after 5 of
-# 20 and 7.0 ms after 10 of 40, against ~7 ms in a whole run; Lion's and Muon's moved alike (17.7 -> 6.7, 17.4 ->
-# 12.6 ms), which would distort their ratios to AdamW's.
+# and its first steps run cold (allocator, oneDNN's kernel choice): with fewer dropped steps the plain step reads up
+# to 1.7x a whole run's, more for some optimizers than others, which would distort their ratios to AdamW's
+# (docs/notes/study_measurements.md).
 ROUNDS, STEPS_PER_ROUND, WARMUP_STEPS = 3, 30, 10
 # The vocabulary assumed for a text source before any run has reported its own (the GPT-2 tokenizer's): only the
 # ETA's first estimate uses it; the end-of-sweep calibration reads each run's summary.json.

@@ -4,8 +4,8 @@
   the top rung (its speedup would only be a bound), every seed of that size gets a baseline run at twice the top
   budget, up to the ladder's cap (``ladder.max_multiple``); the tuning phase first tunes that rung's own rate
   (``study.tuning``), so the new rung is as tuned as the others. The rule is ``study.budget.ladder_multiples``.
-* **the attribution runs** (:func:`attribution_phase`): issue 29 found that part of Muon's speedup came from its
-  embeddings, head, gains and biases training at Muon's own (4-8x AdamW's) rate. For every compared optimizer with
+* **the attribution runs** (:func:`attribution_phase`): part of Muon's speedup can come from its embeddings, head,
+  gains and biases training at Muon's own (4-8x AdamW's) rate. For every compared optimizer with
   a tuned non-matrix group other than the baseline, the same runs (same seeds, same tuned matrix rate) with that
   group at the *baseline's* tuned rate, in ``<output_dir>/attribution`` with their own tuned file. The report puts
   their speedup beside the fully tuned one: how much of the advantage is the matrix optimizer's.

@@ -1,14 +1,14 @@
 """The sweep's ETA, predicted from its structure: what it will run (known now or expected later) times what a step
 and a run cost here, over the runs at once.
 
-Why: an average of finished runs over the runs known so far (the old ETA) misses what a sweep adds as results come
-in (the tuner's extensions and later axes, each ladder rung's own tuning, the attribution runs) and that a 4x rung
-costs 4 budget units: issue 38 measured it 2.5-4x short. The sweep knows its structure before it starts:
+Why: an average of finished runs over the runs known so far misses what a sweep adds as results come in (the tuner's
+extensions and later axes, each ladder rung's own tuning, the attribution runs) and that a 4x rung costs 4 budget
+units (docs/notes/study_measurements.md). The sweep knows its structure before it starts:
 
-* **tuning**, per optimizer x size (x data ratio), axis by axis (study.tuning): the learning rate's grid, weight
-  decay's and the non-matrix group's grids less their x1 point (the learning rate's best, already run), each ladder
-  rung's 3 points at its budget multiple; each axis :data:`EXPECTED_EXTENSIONS` steps beyond its edge on average, and
-  the learning-rate axis its best and nearer neighbour again at each ``confirm_seeds`` seed;
+* **tuning**, per optimizer x size (x data ratio), the axes the tuning rule will run (``study.tuning.outline``: the
+  learning rate's grid, weight decay's and the non-matrix group's grids less their x1 point, each ladder rung's grid
+  at its budget multiple), each :data:`EXPECTED_EXTENSIONS` steps beyond its edge on average, and
+  :data:`EXPECTED_CONFIRMED` of its points again at each ``confirm_seeds`` seed;
 * **comparison**: its runs (the baseline's ladder rungs at their multiples); the ladder's own extension (a run beating
   the top rung) is not predicted: it is counted once the sweep adds it;
 * **attribution**: the comparison seeds again for each optimizer other than the baseline whose non-matrix group is
@@ -53,25 +53,23 @@ from hf_optbench.study.calibration import (
 )
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec
 from hf_optbench.study.sweep_state import hms, plan_slots
-from hf_optbench.study.tuning import RUNG_MULTIPLIERS
 
-# Extensions per tuning axis, expected: the demo at commit 85db3b8 (docs/results/cpu_demo: 171 runs) made 13 over its
-# 22 axes (learning rate 3 over 8, weight decay 2 over 2, non-matrix ratio 3 over 4, rungs 5 over 8): 0.59.
+# Extensions per tuning axis, expected: the committed demo (docs/results/cpu_demo) made 13 over its 22 axes, 0.59
+# (docs/notes/study_measurements.md).
 EXPECTED_EXTENSIONS = 0.6
+# Points of a tuning axis run again at each confirm seed, expected, by the axis's kind (study.tuning.outline): the
+# learning rate's best and nearer neighbour always (the rule measures the seed noise there), each rung's likewise;
+# weight decay's and the non-matrix ratio's, decided against the noise the learning rate measured, none.
+EXPECTED_CONFIRMED = {"lr": 2, "rung": 2}
 # Share of a drawn cell's comparison runs the second tuning draw reruns (those whose optimizer's tuned values it
-# changed). Measured in the CPU study of 2026-11-27 (docs/results/cpu_study/sweep_time.txt): the draw at its three
-# 0.15 tokens/param cells reran 90 of their 120 comparison runs (AdamW's picks moved at every size, so every rung of
-# its ladder reran; Muon's at two sizes, Lion's at one): 0.75. Issue 40's redraw of the demo's 1 token/param cell had
-# moved AdamW's picks alone (about 0.5).
+# changed): 90 of 120 in the CPU study (docs/notes/study_measurements.md).
 EXPECTED_DRAW_RERUN = 0.75
 # A run's cost beyond its steps (the warm worker's fork 0.79 s, benchmarks/RESULTS.md; the data, the model and the
 # final evaluation of 384 blocks), before a run has measured it: recipes/sweeps/cpu_demo.yaml's 1.2 s.
 PRIOR_FIXED_S = 1.2
 # A run's step over the plain loop's step (quick_step_times), before a run has measured it: the Trainer's share of
-# the step and the runs sharing the machine. Measured 2026-11-27 in `make demo` on this project's 2-core AMD EPYC
-# (two runs at once): AdamW's runs took 8.68 ms a step (train_runtime_s / steps, median over 50 runs) against 7.04 ms
-# for the plain step alone (its step_calibration.json): 1.23; Lion 9.11 / 7.51, Muon 14.21 / 11.63, Adafactor
-# 10.7 / 8.95 (1.19-1.22). Only the dry run and the lines before the first run ends use it: the runs' own steps
+# the step and the runs sharing the machine; 1.19-1.23 measured in the demo with two runs at once
+# (docs/notes/study_measurements.md). Only the dry run and the lines before the first run ends use it: the runs' own steps
 # replace it.
 PRIOR_STEP_SCALE = 1.25
 # The calibration's child process: interpreter and imports (torch, transformers), and one entry's build per round.
@@ -80,9 +78,9 @@ CALIBRATION_START_S, CALIBRATION_BUILD_S = 4.0, 0.2
 # Tuning runs in rounds (each axis's grid, its extensions, the next axis): about 1.5 per level of axes (demo: 5
 # rounds for 3 levels).
 ROUNDS_PER_LEVEL = 1.5
-# The second tuning draw's groups: its phases' names with this prefix ("draw-tune", "draw-compare"). Until the study's
-# run of 2026-11-27 they shared the main phases' groups, and the ETA dropped the draw once the main tuning settled:
-# it read 0:00:42 for the last 13 minutes.
+# The second tuning draw's groups: its phases' names with this prefix ("draw-tune", "draw-compare"). Groups of their
+# own: the draw's tuning runs after the main tuning has settled, and its comparison reruns ids the main comparison
+# has finished, so counted in the main groups the draw would drop out of the ETA.
 DRAW = "draw-"
 
 
@@ -129,38 +127,31 @@ def structure(spec: SweepSpec) -> Structure:
                                                                    run.budget_tpp), run.budget_multiple))
     if spec.tune is None or spec.tuning is None:
         return s
+    from hf_optbench.study.second_draw_phase import draw_tune
+    from hf_optbench.study.tuning import outline
     from hf_optbench.study.tuning_phase import setups
 
-    tune = spec.tune
-    confirm = len(tune.confirm_seeds)
+    s.tuning_levels = 1
     compare_seeds = len({r.seed for r in spec.runs if r.phase == "compare"})
     baseline = spec.ladder.optimizer if spec.ladder is not None else BASELINE
-    levels = 1
     draw = spec.second_draw
+    # the tuning rule's own axes (study.tuning.outline), at the main tuning's seeds and, for a cell of the second
+    # tuning draw (study.second_draw), once more at the draw's
+    tunes = [("tune", spec.tune)] + ([(DRAW + "tune", draw_tune(spec))] if draw is not None else [])
     for pair in setups(spec):
         o, z, t = pair.optimizer, pair.size, pair.tpp
         base = _base_steps(spec, o, z, t)
-        # a cell of the second tuning draw (study.second_draw) runs its whole tuning once more, at the draw's seed
-        for phase, seeds in (("tune", len(tune.seeds)), (DRAW + "tune", 1)):
+        for phase, tune in tunes:
             if phase != "tune" and (draw is None or not draw.includes(z, t)):
                 continue
-            _add(s, (phase, o, z, t, "lr", None),
-                 (len(tune.multipliers) + EXPECTED_EXTENSIONS) * seeds + 2 * confirm, base)
-            later = 0
-            for axis, on, grid in (("wd", pair.tune_wd, tune.wd_multipliers), ("nm", pair.tune_nm,
-                                                                               tune.nonmatrix_multipliers)):
-                if on and grid:
-                    later += 1
-                    _add(s, (phase, o, z, t, axis, None),
-                         (len(grid) - (1.0 in grid) + EXPECTED_EXTENSIONS) * seeds, base)
-            for dx in pair.rungs:
-                _add(s, (phase, o, z, t, "rung", dx),
-                     (len(RUNG_MULTIPLIERS) + EXPECTED_EXTENSIONS) * seeds
-                     + (2 * confirm if tune.confirm_rungs else 0), budgets.ladder_steps(base, dx))
+            for axis in outline(tune, pair):
+                _add(s, (phase, o, z, t, axis.kind, axis.dx),
+                     (axis.points + EXPECTED_EXTENSIONS) * axis.seeds
+                     + EXPECTED_CONFIRMED.get(axis.kind, 0) * axis.confirm, budgets.ladder_steps(base, axis.dx))
+                if phase == "tune":
+                    s.tuning_levels = max(s.tuning_levels, axis.level)
         if pair.tune_nm and o != baseline:
             _add(s, ("attribution", o, z, t, None, None), compare_seeds, base)
-        levels = max(levels, 1 + later + (1 if pair.rungs else 0))
-    s.tuning_levels = levels
     if draw is not None:  # the draw's comparison: the runs whose tuned values it changed
         for run in spec.runs:
             if run.phase == "compare" and draw.includes(run.model_size, run.budget_tpp):

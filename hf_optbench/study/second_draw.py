@@ -1,4 +1,4 @@
-"""The second tuning draw (issue 40), the sweep-file side: which cells tune again at another tuning seed.
+"""The second tuning draw, the sweep-file side: which cells tune again at another tuning seed.
 
 Why: a sweep tunes at one seed (``tune.seed``) and compares at others, so the comparison's intervals cover the
 comparison seeds' noise and nothing of the tuning's. Rerunning one cell of the main job identical but for the tuning

@@ -28,6 +28,7 @@ from hf_optbench.optim.adamw import NONMATRIX_KEY
 from hf_optbench.rundir import TUNING_DIR, write_json_atomic
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, _expand, resolve_grid, validate_runs
 from hf_optbench.study.tracking_env import tracker_env
+from hf_optbench.study.tuning import TuneSpec
 
 DRAW_DIR = "second_draw"
 CHANGES_FILE = "second_draw.json"
@@ -38,6 +39,12 @@ RUN_KEYS = ("learning_rate", "weight_decay", NONMATRIX_KEY)
 
 def draw_dir(sweep_dir: str | Path) -> Path:
     return Path(sweep_dir) / DRAW_DIR
+
+
+def draw_tune(spec: SweepSpec) -> TuneSpec:
+    """The draw's ``tune:`` section: the main one at the draw's seed (its only difference from the main tuning)."""
+    assert spec.second_draw is not None and spec.tune is not None
+    return dataclasses.replace(spec.tune, seeds=[spec.second_draw.seed])
 
 
 def draw_spec(spec: SweepSpec) -> SweepSpec:
@@ -55,7 +62,7 @@ def draw_spec(spec: SweepSpec) -> SweepSpec:
         _expand(tuning, optimizers, [size], [seed], spec.tune.multipliers, phase="tune", ratios=[tpp])
     (validate_runs if spec.launcher.get("validate", True) else resolve_grid)(tuning)
     return dataclasses.replace(spec, output_dir=out, name=f"{spec.name}-second-draw", runs=[], tuning=tuning,
-                               tune=dataclasses.replace(spec.tune, seeds=[seed]), second_draw=None,
+                               tune=draw_tune(spec), second_draw=None,
                                ladder_dir=spec.output_dir, current=set())
 
 

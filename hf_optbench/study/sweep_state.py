@@ -285,6 +285,32 @@ def hms(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+class NoPredictor:
+    """The ETA predictor of a progress count made without one (tests, a phase run on its own): told of every run
+    and phase like :class:`hf_optbench.study.eta.Predictor`, it does nothing and predicts nothing, so that nothing
+    that tells it has to ask whether there is one."""
+
+    jobs = 1
+
+    def begin_phase(self, runs: Sequence[RunSpec], finished: Sequence[RunSpec]) -> None:
+        del runs, finished
+
+    def begin_draw(self) -> None:
+        pass
+
+    def started(self, run: RunSpec) -> None:
+        del run
+
+    def ended(self, run: RunSpec, duration: float, summary: Any) -> None:
+        del run, duration, summary
+
+    def settle(self, phase: str) -> None:
+        del phase
+
+    def remaining(self) -> float | None:
+        return None
+
+
 class Progress:
     """Runs done/total, the current run, elapsed and ETA on the terminal (one line per event: logs stay
     readable when the output is a file). One for the whole sweep: the count, the clock and the ETA run on across
@@ -299,7 +325,8 @@ class Progress:
         self.durations: dict[str, list[float]] = {}
         self.later: list[RunSpec] = []  # runs of later phases still to run: counted in the ETA
         self._jobs = 1  # runs at once (the local executor's slots): the ETA divides by it
-        self.predictor = predictor
+        self.predicts = predictor is not None  # else: the ETA of the mean run, no ETA on the end lines
+        self.predictor = predictor if predictor is not None else NoPredictor()
         self.runs_dir: Path | None = None  # the current phase's run directories (summary.json of a run that ended)
         self._lock = threading.Lock()  # slots report from threads of their own: one whole line at a time
 
@@ -310,8 +337,7 @@ class Progress:
     @jobs.setter
     def jobs(self, value: int) -> None:
         self._jobs = value
-        if self.predictor is not None:
-            self.predictor.jobs = value
+        self.predictor.jobs = value
 
     def begin_phase(self, before: int, done: int, total: int, later: Sequence[RunSpec] = (),
                     phase: Any = None, finished: Sequence[RunSpec] = ()) -> None:
@@ -322,11 +348,10 @@ class Progress:
             self.done, self.total, self.later = before + done, before + total + len(later), list(later)
             if phase is not None:
                 self.runs_dir = phase.runs_dir
-                if self.predictor is not None:
-                    self.predictor.begin_phase(phase.runs, finished)
+                self.predictor.begin_phase(phase.runs, finished)
 
     def eta(self, pending: Sequence[RunSpec]) -> float | None:
-        if self.predictor is not None:
+        if self.predicts:
             return self.predictor.remaining()
         with self._lock:
             durations = {k: list(v) for k, v in self.durations.items()}
@@ -348,17 +373,15 @@ class Progress:
         return f"sweep ETA {hms(eta) if eta is not None else '?'}"
 
     def started(self, run: RunSpec, pending: Sequence[RunSpec], note: str = "") -> None:
-        if self.predictor is not None:
-            self.predictor.started(run)
+        self.predictor.started(run)
         self.say(f"running {run.run_id}{note} ({self._eta_text(pending)})")
 
     def ended(self, run: RunSpec, status: str, duration: float, detail: str = "") -> None:
         summary = read_summary(self.runs_dir / run.run_id) \
-            if self.predictor is not None and self.runs_dir is not None else None  # only the predictor reads it
+            if self.predicts and self.runs_dir is not None else None  # only the predictor reads it
         with self._lock:
             self.done += 1
             self.durations.setdefault(run.model_size, []).append(duration)
-        if self.predictor is not None:
-            self.predictor.ended(run, duration, (summary or {}) if status in FINISHED_STATUSES else None)
+        self.predictor.ended(run, duration, (summary or {}) if status in FINISHED_STATUSES else None)
         self.say(f"{run.run_id}: {status} in {duration:.1f} s{detail}" +
-                 (f" ({self._eta_text([])})" if self.predictor is not None else ""))
+                 (f" ({self._eta_text([])})" if self.predicts else ""))

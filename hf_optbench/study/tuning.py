@@ -2,22 +2,13 @@
 a choice is made and when it is settled, replayed from the runs that have finished.
 
 Why: comparing optimizers at hand-picked values measures the pick, not the optimizer (Schmidt et al. 2021,
-"Descending through a Crowded Valley"; Kaddour et al. 2023, "No Train No Gain"). Issue 29 found three ways the
-tuning itself decided the verdict: Muon's embeddings, head, gains and biases trained at Muon's own (8x AdamW's)
-rate, which AdamW was never allowed; the baseline's ladder rungs reused the rate tuned for the compared budget; and
-neighbouring rates differed by less than the seed-to-seed noise, so one tuning seed flipped the choice.
+"Descending through a Crowded Valley"; Kaddour et al. 2023, "No Train No Gain"). The rule closes three ways the
+tuning itself can decide the verdict: Muon's embeddings, head, gains and biases trained at Muon's own (8x AdamW's)
+rate, which AdamW was never allowed; the baseline's ladder rungs reusing the rate tuned for the compared budget; and
+neighbouring rates differing by less than the seed-to-seed noise, so that one tuning seed flips the choice.
 
-The ``tune:`` section (:class:`TuneSpec`, :func:`parse_tune`)::
-
-    tune:
-      lr_multipliers: [1, 4, 16]          # the initial grid, x each optimizer's cited rate (>= 3, x1 among them)
-      lr_grid: {low: 0.25, high: 4}       # or: factor-2 steps from low to high (powers of 2, low <= 1 <= high)
-      wd_multipliers: [0.333333, 1, 3]    # weight decay x the cited value (optimizers marked tune_weight_decay)
-      nonmatrix_multipliers: [0.25, 0.5, 1, 2]  # the non-matrix group's rate x learning_rate (adamw, muon); [] = off
-      max_extensions: 3                   # points the tuner may add beyond an edge, per axis
-      seed: [0]                           # the tuning seeds every point runs
-      confirm_seeds: [1000, 1001]         # more seeds where the best point's margin is within the seed noise
-      confirm_rungs: true                 # the same for the ladder's rungs (each costs its budget multiple)
+The ``tune:`` section (:class:`TuneSpec`, :func:`parse_tune`) is documented with the sweep file's other keys
+(:mod:`hf_optbench.study.sweep`).
 
 The rule, per optimizer x size, one hyperparameter (an *axis*) at a time, the others at their current best
 (coordinate-wise, as Marin's phase I: arXiv:2509.02046, marin-community/marin experiments/optimizer_sweep):
@@ -69,13 +60,14 @@ LR_STEP = 2.0
 WD_STEP = 3.0
 WD_MULTIPLIERS = (1 / 3, 1.0, 3.0)
 # The non-matrix group's rate x learning_rate in factor-2 steps around 1 (one rate for all, the citation): Marin
-# tunes Muon's AdamW part at 0.1-0.3x its matrix rate (muon_to_adam_lr, PhaseI); issue 29 measured Muon's tuned rate
-# at 4-8x AdamW's, so its optimum ratio lies near 1/8 - 1/4, which the grid reaches in one or two extensions.
+# tunes Muon's AdamW part at 0.1-0.3x its matrix rate (muon_to_adam_lr, PhaseI); Muon's tuned rate here is 4-8x
+# AdamW's (docs/notes/study_measurements.md), so its optimum ratio lies near 1/8 - 1/4, which the grid reaches in one
+# or two extensions.
 NONMATRIX_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0)
 # A rung's grid: the compared budget's optimum x1/2, x1, x2, extended in factor-2 steps until bracketed. Centred on
 # the x1 optimum, not on a guess: the optimal rate falls with a long token horizon (Bjorck et al. 2024,
-# arXiv:2409.19913), but at these horizons it need not (measured 2026-11-26, nano: the 4x rung's best was x16
-# against the compared budget's x8), so a grid shifted by a rule would only cost extensions.
+# arXiv:2409.19913), but at these horizons it need not (docs/notes/study_measurements.md), so a grid shifted by a
+# rule would only cost extensions.
 RUNG_MULTIPLIERS = (0.5, 1.0, 2.0)
 
 
@@ -86,8 +78,7 @@ def rung_grid(best: float, budget_multiple: float) -> list[float]:
 
 
 # Three factor-2 steps reach 8x beyond the initial grid's edge, more than the 4x by which the demo's 3-point grid
-# missed (measured 2026-11-23/25: adafactor's best at the grid's x1 edge, lion's and Muon's at the x16 edge), for at
-# most 3 more runs per tuning seed, optimizer x size and axis.
+# missed (docs/notes/study_measurements.md), for at most 3 more runs per tuning seed, optimizer x size and axis.
 MAX_EXTENSIONS = 3
 # Two more seeds where a choice is within the noise: with the tuning seed, 3 per contender, 2 degrees of freedom
 # each for the pooled seed-to-seed sd (6 over a best and its two neighbours). Kept apart from the usual comparison
@@ -567,20 +558,43 @@ def _plan_pair(tune: TuneSpec, setup: PairSetup, runs: Runs) -> PairPlan:
     return pair
 
 
+@dataclass(frozen=True)
+class AxisOutline:
+    """One axis :func:`_plan_pair` runs for a pair, known before any result (the sweep's ETA counts by it): its kind
+    ("lr", "wd", "nm", "rung"), budget multiple, the new points of its initial grid (an axis's x1 is the point before
+    it, run already), its numbers of tuning and confirm seeds, its level (each starts once the one before has
+    settled; the rungs share one)."""
+
+    kind: str
+    dx: float | None
+    points: int
+    seeds: int
+    confirm: int
+    level: int
+
+
+def outline(tune: TuneSpec, setup: PairSetup) -> list[AxisOutline]:
+    """The axes of :func:`_plan_pair` for ``setup``, in its order, before any result."""
+    seeds, confirm = len(tune.seeds), len(tune.confirm_seeds)
+    out = [AxisOutline("lr", None, len(tune.multipliers), seeds, confirm, 1)]
+    for kind, on, grid in (("wd", setup.tune_wd, tune.wd_multipliers), ("nm", setup.tune_nm, tune.nonmatrix_multipliers)):
+        if on and grid:
+            out.append(AxisOutline(kind, None, sum(canon(m) != 1.0 for m in grid), seeds, confirm, len(out) + 1))
+    level = len(out) + 1
+    out += [AxisOutline("rung", dx, len(rung_grid(1.0, dx)), seeds, confirm if tune.confirm_rungs else 0, level)
+            for dx in setup.rungs]
+    return out
+
+
 def _rung_point(best: Coords, dx: float) -> Callable[[float], Coords]:
     """A rung's point at learning-rate multiplier m: the compared budget's tuned decay and ratio, budget ``dx``."""
     return lambda m: Coords.of(m, best.wd, best.nm, dx)
 
 
-def cited_weight_decay(opt: str, size: str) -> float:
-    from hf_optbench.optim.registry import optimizer_defaults
-
-    return float(optimizer_defaults(opt, size)["weight_decay"])
-
-
 def weight_decay_at(opt: str, size: str, multiplier: float) -> float:
     """The weight decay a run at ``multiplier`` x the cited value gets, to three significant digits as the cited
     defaults are (optim.spec.round3: x1/3 of 0.3 is 0.1, not 0.0999999 from the id's 0.333333)."""
+    from hf_optbench.optim.registry import optimizer_defaults
     from hf_optbench.optim.spec import round3
 
-    return round3(cited_weight_decay(opt, size) * multiplier)
+    return round3(float(optimizer_defaults(opt, size)["weight_decay"]) * multiplier)

@@ -81,7 +81,7 @@ from hf_optbench.yaml_file import dump_yaml, load_yaml_mapping, read_yaml_or_emp
 # A tuning run that ended LOST (after the sweep's one retry) says nothing about its rate, yet its point counts as a
 # rise of the loss: the tuned file lists it under ``missing_points`` and the report repeats it.
 # The first line of every tuned file this module writes: `hf-optbench tune --output` merges into such a file and
-# refuses any other (issue 32: it rewrote a recipe given as --output).
+# refuses any other (a recipe given as --output would otherwise be rewritten).
 HEADER = "# Tuned hyperparameters (hf-optbench)"
 # Where a sweep runs the attribution runs (Muon with its non-matrix group at the baseline's tuned rate), and the
 # tuned file they read (study.comparison_runs).

@@ -13,7 +13,7 @@ import yaml
 from hf_optbench.errors import OptBenchError
 from hf_optbench.measure.primary import Question, ReportSpec, seeds_for_trend, slope_sd, trend_mde
 from hf_optbench.study.power_plan import plan_power, point_sd_from
-from hf_optbench.study.sweep import _manifest
+from hf_optbench.study.sweep_manifest import manifest
 from hf_optbench.study.sweep_spec import load_sweep
 
 from fixtures.installed import hf_optbench_command
@@ -33,7 +33,7 @@ def test_the_report_section_is_read_checked_and_recorded_in_the_manifest(tmp_pat
     assert load_sweep(_sweep(tmp_path)).report == ReportSpec()
     spec = load_sweep(_sweep(tmp_path, report={"primary": ["final_eval_loss along size"], "include_transient": True}))
     assert spec.report == ReportSpec((Question("final_eval_loss", "size"),), True)
-    assert _manifest(spec)["report"] == {"primary": ["final_eval_loss along size"], "include_transient": True}
+    assert manifest(spec)["report"] == {"primary": ["final_eval_loss along size"], "include_transient": True}
     with pytest.raises(OptBenchError, match="report.primary: 'speedup along seeds'"):
         load_sweep(_sweep(tmp_path, report={"primary": ["speedup along seeds"]}))
 

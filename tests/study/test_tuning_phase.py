@@ -154,9 +154,9 @@ def test_tune_writes_what_the_sweep_wrote(tmp_path: Path) -> None:
     one writer: the same entries."""
     spec = _spec(tmp_path, {"lr_multipliers": [1, 2, 4], "confirm_seeds": [1000], "nonmatrix_multipliers": [0.5, 1, 2]},
                  ("adamw", "lion", "muon"), ladder=True)
-    from hf_optbench.study.sweep import _write_manifest
+    from hf_optbench.study.sweep_manifest import write_manifest
 
-    _write_manifest(spec)  # as the sweep does before its first run: its tune: section, for `tune` to replay
+    write_manifest(spec)  # as the sweep does before its first run: its tune: section, for `tune` to replay
     _settle(spec, _bowls({"adamw": 2, "lion": 2, "muon": 8}, {"adamw": 1.0, "muon": 0.25}, noise=0.01,
                          wd={"lion": 0.0}))
     (path,), _ = tune_phase(spec)
