@@ -140,12 +140,24 @@ def _card_meta(run: Path, config: dict | None, data: dict) -> tuple[dict, list]:
     return metadata_load(path), card.data.eval_results
 
 
+def test_the_card_states_the_license_the_run_set_and_its_clipping(tmp_path: Path) -> None:
+    config = {"data_source": "thai_sample", "model_card_license": "mit"}
+    meta, _ = _card_meta(fake_run(tmp_path), config, {"data_source": "thai_sample"})
+    assert meta["license"] == "mit"
+    (tmp_path / "b").mkdir()
+    card = str(card_mod.build_model_card(fake_run(tmp_path / "b"), summary={**SUMMARY, "max_grad_norm": 1.0}))
+    assert "| gradient clipping | max norm 1 |" in card, card
+    card = str(card_mod.build_model_card(tmp_path / "b" / "run", summary={**SUMMARY, "max_grad_norm": 0.0}))
+    assert "| gradient clipping | off |" in card
+
+
 def test_model_card_follows_the_hub_conventions_for_mc4_thai(tmp_path: Path) -> None:
     config = {"data_source": "hub", "dataset_name": "allenai/c4", "dataset_config": "th", "dataset_split": "train"}
     data = {"data_source": "hub", "source": "hub: allenai/c4/th split train (streamed)", "split_seed": 1234,
             "eval_tokens": 8192, "block_size": 128}
     meta, results = _card_meta(fake_run(tmp_path), config, data)
-    assert meta["license"] == "apache-2.0" and meta["language"] == ["th"] and meta["datasets"] == ["allenai/c4"]
+    assert "license" not in meta  # the weights' license is the user's to choose: none unless set
+    assert meta["language"] == ["th"] and meta["datasets"] == ["allenai/c4"]
     assert meta["library_name"] == "transformers" and meta["pipeline_tag"] == "text-generation"
     assert {"hf-optbench", "lion"} <= set(meta["tags"])
     assert {(r.task_type, r.dataset_type, r.dataset_config, r.dataset_split) for r in results} == {

@@ -100,6 +100,11 @@ class RunArguments:
                           "commit)."},
     )
     write_model_card: bool = field(default=True, metadata={"help": "Write README.md (model card) into output_dir."})
+    model_card_license: str | None = field(
+        default=None,
+        metadata={"help": "The license id the model card states (apache-2.0, mit, ...: the Hub's ids); unset: the "
+                          "card states none, the weights' license being the user's to choose."},
+    )
     save_final_model: bool = field(
         default=True,
         metadata={"help": "Save the final model and tokenizer into output_dir (from_pretrained(output_dir) loads "

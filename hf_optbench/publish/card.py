@@ -24,8 +24,6 @@ from typing import Any
 from hf_optbench.publish.redact import scrub_secrets
 from hf_optbench.rundir import CONFIG_FILE, read_metrics, read_summary, write_text_atomic
 
-# The project's license (pyproject.toml): the weights are this code's output. Hub license ids are lower case.
-LICENSE = "apache-2.0"
 C4 = "allenai/c4"  # mC4 is allenai/c4's multilingual part; its config is the language code ("th")
 
 # summary.json keys copied into the card's YAML metadata (the `hf_optbench` block).
@@ -173,6 +171,14 @@ def _hyperparameters_cell(summary: dict[str, Any]) -> str:
     return ", ".join(cells) or "n/a"
 
 
+def _clipping_cell(summary: dict[str, Any]) -> str:
+    """The gradient clipping the run trained with: its max norm, "off" (0 or none), or n/a (not recorded)."""
+    if "max_grad_norm" not in summary:
+        return "n/a"
+    value = summary.get("max_grad_norm")
+    return f"max norm {_fmt_float(value)}" if _finite(value) and float(value) > 0 else "off"
+
+
 def setup_rows(summary: dict[str, Any], data: DataCard | None = None) -> list[tuple[str, str]]:
     """(label, value) rows of the card's training-setup table: what a reader needs to reproduce the run, the
     optimizer's values as it ran them."""
@@ -190,6 +196,7 @@ def setup_rows(summary: dict[str, Any], data: DataCard | None = None) -> list[tu
          f"{s.get('world_size', 'n/a')}"),
         ("block size", str(s.get("block_size", "n/a"))),
         ("precision", str(s.get("precision", "n/a"))),
+        ("gradient clipping", _clipping_cell(s)),
         ("seed", str(s.get("seed", "n/a"))),
         ("data", (data or describe_data(s, {})).name),
         ("device", f"{env.get('device', 'n/a')} x {env.get('device_count', 'n/a')}"),
@@ -318,11 +325,12 @@ pretraining. This checkpoint is a benchmark artefact: its purpose is the measure
 
 
 def build_model_card(run_dir: str | os.PathLike[str], repo_id: str | None = None, *,
-                     summary: dict[str, Any] | None = None) -> Any:
+                     summary: dict[str, Any] | None = None, license_id: str | None = None) -> Any:
     """A ``huggingface_hub.ModelCard`` for a run: Hub metadata (license, language, datasets, library, tags,
     model-index with the benchmark summary, an ``hf_optbench`` block of the key figures) and a Markdown body.
 
-    ``summary`` replaces ``summary.json`` (a card for a checkpoint uploaded while the run trains)."""
+    ``summary`` replaces ``summary.json`` (a card for a checkpoint uploaded while the run trains). The license is
+    ``license_id``, else the run's ``model_card_license``, else none: the weights' license is the user's to choose."""
     from huggingface_hub import ModelCard, ModelCardData
 
     from_file = summary is None
@@ -333,7 +341,7 @@ def build_model_card(run_dir: str | os.PathLike[str], repo_id: str | None = None
     size = str(s.get("model_size", "unknown"))
     name = repo_id.split("/")[-1] if repo_id else f"gpt2-{size}-{optimizer}-hf-optbench"
     card_data = ModelCardData(
-        license=LICENSE,
+        license=license_id or config.get("model_card_license") or None,
         language=[data.language] if data.language else None,
         datasets=[data.hub_id] if data.hub_id else None,
         library_name="transformers",

@@ -54,6 +54,7 @@ TRAINING_KEYS = (
 # new field is part of the identity unless it is listed here).
 OWN_KEYS_IGNORED = frozenset({
     "overwrite_output_dir", "require_clean_git", "write_model_card", "save_final_model",  # RunArguments
+    "model_card_license",  # RunArguments: what the card states, not what is trained
     "skip_memory_check",  # RunArguments: whether the memory check may stop the run, not what it trains
     "num_processes",  # RunArguments: a check of the launch; the world size itself is in the identity
     "preprocessing_num_workers", "data_cache_dir", "overwrite_data_cache",  # DataArguments: how, not what
