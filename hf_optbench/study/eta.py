@@ -53,6 +53,7 @@ from hf_optbench.study.calibration import (
 )
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec
 from hf_optbench.study.sweep_state import hms, plan_slots
+from hf_optbench.study.worker_client import unavailable_reason
 
 # Extensions per tuning axis, expected: the committed demo (docs/results/cpu_demo) made 13 over its 22 axes, 0.59
 # (docs/notes/study_measurements.md).
@@ -72,6 +73,9 @@ PRIOR_FIXED_S = 1.2
 # (docs/notes/study_measurements.md). Only the dry run and the lines before the first run ends use it: the runs' own steps
 # replace it.
 PRIOR_STEP_SCALE = 1.25
+# The warm worker's start (its imports, once per sweep, before the first run): 4.09 s in
+# benchmarks/results/run_overhead.md. Counted until the first run starts, for sweeps whose runs it serves.
+PRIOR_WORKER_START_S = 4.09
 # The calibration's child process: interpreter and imports (torch, transformers), and one entry's build per round.
 CALIBRATION_START_S, CALIBRATION_BUILD_S = 4.0, 0.2
 # A round of a phase ends when its last run does; with ``jobs`` slots, on average half a run of idle per other slot.
@@ -241,8 +245,9 @@ class Predictor:
     start and end, the phases that begin and settle. Thread-safe: slots report from threads of their own."""
 
     def __init__(self, spec: SweepSpec, plain: Mapping[tuple[str, str], float] | None = None,
-                 calibration: Mapping[str, int] | None = None, jobs: int = 1) -> None:
+                 calibration: Mapping[str, int] | None = None, jobs: int = 1, startup_s: float = 0.0) -> None:
         self.spec = spec
+        self.startup_s = startup_s  # start-up still ahead of the first run (the warm worker's), then 0
         self.cost = CostModel(plain=dict(plain or {}))
         self.structure = structure(spec)
         self.calibration = calibration  # study.calibration.settings: None when the sweep has none
@@ -293,6 +298,7 @@ class Predictor:
     def started(self, run: RunSpec) -> None:
         with self._lock:
             self.flying[self._key(run)] = time.monotonic()
+            self.startup_s = 0.0  # the runs' launcher is up
 
     def ended(self, run: RunSpec, duration: float, summary: Mapping[str, Any] | None) -> None:
         with self._lock:
@@ -353,7 +359,7 @@ class Predictor:
                 entries = {(r.optimizer, r.model_size) for r in self.spec.runs if r.phase == "compare"}
                 calibration = calibration_s(entries, self.cost.plain, self.calibration["rounds"],
                                             self.calibration["steps"])
-            return seconds / max(1, self.jobs) + idle + calibration
+            return seconds / max(1, self.jobs) + idle + calibration + self.startup_s
 
     def expected_runs(self) -> tuple[int, int]:
         """(runs known now, runs expected in all)."""
@@ -376,6 +382,7 @@ class Predictor:
                  if self.cost.plain else "no step measured yet (sizes too large to measure here, or a command "
                  "launcher): the ETA follows once a run has finished")
         fixed = f"{self.cost.fixed_s():.1f} s per run beyond its steps ({'measured' if self.cost.fixed else 'prior'})"
+        fixed += f"; the warm worker's start ~{self.startup_s:.1f} s (prior, once)" if self.startup_s else ""
         calib = "" if self.calibration is None else "; the step-time calibration at the end (alone) ~{:.0f} s".format(
             calibration_s(self._compared(), self.cost.plain, self.calibration["rounds"], self.calibration["steps"]))
         when = "?" if eta is None else hms(eta)
@@ -406,4 +413,5 @@ def predictor_for(spec: SweepSpec) -> Predictor:
     plain = quick_step_times(compared_entries(spec), run_threads(spec)) if measure else {}
     calibration = settings(spec) if skip_reason(spec) is None else None
     jobs = len(plan_slots(spec.launcher, max(1, len(spec.runs)))) if spec.launcher.get("executor") != "slurm" else 1
-    return Predictor(spec, plain, calibration, jobs)
+    startup = PRIOR_WORKER_START_S if unavailable_reason(spec.launcher) is None else 0.0
+    return Predictor(spec, plain, calibration, jobs, startup)

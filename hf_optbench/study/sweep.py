@@ -93,6 +93,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import time
 from typing import Any
 
 from hf_optbench.publish.redact import redact_argv
@@ -165,6 +166,7 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
     moved aside and run again (study.kept_runs). ``target_trend`` / ``power_from`` (dry run only): the seeds a trend
     along data needs, from an earlier sweep's spread (study.power_plan). Which runs come next is the planner's
     (study.sweep_plan); what one invocation threads through its phases, the session's (study.sweep_session)."""
+    started = time.monotonic()  # the sweep's clock counts its start-up (validation, the step measurement)
     out_stream = stream or sys.stdout
     spec = load_sweep(path, output_dir)
     check_job_script_values(spec)  # a line break the SLURM job script would run as a command: refused now
@@ -179,7 +181,8 @@ def run_sweep(path: str | os.PathLike[str], *, output_dir: str | None = None, dr
 
     # one progress count and ETA, and one set of warm workers, for every phase of the sweep
     with sweep_lock(spec.output_dir), WorkerPool(str(spec.output_dir / WORKER_LOG)) as pool:
-        progress = Progress(0, 0, out_stream, predictor=predictor_for(spec))
+        predictor = predictor_for(spec)
+        progress = Progress(predictor.expected_runs()[0], 0, out_stream, predictor=predictor, t0=started)
         progress.say(progress.predictor.describe())
         session = SweepSession(out_stream, progress, pool, retry_failed=retry_failed, rerun_changed=rerun_changed,
                                max_runs=max_runs)

@@ -319,9 +319,10 @@ class Progress:
     step and a run cost here), told of every run that starts and ends; without one, the mean duration of this
     invocation's runs of the same model size times the runs known to be left, over the runs at once."""
 
-    def __init__(self, total: int, done: int, stream: Any = None, predictor: Any = None) -> None:
+    def __init__(self, total: int, done: int, stream: Any = None, predictor: Any = None,
+                 t0: float | None = None) -> None:
         self.total, self.done, self.stream = total, done, stream or sys.stdout
-        self.t0 = time.monotonic()
+        self.t0 = time.monotonic() if t0 is None else t0  # the sweep command's start: its clock counts start-up
         self.durations: dict[str, list[float]] = {}
         self.later: list[RunSpec] = []  # runs of later phases still to run: counted in the ETA
         self._jobs = 1  # runs at once (the local executor's slots): the ETA divides by it

@@ -270,3 +270,17 @@ def test_dry_run_prints_the_predicted_wall_time_from_a_measurement_here(tmp_path
     assert "adamw/tiny" in line and "muon/tiny" in line and "calibration at the end" in line
     assert line.split("machine: ")[1].split()[0].count(":") == 2  # H:MM:SS, not "?"
     assert not (tmp_path / "out").exists()
+
+
+def test_the_warm_worker_s_start_is_counted_until_the_first_run_starts(demo: SweepSpec) -> None:
+    """The sweep's start-up is part of its wall time: the prediction before the first run includes the warm
+    worker's start (a prior from benchmarks/results/run_overhead.md), which is behind it once a run has started."""
+    plain = {(o, "tiny"): 0.005 for o in ("adamw", "lion", "muon", "adafactor")}
+    without = eta.Predictor(demo, plain, None, jobs=1)
+    with_start = eta.Predictor(demo, plain, None, jobs=1, startup_s=eta.PRIOR_WORKER_START_S)
+    assert with_start.remaining() == pytest.approx(without.remaining() + eta.PRIOR_WORKER_START_S)
+    assert "the warm worker's start ~4.1 s" in with_start.describe() and "warm worker" not in without.describe()
+    first = demo.tuning.runs[0]
+    with_start.started(first)
+    without.started(first)
+    assert with_start.remaining() == pytest.approx(without.remaining())

@@ -371,6 +371,8 @@ def test_one_warm_worker_serves_every_round_and_phase_and_one_count_runs_on(
     assert len(workers) == 1 and all(process_gone(int(pid)) for pid in workers)  # one worker, ended with the sweep
     counts = [line.split("]")[0] for line in text.splitlines() if line.startswith("[sweep ") and "running " in line]
     assert counts[0].startswith("[sweep 0/5 ")  # the first grid (3) and the comparison (2): the whole sweep
+    first = text.splitlines()[0]  # the prediction: the runs known then, the worker's start counted in it
+    assert first.startswith("[sweep 0/5 ") and "the warm worker's start ~" in first, first
     done = [int(c.split()[1].split("/")[0]) for c in counts]
     assert done == list(range(6)), counts  # 0..5 across the tuning rounds and the comparison: never reset
     assert text.count("ETA ?") == 1  # only before the first run of the sweep
