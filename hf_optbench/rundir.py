@@ -322,7 +322,7 @@ METRICS_TAIL_BYTES = 1 << 16
 @dataclass(frozen=True)
 class PreviousRun:
     """What an ``output_dir`` holds of an earlier run, decided from every record a run leaves, not summary.json
-    alone (issue 41: a finished run whose summary.json was cut short or deleted was taken for an empty directory
+    alone (a finished run whose summary.json was cut short or deleted must not be taken for an empty directory
     and overwritten):
 
     - ``finished``: summary.json says so (status completed or diverged);

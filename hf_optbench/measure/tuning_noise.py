@@ -1,4 +1,4 @@
-"""Tuning noise beside the comparison's intervals (issue 40): the rule that widens an interval by the shift a second
+"""Tuning noise beside the comparison's intervals: the rule that widens an interval by the shift a second
 tuning draw produced, and the verdict taken again at the widened interval.
 
 What the intervals cover: a cell's interval is over its compared seeds, so it holds the seed-to-seed noise of
@@ -18,8 +18,8 @@ difference in nats; ``measure.verdict``). The rule, per point (a size, or a data
 * the trend: shifts ``delta_i`` at points ``x_i`` (log10 of parameters, or of tokens per parameter) move the
   least-squares slope by ``sum (x_i - mean x) delta_i / Sxx``; its largest value over the shifts' signs,
   ``sum |x_i - mean x| |delta_i| / Sxx``, is the slope's shift, widened by under the same third rule.
-* the verdict word is taken again from the widened points and trend (``measure.verdict_words.classify``). Holm's levels
-  stay as they were: the widening moves intervals, not the order of the cells' p-values.
+* the verdict word is taken again from the widened points and trend (``measure.verdict_words.classify``). Holm's
+  levels stay as they were: the widening moves intervals, not the order of the cells' p-values.
 
 Which shift a point gets (its own cell's, or one borrowed from a drawn cell of the same size) is the caller's
 choice (``report.draw_shift`` says it in the table).
