@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.measure.provenance import RunFacts, precision_name, settings_summary, trained_summary
-from hf_optbench.rundir import portable_path
+from hf_optbench.rundir import portable_path, run_status
 
 if TYPE_CHECKING:
     from transformers import TrainerState
@@ -76,7 +76,7 @@ def build_summary(plan: RunPlan, prepared: Any, record: dict[str, Any], *, resum
         **settings_summary(facts),
         "embedding_state_32bit": plan.optimizer.embedding_state_32bit,
         "trainer_keys": cfg.trainer_keys.record(),  # TrainingArguments' own keys and what they became
-        "status": "failed",
+        "status": run_status(None),  # until training says otherwise
         "final_tuning_loss": None,  # the tuning split's loss, for learning-rate selection only (never reported)
         **sharing(),
     }
@@ -99,24 +99,21 @@ def portable_data_info(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def record_failure(summary: dict[str, Any], exc: BaseException, started: float) -> None:
-    """Status, error and traceback of a run that raised: an out-of-memory error is a result ("oom"), not a bug."""
-    from hf_optbench.rundir import lost_status
-
-    summary["status"] = lost_status(exc)
+    """Error and traceback of a run that raised (its status: :func:`hf_optbench.rundir.run_status`)."""
     summary["error"] = f"{type(exc).__name__}: {exc}"
     summary["traceback"] = traceback.format_exc(limit=20)
     summary["train_runtime_s"] = time.time() - started
 
 
 def finish_summary(summary: dict[str, Any], state: TrainerState, recorder: Any, optimizer: Any, *, built: str,
-                   model: Any) -> None:
-    """The measured half: steps and tokens done, final losses, the recorder's figures, and the optimizer that
-    actually stepped (DeepSpeed or Accelerate may have wrapped the one we built, ``built`` its builder's string,
-    ``model`` the model it was built over). A divergence the recorder saw wins over any other status."""
+                   model: Any, raised: BaseException | None = None) -> None:
+    """The measured half: steps and tokens done, final losses, the recorder's figures, the optimizer that actually
+    stepped (DeepSpeed or Accelerate may have wrapped the one we built, ``built`` its builder's string, ``model``
+    the model it was built over) and the run's status, from what the recorder measured and ``raised``, what ended
+    the run (None: it trained to its end)."""
     from hf_optbench.optim.registry import describe_optimizer
 
     summary.update(trained_summary(state, summary["tokens_per_step"]))
     summary.update(recorder.summary())
     summary["optimizer_impl"] = describe_optimizer(optimizer, built=built, model=model)
-    if recorder.status == "diverged":
-        summary["status"] = "diverged"
+    summary["status"] = run_status(recorder.status, raised)

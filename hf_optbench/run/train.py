@@ -349,7 +349,6 @@ def _fit(trainer: Trainer, prepared: Prepared, recorder: Any, resumption: Resump
     if status != "diverged" and has_eval and last_eval_step != trainer.state.global_step:
         trainer.evaluate()  # the final eval loss is always measured at the last step
     summary["final_tuning_loss"] = tuning_loss(trainer, prepared) if status != "diverged" else None
-    summary["status"] = status
     trainer.save_state()
 
 
@@ -382,11 +381,13 @@ def _train_and_record(trainer: Trainer, prepared: Prepared, recorder: Any, built
 
     started = time.time()
     segments.start_clock()
-    failing: BaseException | None = None
+    raised: BaseException | None = None  # what ended the run, as it was raised (its status)
+    failing: BaseException | None = None  # what the caller gets: a failed write becomes its one line
     try:
         _fit(trainer, prepared, recorder, resumption, summary)
     except Exception as exc:
         record_failure(summary, exc, started)
+        raised = exc
         failing = write_failure(exc, out, step=trainer.state.global_step)
         if failing is None:
             failing = exc
@@ -396,15 +397,16 @@ def _train_and_record(trainer: Trainer, prepared: Prepared, recorder: Any, built
         summary["error"] = str(failing)
         raise failing from exc
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGHUP: nothing failed; the figures so far are written below
-        summary["status"], summary["error"] = INTERRUPTED, None
-        failing = exc
+        summary["error"] = None
+        raised = failing = exc
         raise
     except BaseException as exc:  # SystemExit: the figures so far are still written below
-        failing = exc
+        raised = failing = exc
         raise
     finally:
         used = trainer.optimizer if trainer.optimizer is not None else built.optimizer
-        finish_summary(summary, trainer.state, recorder, used, built=built.impl, model=prepared.model)
+        finish_summary(summary, trainer.state, recorder, used, built=built.impl, model=prepared.model,
+                       raised=raised)
         if segments.current is not None:
             summary.update(segments.summary())
         if summary_path is not None:
