@@ -393,7 +393,7 @@ def _compare(size: str, pairs: Pairs, spec: MetricSpec, alpha: float,
         e.p_ahead, e.p_behind)
 
 
-def _judge(cell: Cell, alpha: float) -> Verdict:
+def _judge(cell: Cell[MetricSpec], alpha: float) -> Verdict:
     """The cell's verdict with both its tests at ``alpha / 2``."""
     spec, sizes, notes = cell.spec, cell.judged, list(cell.notes)
     shown = [dataclasses.replace(_compare(s, p, spec, alpha / 2, cell.pooled), transient=s in cell.transient)
@@ -467,7 +467,7 @@ def verdict_table(families: Sequence[Family], *, baseline: str = BASELINE, alpha
     table, both axes: the module doc), or, given a ``report`` spec, over its primary cells (``report.primary``: each
     a metric along an axis) and, separately, over the rest (:mod:`hf_optbench.measure.primary`). Each verdict says
     its ``axis``, ``at`` and ``tier``."""
-    cells: list[tuple[Cell, Family]] = []
+    cells: list[tuple[Cell[MetricSpec], Family]] = []
     out: list[Verdict | None] = []
     for fam in families:
         optimizers = sorted({str(r["optimizer"]) for r in fam.records} - {baseline})

@@ -36,7 +36,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Generic, Literal, Protocol, TypeVar
 
 from hf_optbench.measure.intervals import Censor, censored_fit, t_interval, t_p_values
 
@@ -274,13 +274,16 @@ def seed_trend(sizes: Mapping[str, Pairs], scale: Scale, notes: list[str]) -> Tr
     return Trend(statistics.fmean(slopes), statistics.stdev(slopes), len(slopes), span)
 
 
+S = TypeVar("S", bound=Scale)
+
+
 @dataclass
-class Cell:
-    """One cell's data (an optimizer x a metric), ready to be judged at any level: its sizes' pairs, the pooled
-    spread and the trend."""
+class Cell(Generic[S]):
+    """One cell's data (an optimizer x a metric ``spec``), ready to be judged at any level: its sizes' pairs, the
+    pooled spread and the trend."""
 
     optimizer: str
-    spec: Scale
+    spec: S
     sizes: dict[str, Pairs]
     notes: list[str]
     trend: Trend | None
@@ -304,8 +307,8 @@ class Cell:
         return min(1.0, 2.0 * p)
 
 
-def build_cell(observations: Iterable[Point], optimizer: str, spec: Scale, baseline: str,
-         transient: frozenset[str] = frozenset()) -> Cell:
+def build_cell(observations: Iterable[Point], optimizer: str, spec: S, baseline: str,
+               transient: frozenset[str] = frozenset()) -> Cell[S]:
     """The optimizer's cell against ``baseline``: its pairs, trend and pooled spread, the ``transient`` points shown
     but left out of the trend and the test."""
     notes: list[str] = []
