@@ -57,6 +57,22 @@ def lost_status(*texts: object) -> str:
     return "oom" if any(OOM_PATTERN.search(str(t)) for t in texts if t) else "failed"
 
 
+def run_status(measured: str | None, raised: BaseException | None = None) -> str:
+    """A run's status in summary.json, decided here for every path that writes one. A divergence the recorder
+    measured is a result and wins over how the run ended; a run stopped by Ctrl-C or SIGHUP (``KeyboardInterrupt``)
+    is :data:`INTERRUPTED`; one that raised an error is lost (:func:`lost_status`: "oom" when the error says it ran
+    out of memory) and one that ended by any other exception "failed"; one that trained to its end is what the
+    recorder measured ("completed"). ``measured``: the recorder's status, None before anything was measured (a
+    run is "failed" until training says otherwise)."""
+    if measured == "diverged":
+        return "diverged"
+    if isinstance(raised, KeyboardInterrupt):
+        return INTERRUPTED
+    if raised is not None:
+        return lost_status(raised) if isinstance(raised, Exception) else "failed"
+    return measured or "failed"
+
+
 def portable_path(path: str | os.PathLike[str], base: str | os.PathLike[str]) -> str:
     """``path`` as a record may keep it (files that are uploaded or committed: tuned files, summary.json): relative
     to ``base`` (the record's own directory, the run's, the working directory) when it lies below it, else its
@@ -322,7 +338,7 @@ METRICS_TAIL_BYTES = 1 << 16
 @dataclass(frozen=True)
 class PreviousRun:
     """What an ``output_dir`` holds of an earlier run, decided from every record a run leaves, not summary.json
-    alone (issue 41: a finished run whose summary.json was cut short or deleted was taken for an empty directory
+    alone (a finished run whose summary.json was cut short or deleted must not be taken for an empty directory
     and overwritten):
 
     - ``finished``: summary.json says so (status completed or diverged);

@@ -9,7 +9,7 @@ paired differences ``d`` (one per seed). Three tools, each chosen because the si
   wholly below ``-m`` exactly when that p-value is below a / 2.
 * **Censored values** (:func:`censored_fit`): a run whose speedup lies beyond the baseline's ladder, or that never
   reached a target, gives a *bound* ("d <= x" or "d >= x"), not a value. A mean or a t interval of bounds is no
-  estimate of anything (issue 29: Muon beat the 4x rung in every seed and the report printed "4 [4, 4]"). The
+  estimate of anything (an optimizer that beats the 4x rung in every seed would read "4 [4, 4]"). The
   method made for such data is the censored-normal likelihood (Tobin 1958; the "Tobit" model): a measured value
   contributes its density, a bound the probability of lying beyond it. ``mu`` gets a profile-likelihood interval
   (``sigma`` maximised out) whose cut-off is calibrated so that **without censoring it is exactly the t interval**
@@ -18,8 +18,8 @@ paired differences ``d`` (one per seed). Three tools, each chosen because the si
   values) takes the spread from ``sigma``, the pooled spread of the same comparison's measured sizes, and a
   t quantile with its degrees of freedom; without one the interval is unbounded and says so.
 * **Exact power** (:func:`minimal_detectable_effect`): the smallest true gap that an interval at level ``a`` would
-  place beyond the margin with the stated power, from the noncentral t distribution (the normal approximation the
-  report used before overstated power: 0.80 claimed where the exact figure was 0.77, issue 29).
+  place beyond the margin with the stated power, from the noncentral t distribution (the normal approximation
+  overstates power at few seeds: it can claim 0.80 where the exact figure is 0.77).
 """
 
 from __future__ import annotations

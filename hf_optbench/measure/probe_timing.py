@@ -5,9 +5,9 @@ optimizer and scheduler step, what callbacks do in ``on_optimizer_step`` (Sophia
 steps: part of its step), zero_grad; not data loading, eval, logging, saving or the memory probe's one-off
 walk (its host time is subtracted). On CPU it is ``time.perf_counter`` at both ends. On CUDA it is the GPU's own
 time between two events recorded on the stream at both ends, read when the recorder next reads the step values
-(``on_sync``, at the Trainer's loss log, after its own wait for the GPU): no host sync in the step (two
-``torch.cuda.synchronize()`` per step before issue 42 made the GPU idle while the host did the Trainer's and the
-callbacks' work). The first ``timing_warmup_steps`` of each ``train()`` call are written as ``null`` and left out
+(``on_sync``, at the Trainer's loss log, after its own wait for the GPU): no host sync in the step (a
+``torch.cuda.synchronize()`` at each end of a step would make the GPU idle while the host does the Trainer's and
+the callbacks' work). The first ``timing_warmup_steps`` of each ``train()`` call are written as ``null`` and left out
 of the median/p90. ``tokens_per_s = tokens_per_step / median``; ``mfu = flops_per_token * tokens_per_s / (device
 peak * world size)`` with the peak from ``flops.DEVICE_PEAK_FLOPS`` (null on CPU and unlisted devices) unless
 ``device_peak_tflops`` is set.

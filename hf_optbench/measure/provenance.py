@@ -1,11 +1,11 @@
-"""Where a run's figures come from, and the summary.json fields of a Trainer that has no plan.
+"""Where a run's figures come from, and the summary.json fields both of its writers fill.
 
-Two writers fill summary.json: ``hf_optbench.run`` from its plan (:mod:`hf_optbench.run.summary`), and the
-recorder on the Python API path (a stock ``Trainer`` with ``trainer_optimizer`` or ``optimizers=(opt, sched)``),
-which has only the Trainer's objects. Both fill :data:`SUMMARY_KEYS` (the report, the card and ``push`` read them):
-an API run's file said ``steps``, ``final_eval_loss`` and ``model_size`` null, and its card "GPT-2 `unknown`", eval
-loss "n/a". The provenance both record (the code's git state, the package versions and the device, how the run was
-launched) lives here, below both writers.
+Two paths write summary.json: ``hf_optbench.run`` from its plan (:mod:`hf_optbench.run.summary`), and the recorder
+on the Python API path (a stock ``Trainer`` with ``trainer_optimizer`` or ``optimizers=(opt, sched)``), which has
+only the Trainer's objects. Each gathers the facts it knows from its own source into a :class:`RunFacts`;
+:func:`settings_summary` and :func:`trained_summary` write the :data:`SUMMARY_KEYS` from them, once for both (the
+report, the card and ``push`` read them), and each path adds only the keys of its own. The provenance both record
+(the code's git state, the package versions and the device, how the run was launched) lives here, below both paths.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 import platform
 import shlex
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -188,43 +189,96 @@ def _block_size(tokens_per_step: int | None, args: Any) -> int | None:
     return tokens_per_step // per_step
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run's summary.json says of its settings, as each path knows it: ``hf_optbench.run`` from its plan,
+    the Python API from the Trainer's arguments and the objects it holds. ``record``: what ran (``optimizer``,
+    ``optimizer_impl``, ``hyperparameters`` as {key: {"value", "source"}}, ``param_groups``, ``schedule``: the
+    resolved schedule with its ``name``); None where a path has no value (no plan hash, no recipe, an unknown
+    block size)."""
+
+    record: dict[str, Any]
+    model: Any
+    model_size: str
+    vocab_size: int | None
+    block_size: int | None
+    micro_batch_size: int
+    gradient_accumulation_steps: int
+    world_size: int
+    tokens_per_step: int | None
+    seed: int
+    schedule_kwargs: dict[str, Any]
+    precision: str
+    max_steps: int | None
+    plan_hash: str | None
+    resumed_from: dict[str, Any] | None
+    data: dict[str, Any] | None
+    git: dict[str, Any]
+    recipe: str | None
+
+
+_HEADLINE = ("learning_rate", "weight_decay", "max_grad_norm")
+
+
+def settings_summary(facts: RunFacts) -> dict[str, Any]:
+    """The :data:`SUMMARY_KEYS` a run knows before it trains, from ``facts``: the model's sizes, the batch, the
+    optimizer's values with their sources, the schedule, the data budget per non-embedding parameter (Chinchilla's
+    and Marin's unit: 20 = "1x Chinchilla"), the provenance and the launch; ``error`` None."""
+    from hf_optbench.models import count_parameters
+
+    model, record = facts.model, facts.record
+    hp = record["hyperparameters"]
+    schedule = dict(record.get("schedule") or {})
+    non_embedding = count_parameters(model, exclude_embeddings=True)
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    budget = facts.max_steps and facts.tokens_per_step
+    return {
+        "optimizer": record["optimizer"], "optimizer_impl": record["optimizer_impl"],
+        "model_size": facts.model_size, "num_params": count_parameters(model),
+        "num_params_non_embedding": non_embedding, "vocab_size": facts.vocab_size,
+        "embedding_rows": getattr(embeddings, "num_embeddings", None), "block_size": facts.block_size,
+        "micro_batch_size": facts.micro_batch_size, "gradient_accumulation_steps": facts.gradient_accumulation_steps,
+        "world_size": facts.world_size, "tokens_per_step": facts.tokens_per_step, "seed": facts.seed,
+        **{key: hp.get(key, {}).get("value") for key in _HEADLINE},
+        "hyperparameters": hp, "param_groups": record["param_groups"],
+        "hyperparameter_sources": {key: hp[key]["source"] for key in _HEADLINE if key in hp},
+        "schedule": schedule.get("name"), "schedule_resolved": schedule, "schedule_kwargs": facts.schedule_kwargs,
+        "precision": facts.precision, "max_steps": facts.max_steps,
+        "tokens_per_param": facts.max_steps * facts.tokens_per_step / max(non_embedding, 1) if budget else None,
+        "plan_hash": facts.plan_hash, "resumed_from": facts.resumed_from, "data": facts.data,
+        "env": environment(), "git": facts.git, "recipe": facts.recipe,
+        "launch": launch_record(facts.world_size, facts.precision),  # the rerun line: run.output.rerun_line
+        "error": None,
+    }
+
+
+def trained_summary(state: Any, tokens_per_step: int | None) -> dict[str, Any]:
+    """The :data:`SUMMARY_KEYS` a run knows once it trained, from the Trainer's state: steps and tokens done, the
+    last logged train and eval losses."""
+    steps = int(state.global_step)
+    return {"steps": steps, "tokens_seen": steps * tokens_per_step if tokens_per_step else None,
+            "final_train_loss": last_log(state.log_history, "loss"),
+            "final_eval_loss": last_log(state.log_history, "eval_loss")}
+
+
 def trainer_summary(args: Any, state: Any, model: Any, record: dict[str, Any], *, tokens_per_step: int | None,
                     data: dict[str, Any] | None, resumed_step: int | None) -> dict[str, Any]:
     """The :data:`SUMMARY_KEYS` of a Trainer run without a plan, from its arguments, its state at train end, its
     model and ``record`` (:func:`hf_optbench.optim.held.held_record`: what the optimizer and scheduler held);
-    ``data``: what the Trainer's data loaders held; ``resumed_step``: the step a resume started from."""
-    from hf_optbench.models import count_parameters
-
+    ``data``: what the Trainer's data loaders held; ``resumed_step``: the step a resume started from. Its own: the
+    clipping's source (the Trainer's argument), the launch's ``via`` and the run time the Trainer logged."""
     hp = {**record["hyperparameters"], "max_grad_norm": {"value": args.max_grad_norm, "source": CLIPPING_SOURCE}}
     schedule = dict(record.get("schedule") or {})
-    non_embedding = count_parameters(model, exclude_embeddings=True)
-    steps = int(state.global_step)
-    max_steps = int(state.max_steps) if state.max_steps else None
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    precision = precision_name(args)
-    return {
-        "optimizer": record["optimizer"], "optimizer_impl": record["optimizer_impl"],
-        "model_size": model_size_name(model), "num_params": count_parameters(model),
-        "num_params_non_embedding": non_embedding,
-        "vocab_size": getattr(getattr(model, "config", None), "vocab_size", None),
-        "embedding_rows": getattr(embeddings, "num_embeddings", None), "block_size": _block_size(tokens_per_step, args),
-        "micro_batch_size": args.per_device_train_batch_size,
-        "gradient_accumulation_steps": args.gradient_accumulation_steps, "world_size": int(args.world_size),
-        "tokens_per_step": tokens_per_step, "seed": args.seed,
-        "learning_rate": hp.get("learning_rate", {}).get("value"), "weight_decay": hp.get("weight_decay", {}).get("value"),
-        "max_grad_norm": args.max_grad_norm, "hyperparameters": hp, "param_groups": record["param_groups"],
-        "hyperparameter_sources": {k: v["source"] for k, v in hp.items() if k in ("learning_rate", "weight_decay",
-                                                                               "max_grad_norm")},
-        "schedule": schedule.get("name"), "schedule_resolved": schedule,
-        "schedule_kwargs": {k: v for k, v in schedule.items() if k not in ("name", "class", "shape", "lr_lambda")},
-        "precision": precision, "max_steps": max_steps,
-        "tokens_per_param": max_steps * tokens_per_step / max(non_embedding, 1) if max_steps and tokens_per_step
-        else None,
-        "plan_hash": None, "resumed_from": {"step": resumed_step} if resumed_step else None, "data": data,
-        "env": environment(), "git": git_state(), "recipe": None,
-        "launch": {**launch_record(int(args.world_size), precision), "via": "transformers.Trainer (Python API)"},
-        "error": None, "steps": steps, "tokens_seen": steps * tokens_per_step if tokens_per_step else None,
-        "final_train_loss": last_log(state.log_history, "loss"),
-        "final_eval_loss": last_log(state.log_history, "eval_loss"),
-        "train_runtime_s": last_log(state.log_history, "train_runtime"),
-    }
+    facts = RunFacts(
+        record={**record, "hyperparameters": hp}, model=model, model_size=model_size_name(model),
+        vocab_size=getattr(getattr(model, "config", None), "vocab_size", None),
+        block_size=_block_size(tokens_per_step, args), micro_batch_size=args.per_device_train_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps, world_size=int(args.world_size),
+        tokens_per_step=tokens_per_step, seed=args.seed,
+        schedule_kwargs={k: v for k, v in schedule.items() if k not in ("name", "class", "shape", "lr_lambda")},
+        precision=precision_name(args), max_steps=int(state.max_steps) if state.max_steps else None, plan_hash=None,
+        resumed_from={"step": resumed_step} if resumed_step else None, data=data, git=git_state(), recipe=None)
+    out = settings_summary(facts)
+    out["launch"]["via"] = "transformers.Trainer (Python API)"
+    return {**out, **trained_summary(state, tokens_per_step),
+            "train_runtime_s": last_log(state.log_history, "train_runtime")}

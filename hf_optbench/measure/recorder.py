@@ -84,7 +84,7 @@ from hf_optbench.measure.probe_stability import StabilityProbe
 from hf_optbench.measure.probe_timing import TimingProbe
 from hf_optbench.measure.runlog import RunLog
 from hf_optbench.measure.step_values import StepValues
-from hf_optbench.rundir import METRICS_FILE, SUMMARY_FILE, read_summary, write_json_atomic
+from hf_optbench.rundir import METRICS_FILE, SUMMARY_FILE, read_summary, run_status, write_json_atomic
 
 if TYPE_CHECKING:
     from transformers import Trainer, TrainerControl, TrainerState
@@ -491,7 +491,7 @@ class OptBenchRecorder(TrainerCallback):
                 summary.update(trainer_summary(args, state, model, self._held, tokens_per_step=self.tokens_per_step,
                                                data=self._data, resumed_step=self._resumed_step))
             summary.update(self.summary())
-            summary["status"] = self.status  # completed or diverged: a Trainer that raised never gets here
+            summary["status"] = run_status(self.status)  # a Trainer that raised never gets here
             write_json_atomic(self.output_dir / SUMMARY_FILE, summary)
 
     def summary(self) -> dict[str, Any]:

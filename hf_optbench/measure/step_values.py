@@ -3,7 +3,7 @@ loss log, then read back in one transfer: per-step metrics.jsonl rows without a 
 
 Why: the Trainer logs (and reads its loss and gradient norm back to the host, each ``.item()`` a wait for the GPU)
 only every ``logging_steps``; with ``logging_steps=1`` the GPU idles while the host does every step's logging and
-callbacks (issue 42). Here the values are taken as the Trainer computes them, with no wait:
+callbacks. Here the values are taken as the Trainer computes them, with no wait:
 
 * the loss: what ``Trainer.training_step`` returns for each micro-batch (the tensor the Trainer adds to its running
   sum), summed per optimizer step the way the Trainer sums between two logs (from a zero, in order), and averaged

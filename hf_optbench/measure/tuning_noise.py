@@ -1,4 +1,4 @@
-"""Tuning noise beside the comparison's intervals (issue 40): the rule that widens an interval by the shift a second
+"""Tuning noise beside the comparison's intervals: the rule that widens an interval by the shift a second
 tuning draw produced, and the verdict taken again at the widened interval.
 
 What the intervals cover: a cell's interval is over its compared seeds, so it holds the seed-to-seed noise of
@@ -18,8 +18,8 @@ difference in nats; ``measure.verdict``). The rule, per point (a size, or a data
 * the trend: shifts ``delta_i`` at points ``x_i`` (log10 of parameters, or of tokens per parameter) move the
   least-squares slope by ``sum (x_i - mean x) delta_i / Sxx``; its largest value over the shifts' signs,
   ``sum |x_i - mean x| |delta_i| / Sxx``, is the slope's shift, widened by under the same third rule.
-* the verdict word is taken again from the widened points and trend (``measure.verdict.classify``). Holm's levels
-  stay as they were: the widening moves intervals, not the order of the cells' p-values.
+* the verdict word is taken again from the widened points and trend (``measure.verdict_words.classify``). Holm's
+  levels stay as they were: the widening moves intervals, not the order of the cells' p-values.
 
 Which shift a point gets (its own cell's, or one borrowed from a drawn cell of the same size) is the caller's
 choice (``report.draw_shift`` says it in the table).
@@ -32,7 +32,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hf_optbench.measure.verdict import NOT_MEASURABLE, SizeComparison, Verdict, classify, stance
+from hf_optbench.measure.verdict import NOT_MEASURABLE, SizeComparison, Verdict, stance
+from hf_optbench.measure.verdict_words import classify, trend_direction
 
 # A shift up to this share of the interval's half-width leaves the interval as it is (the module doc says why).
 NEGLIGIBLE_SHARE = 1.0 / 3.0
@@ -86,13 +87,6 @@ def slope_shift(xs: Sequence[float], shifts: Sequence[float]) -> float:
     return 0.0 if sxx == 0 else sum(abs(x - mean) * abs(d) for x, d in zip(xs, shifts, strict=True)) / sxx
 
 
-def _direction(ci: tuple[float, float], threshold: float) -> str:
-    """The trend's direction from its interval and threshold, as ``measure.verdict`` reads it."""
-    low, high = ci
-    beyond = {high < -threshold: "favourable", low > threshold: "unfavourable"}
-    return beyond.get(True) or ("flat" if -threshold <= low and high <= threshold else "unresolved")
-
-
 def widen_verdict(v: Verdict, shifts: Mapping[str, float | None]) -> tuple[Verdict, list[PointShift]]:
     """``v`` with each point widened by its shift (``shifts``: {point label: shift on the gap scale, None where
     unknown}), the trend widened by the slope's shift, and the word taken again; the per-point records."""
@@ -117,6 +111,6 @@ def widen_verdict(v: Verdict, shifts: Mapping[str, float | None]) -> tuple[Verdi
         notes.append(f"interval widened by the tuning draw's shift at {', '.join(widened)}")
     word = v.verdict
     if len(points) >= 2 and v.verdict not in UNCLASSIFIED:
-        direction = _direction(ci, v.threshold) if ci is not None and v.threshold is not None else "unresolved"
+        direction = trend_direction(ci, v.threshold)
         word = classify(points, direction, all(p.stance == "level" for p in points))
     return dataclasses.replace(v, points=points, slope_ci=ci, verdict=word, notes=notes), records

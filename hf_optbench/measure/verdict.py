@@ -3,26 +3,19 @@ with the data per parameter?
 
 The question behind the benchmark: if growing the model shrinks an optimizer's saving in memory, convergence
 speed or stability, the optimizer should not be used for large-scale pretraining. This module turns per-run
-numbers into that answer with paired statistics, so the answer can be tested on simulated data
-(benchmarks/verdict_rates.py and tests/measure/test_verdict_rates.py measure the false-verdict rate of the whole
-table on data with no true difference).
+records into that answer, a table of verdicts (one per optimizer and metric), so the answer can be tested on
+simulated data (benchmarks/verdict_rates.py and tests/measure/test_verdict_rates.py measure the false-verdict rate
+of the whole table on data with no true difference). It holds the metrics compared and their margins, the types a
+reader sees (:class:`SizeComparison`, one point's comparison; :class:`Verdict`, one cell's) with their texts, and
+the table; the paired statistics are :mod:`hf_optbench.measure.verdict_stats` (per seed, per size, the trend,
+Holm's levels) and the words and their rules :mod:`hf_optbench.measure.verdict_words`.
 
-The rule (every metric is "lower is better": bytes, tokens, seconds, loss, spikes, divergences)
------------------------------------------------------------------------------------------------
-Runs with the same seed share the model's initial weights and the data order (tests/test_run.py checks it), so
-an optimizer O is compared with the baseline B (AdamW) **per seed**: at each size s and seed i the paired
-difference is ``d_si = log m_O - log m_B`` for ratio metrics (``exp(d)`` is the ratio; below 1 is better) and
-``d_si = m_O - m_B`` for difference metrics (spikes per 1k steps, divergence), whose values can be 0.
-
-* **At one size**: the mean of the n paired differences, with a Student-t confidence interval (n - 1 degrees of
-  freedom; :mod:`hf_optbench.measure.intervals`). The optimizer is **ahead** when the whole interval lies below
-  ``-margin``, **behind** when it lies above ``+margin``, **level** when it lies inside ``[-margin, +margin]`` (an
-  equivalence test: a 0.1 % gap measured with no noise is level, not a difference), and **no difference**
-  otherwise. A size where some pairs are *bounds* (a speedup beyond the ladder, a run that never reached the target)
-  gets no mean and no t interval of bounds: the censored-normal likelihood gives its estimate and interval
-  (:func:`hf_optbench.measure.intervals.censored_fit`), and the cell says how many pairs were bounds. Each cell
-  states its **minimal detectable effect** (MDE): the smallest true gap it would call ahead or behind with 80 %
-  power at the level it was tested at, computed exactly from the noncentral t distribution.
+* **At one size** the optimizer is **ahead** when the whole interval of its paired difference with the baseline
+  lies below ``-margin``, **behind** when it lies above ``+margin``, **level** when it lies inside
+  ``[-margin, +margin]`` (an equivalence test: a 0.1 % gap measured with no noise is level, not a difference), and
+  **no difference** otherwise; a size where some pairs are bounds says how many. Each cell states its **minimal
+  detectable effect** (MDE): the smallest true gap it would call ahead or behind with 80 % power at the level it
+  was tested at, computed exactly from the noncentral t distribution.
 * **The margins**, each the smallest difference worth a word on its own scale:
   - final eval loss: a difference in nats, margin :data:`LOSS_MARGIN_NATS` = 0.01. Losses are compared on the
     language-model scale: a *ratio* margin of 2 % would be ~0.05 nats at a loss of 2.5, larger than the whole
@@ -33,23 +26,17 @@ difference is ``d_si = log m_O - log m_B`` for ratio metrics (``exp(d)`` is the 
     and 3 % keeps a tenth of it resolvable; higher is better, the baseline's own speedup is 1 by definition;
   - memory, tokens and seconds to target: ratios, margin 2 %;
   - differences with their own floor: 1 spike / 1k steps; 0.2 of the seeds diverging.
-* **The trend**: for each seed, the least-squares slope of its paired differences on log10(parameters); the mean
-  of those per-seed slopes, with its own t interval, is the trend per decade (seeds with a bound at some size are
-  left out: a slope through a bound is no slope). Taking one slope per seed keeps the pairing and needs no
-  assumption that the noise is equal across sizes. The trend is **significant** when its interval lies wholly
-  beyond ``threshold = margin / decades spanned`` on one side (a change of at least the margin across the sizes
-  run), and **shown flat** when it lies wholly inside ``[-threshold, +threshold]``.
-* **Error control over the whole table.** One cell (an optimizer x a metric) makes a difference claim when the
-  largest size's test or the trend's test rejects; its p-value is ``2 min(p_largest, p_trend)`` (Bonferroni over
-  its two tests). Across the table's cells Holm's step-down procedure (Holm 1979) holds the chance of *any* false
-  difference claim in the table at :data:`ALPHA` (5 %): the cells are tested in order of their p-values, the k-th
-  at ``ALPHA / (m - k + 1)``, and each cell's verdict is computed at the level it was tested at (both of its tests at
-  half of it). Wall-clock cells that cannot be measured on this machine are left out of the family.
+* **The trend** is **significant** when its interval lies wholly beyond ``threshold = margin / decades spanned`` on
+  one side (a change of at least the margin across the sizes run), and **shown flat** when it lies wholly inside
+  ``[-threshold, +threshold]``.
+* **Error control over the whole table**: Holm's procedure over the table's cells holds the chance of *any* false
+  difference claim in the table at :data:`ALPHA` (5 %). Wall-clock cells that cannot be measured on this machine
+  are left out of the family.
 
 The verdicts (one per optimizer and metric) and what each means: :data:`VERDICT_MEANINGS`.
 
-Two axes (issue 31)
--------------------
+Two axes
+--------
 A sweep over several data budgets (tokens per non-embedding parameter) has a second axis with the same question:
 does the advantage hold, grow or shrink as each parameter sees more data (Marin, arXiv:2509.02046: Muon's speedup
 shrinks with data)? The rule is the same, with log10(tokens per parameter) in place of log10(parameters): at each
@@ -66,159 +53,45 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from hf_optbench.measure.intervals import (
-    Censor,
-    censored_fit,
-    minimal_detectable_effect,
-    t_interval,
-    t_p_values,
-)
+from hf_optbench.measure.intervals import Censor, minimal_detectable_effect
 from hf_optbench.measure.primary import PRIMARY, SECONDARY, ReportSpec, trend_mde
+from hf_optbench.measure.verdict_stats import Cell, Estimate, Pairs, build_cell, estimate, holm_levels
+from hf_optbench.measure.verdict_words import (
+    TREND_PHRASES,
+    TREND_WORDS,
+    VERDICTS,
+    classify,
+    trend_direction,
+    word_meaning,
+)
 from hf_optbench.rundir import BASELINE
 
 # How every printed trend is oriented (:attr:`Verdict.advantage_trend`).
 ADVANTAGE_SIGN = "+: advantage grows"
 
-# Words that name a trend: on the data axis they read "shrinks with data" (:attr:`Verdict.word`).
-TREND_WORDS = ("grows", "gaining", "shrinks", "deficit vanishes")
 # The questions a data budget can move (the data axis's metrics); a model's memory is the same at every budget.
 DATA_QUESTIONS = ("convergence", "stability")
 SIZE_AXIS, DATA_AXIS = "size", "data"
-VERDICTS = ("grows", "holds", "ahead, trend unresolved", "gaining", "shrinks", "deficit vanishes", "behind", "level",
-            "no difference", "not measurable here", "insufficient data")
-STANCES = ("ahead", "behind", "level", "no difference")
-# The trend's four outcomes (:func:`trend_direction`), and how a meaning says each: the rule calls a trend only when
-# its whole interval lies beyond the trend's margin (a change of more than the metric's margin across the points
-# run), so an interval that excludes 0 but reaches inside that margin is "neither" (issue 40).
-TRENDS = ("favourable", "unfavourable", "flat", "unresolved")
-TREND_PHRASES = {
-    "favourable": "a favourable trend beyond the margin",
-    "unfavourable": "an unfavourable trend beyond the margin",
-    "flat": "the trend inside the margin",
-    "unresolved": "the trend neither beyond nor inside the margin",
-}
-NO_TREND_BEYOND = "no trend beyond the margin either way"  # the phrase of {"flat", "unresolved"}
 TREND_RULE = ("A trend is beyond the margin when its whole interval lies beyond ± the trend threshold (the metric's "
               "margin over the decades spanned: a change of more than the margin across the {points} run), inside the "
               "margin when its whole interval lies within ± the threshold, and neither otherwise: an interval that "
               "excludes 0 but reaches inside the threshold is neither, and so is a trend from fewer than two seeds.")
 
 
-@dataclass(frozen=True)
-class Rule:
-    """One case of the rule, as its meaning states it: the trend outcomes and the stances at the smallest and the
-    largest point it is given for (``every_level``: True where every point must be level, False where not every
-    point may be, None either way). A word is given exactly for the union of its rules' cases: :func:`classify`
-    applies the rule, these state it, and tests/measure/test_verdict_words.py checks over every constructed case
-    that the two give the same word."""
-
-    word: str
-    trends: tuple[str, ...]
-    largest: tuple[str, ...] = STANCES
-    smallest: tuple[str, ...] = STANCES
-    every_level: bool | None = None
-
-    def covers(self, trend: str, smallest: str, largest: str, every_level: bool) -> bool:
-        return (trend in self.trends and largest in self.largest and smallest in self.smallest
-                and self.every_level in (None, every_level))
-
-
-_NEITHER_FAR = ("level", "no difference")
-RULES = (
-    Rule("grows", ("favourable",), ("ahead",)),
-    Rule("deficit vanishes", ("favourable",), _NEITHER_FAR, ("behind",)),
-    Rule("gaining", ("favourable",), ("behind",)),
-    Rule("gaining", ("favourable",), _NEITHER_FAR, ("ahead", *_NEITHER_FAR)),
-    Rule("shrinks", ("unfavourable",)),
-    Rule("holds", ("flat",), ("ahead",)),
-    Rule("ahead, trend unresolved", ("unresolved",), ("ahead",)),
-    Rule("behind", ("flat", "unresolved"), ("behind",)),
-    Rule("level", ("flat", "unresolved"), ("level",), ("level",), True),
-    Rule("no difference", ("flat", "unresolved"), _NEITHER_FAR, STANCES, False),
-)
-# What each word tells a reader, after its rule ({grow}: "as models grow" or "as each parameter sees more data").
-_GLOSSES = {
-    "grows": "the advantage grows {grow}",
-    "deficit vanishes": "the deficit closes {grow}",
-    "gaining": "the optimizer gains on the baseline {grow}, not (yet) ahead at the {largest}",
-    "shrinks": "the advantage decreases (or the deficit deepens) {grow}, whatever the stances",
-    "holds": "the advantage is shown to stay within the margin across the {points} run",
-    "ahead, trend unresolved": "the data cannot say whether the advantage holds {grow}",
-    "behind": "worse than the baseline (a favourable trend beyond the margin would make it \"gaining\", an "
-              "unfavourable one \"shrinks\")",
-    "level": "equivalent to the baseline within the margin",
-    "no difference": "the data show no difference (the MDE says how large a true one could be and stay unseen)",
-}
-# The cases outside :func:`classify` (:func:`_judge`, :func:`verdict_table`), stated as the code applies them.
-STATELESS_HOLDS = ("with no ratio to compare, the optimizer measures 0 where the baseline measures more at two or more "
-                   "{points} (a 100 % saving, e.g. a stateless optimizer's state)")
-_OUTSIDE = {
-    "not measurable here": "a wall-clock figure that this machine's load or the sharing of it with other runs makes "
-                           "uninterpretable (the reason is given); no word is drawn from it",
-    "insufficient data": "fewer than two {points} with two or more seeds paired with the baseline",
-}
-_AXIS_NOUNS = {"size": {"point": "size", "points": "sizes", "grow": "as models grow"},
-               "data": {"point": "data ratio", "points": "data ratios", "grow": "as each parameter sees more data"}}
-
-
-def _stances_text(stances: tuple[str, ...], where: str) -> str:
-    """"ahead at the largest size", "level or no difference at ...", "not behind at ..." (three of the four)."""
-    if len(stances) == len(STANCES) - 1:
-        return f"not {next(s for s in STANCES if s not in stances)} at {where}"
-    return f"{' or '.join(stances)} at {where}"
-
-
-def rule_text(rule: Rule, axis: str = "size") -> str:
-    """The case a :class:`Rule` covers, in words: "ahead at the largest size, and a favourable trend beyond the
-    margin"."""
-    nouns = _AXIS_NOUNS[axis]
-    parts = []
-    if rule.largest != STANCES:
-        parts.append(_stances_text(rule.largest, f"the largest {nouns['point']}"))
-    if rule.smallest != STANCES and rule.every_level is not True:
-        parts.append(_stances_text(rule.smallest, f"the smallest {nouns['point']}"))
-    if rule.every_level is not None:
-        if rule.every_level:
-            parts = [f"level at every {nouns['point']}"]
-        else:
-            parts.append(f"not level at every {nouns['point']}")
-    if set(rule.trends) == {"flat", "unresolved"}:
-        parts.append(NO_TREND_BEYOND)
-    elif set(rule.trends) != set(TRENDS):
-        parts.append(" or ".join(TREND_PHRASES[t] for t in rule.trends))
-    trend = parts.pop() if rule.trends != TRENDS else ""
-    return ", ".join(parts) + (", with " if parts and trend else "") + trend
-
-
-def word_rule(word: str, axis: str = "size") -> str:
-    """The whole rule of ``word`` in words: its cases joined by "or" (``classify``'s and the two outside it)."""
-    nouns = _AXIS_NOUNS[axis]
-    cases = [rule_text(r, axis) for r in RULES if r.word == word]
-    if word == "holds":
-        cases.append(STATELESS_HOLDS.format(**nouns))
-    if word in _OUTSIDE:
-        cases.append(_OUTSIDE[word].format(**nouns))
-    return "; or ".join(cases)
+def axis_word(word: str, axis: str) -> str:
+    """A word as the table writes it along ``axis``: a trend word on the data axis says so ("shrinks with data")."""
+    return f"{word} with data" if axis == DATA_AXIS and word in TREND_WORDS else word
 
 
 def meanings(axis: str = SIZE_AXIS) -> dict[str, str]:
-    """Every word's meaning along ``axis`` ("size" or "data"): its rule as the code applies it (:func:`word_rule`),
-    then what it tells a reader; on the data axis every point is a data ratio and each trend word carries "with
-    data"."""
-    nouns = {**_AXIS_NOUNS[axis], "largest": f"largest {_AXIS_NOUNS[axis]['point']}"}
-    out = {}
-    for word in VERDICTS:
-        gloss = _GLOSSES.get(word)
-        rule = word_rule(word, axis)
-        text = rule[0].upper() + rule[1:] + "." + (f" {gloss[0].upper()}{gloss[1:]}.".format(**nouns) if gloss else "")
-        out[f"{word} with data" if axis == DATA_AXIS and word in TREND_WORDS else word] = text
-    return out
+    """Every word's meaning along ``axis`` ("size" or "data"), keyed by the word as the table writes it
+    (:func:`hf_optbench.measure.verdict_words.word_meaning`)."""
+    return {axis_word(word, axis): word_meaning(word, axis) for word in VERDICTS}
 
 
 VERDICT_MEANINGS = meanings(SIZE_AXIS)
@@ -446,7 +319,7 @@ class Verdict:
     @property
     def word(self) -> str:
         """The verdict as the table writes it: a trend along the data axis says so ("shrinks with data")."""
-        return f"{self.verdict} with data" if self.axis == DATA_AXIS and self.verdict in TREND_WORDS else self.verdict
+        return axis_word(self.verdict, self.axis)
 
     @property
     def interval_level(self) -> float:
@@ -461,7 +334,7 @@ class Verdict:
 
     def p_text(self) -> str:
         """"cell p 6.9e-06 = 2 × min(p at 2 tok/param 3.4e-06, trend p 0.41), tested at 0.0033 (Holm over 15 cells)":
-        what the cell's p is the p of (:meth:`_Cell.p_value`), and the level it was tested at."""
+        what the cell's p is the p of (:meth:`hf_optbench.measure.verdict_stats.Cell.p_value`), and the level it was tested at."""
         if self.p_value is None or not self.judged_points:
             return ""
         last = self.judged_points[-1]
@@ -509,235 +382,18 @@ def stance(low: float, high: float, margin: float) -> str:
     return "no difference"
 
 
-def _fit_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Least-squares slope of ys on xs (two sums: no numpy needed)."""
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    return 0.0 if sxx == 0 else sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-
-
-def _difference(o: float, b: float, spec: MetricSpec) -> float:
-    """The paired difference, oriented so that negative is always better for the optimizer."""
-    d = math.log(o) - math.log(b) if spec.mode == "ratio" else o - b
-    return -d if spec.higher_is_better else d
-
-
-def _flag(o: Observation, b: Observation, spec: MetricSpec) -> Censor | Literal["both"]:
-    """Which way a pair's oriented difference is a bound: the optimizer's value at least its record raises the gap
-    ("lower": the true gap is at least it), the baseline's lowers it; both ways cancel out ("both": no
-    information); higher-is-better metrics flip."""
-    sides = set()
-    for ob, sign in ((o, 1), (b, -1)):
-        if ob.direction is not None:
-            up = (ob.direction == "above") == (sign == 1)
-            sides.add("lower" if up != spec.higher_is_better else "upper")
-    if not sides:
-        return None
-    return sides.pop() if len(sides) == 1 else "both"
-
-
-@dataclass
-class _Pairs:
-    """Paired values of one size: seed -> (optimizer value, baseline value, censoring of the difference)."""
-
-    num_params: float
-    by_seed: dict[int, tuple[float, float, Censor]] = field(default_factory=dict)
-
-
-def _usable(values: Mapping[tuple[str, int, str], Observation], size: str, seed: int, optimizer: str, baseline: str,
-            spec: MetricSpec, notes: list[str]) -> tuple[float, float, Censor] | None:
-    o, b = values.get((size, seed, optimizer)), values.get((size, seed, baseline))
-    if o is None or b is None or o.value is None or b.value is None:
-        return None
-    if spec.mode == "ratio" and (o.value <= 0 or b.value <= 0):
-        stateless = o.value == 0 and b.value > 0
-        notes.append(f"{size} seed {seed}: " + (f"ratio 0 ({optimizer} measures 0)" if stateless
-                                                else "non-positive value, no ratio"))
-        return None
-    flag = _flag(o, b, spec)
-    if flag == "both":
-        notes.append(f"{size} seed {seed}: both runs are bounds, the pair carries no information")
-        return None
-    return o.value, b.value, flag
-
-
-def _collect(observations: Iterable[Observation], optimizer: str, baseline: str, spec: MetricSpec,
-             notes: list[str]) -> dict[str, _Pairs]:
-    """Pair the optimizer's and the baseline's values by (size, seed); non-usable values become notes."""
-    values: dict[tuple[str, int, str], Observation] = {}
-    params: dict[str, float] = {}
-    for ob in observations:
-        if ob.optimizer == optimizer or (ob.optimizer == baseline and spec.baseline_value is None):
-            params.setdefault(ob.model_size, float(ob.num_params))
-            if ob.value is not None and not math.isnan(ob.value):
-                values[(ob.model_size, ob.seed, ob.optimizer)] = ob
-                if spec.baseline_value is not None:  # a metric relative to the baseline: its value is a constant
-                    values[(ob.model_size, ob.seed, baseline)] = Observation(
-                        baseline, ob.model_size, ob.num_params, ob.seed, spec.baseline_value)
-    out: dict[str, _Pairs] = {}
-    for size in sorted(params, key=params.__getitem__):
-        pairs = _Pairs(params[size])
-        for seed in sorted({k[1] for k in values if k[0] == size}):
-            pair = _usable(values, size, seed, optimizer, baseline, spec, notes)
-            if pair is not None:
-                pairs.by_seed[seed] = pair
-        if len(pairs.by_seed) < 2:
-            notes.append(f"{size}: {len(pairs.by_seed)} paired seed(s), needs 2")
-            continue
-        out[size] = pairs
-    return out
-
-
-def _pooled(sizes: Mapping[str, _Pairs], spec: MetricSpec) -> tuple[float | None, int]:
-    """(pooled sd, degrees of freedom) of the paired differences of the sizes measured without bounds: the spread
-    a size made only of bounds is judged by."""
-    ss, df = 0.0, 0
-    for p in sizes.values():
-        if any(f is not None for _, _, f in p.by_seed.values()):
-            continue
-        diffs = [_difference(o, b, spec) for o, b, _ in p.by_seed.values()]
-        m = statistics.fmean(diffs)
-        ss += sum((d - m) ** 2 for d in diffs)
-        df += len(diffs) - 1
-    return (math.sqrt(ss / df), df) if df > 0 and ss > 0 else (None, 0)
-
-
-def _compare(size: str, pairs: _Pairs, spec: MetricSpec, alpha: float,
+def _compare(size: str, pairs: Pairs, spec: MetricSpec, alpha: float,
              pooled: tuple[float | None, int] = (None, 0)) -> SizeComparison:
-    """One size's comparison at level ``alpha``: the t interval of measured pairs, the censored-normal fit where
-    some pairs are bounds."""
-    diffs = [_difference(o, b, spec) for o, b, _ in pairs.by_seed.values()]
-    flags = [f for _, _, f in pairs.by_seed.values()]
-    n, bounded = len(diffs), None
-    if any(f is not None for f in flags):
-        fit = censored_fit(diffs, flags, *pooled)
-        gap, sd = fit.estimate, fit.sd
-        low, high = fit.interval(alpha)
-        p_ahead, p_behind = fit.p_values(spec.margin)
-        if not math.isfinite(gap):  # every pair a bound on one side: the weakest bound is what every seed shows
-            bounded = flags[0]
-            gap = max(diffs) if bounded == "upper" else min(diffs)
-    else:
-        gap, sd, low, high = t_interval(diffs, alpha)
-        p_ahead, p_behind = t_p_values(gap, sd, n, spec.margin)
+    """One size's comparison at level ``alpha`` (:func:`hf_optbench.measure.verdict_stats.estimate`), with its
+    stance."""
+    e: Estimate = estimate(pairs, spec, alpha, pooled)
     return SizeComparison(
-        size, pairs.num_params, gap, sd, low, high, stance(low, high, spec.margin), n,
-        statistics.fmean(o for o, _, _ in pairs.by_seed.values()),
-        statistics.fmean(b for _, b, _ in pairs.by_seed.values()),
-        sum(f is not None for f in flags), alpha, spec.margin, spec.higher_is_better, bounded, p_ahead, p_behind)
+        size, pairs.num_params, e.gap, e.spread, e.low, e.high, stance(e.low, e.high, spec.margin), e.n_pairs,
+        e.mean_optimizer, e.mean_baseline, e.censored_pairs, alpha, spec.margin, spec.higher_is_better, e.bounded,
+        e.p_ahead, e.p_behind)
 
 
-@dataclass(frozen=True)
-class _Trend:
-    slope: float
-    sd: float
-    seeds: int
-    span: float
-
-
-def _trend(sizes: dict[str, _Pairs], spec: MetricSpec, notes: list[str]) -> _Trend | None:
-    """The mean per-seed slope per decade, its spread, the seeds used and the decades spanned; None with < 2 seeds
-    observed at two or more sizes. Seeds with a bound at some size are left out (a slope through a bound is no
-    slope), and said."""
-    seeds = sorted({s for p in sizes.values() for s in p.by_seed})
-    slopes, span, dropped = [], 0.0, 0
-    for seed in seeds:
-        if any(p.by_seed[seed][2] is not None for p in sizes.values() if seed in p.by_seed):
-            dropped += 1
-            continue
-        xs = [math.log10(p.num_params) for p in sizes.values() if seed in p.by_seed]
-        ys = [_difference(*p.by_seed[seed][:2], spec) for p in sizes.values() if seed in p.by_seed]
-        if len(xs) >= 2 and max(xs) > min(xs):
-            slopes.append(_fit_slope(xs, ys))
-            span = max(span, max(xs) - min(xs))
-    if dropped:
-        notes.append(f"trend from {len(slopes)} seed(s): {dropped} seed(s) with a bound at some size left out")
-    if len(slopes) < 2:
-        return None
-    return _Trend(statistics.fmean(slopes), statistics.stdev(slopes), len(slopes), span)
-
-
-def trend_direction(ci: tuple[float, float] | None, threshold: float | None) -> str:
-    """Where the trend's interval lies against ``±threshold`` (the metric's margin over the decades spanned):
-    "favourable" (wholly below ``-threshold``: beyond the margin, the advantage grows), "unfavourable" (wholly above
-    ``+threshold``), "flat" (wholly inside), "unresolved" (none of these, or no trend to judge: see
-    :data:`TREND_PHRASES`)."""
-    if ci is None or threshold is None:
-        return "unresolved"
-    if ci[1] < -threshold:
-        return "favourable"
-    if ci[0] > threshold:
-        return "unfavourable"
-    if -threshold <= ci[0] and ci[1] <= threshold:
-        return "flat"
-    return "unresolved"
-
-
-def classify(points: Sequence[SizeComparison], trend: str, all_level: bool) -> str:
-    """The verdict from the smallest and largest sizes' stances and the trend (one of :data:`TRENDS`, from
-    :func:`trend_direction`); :data:`RULES` states the same rule case by case, and the meanings are written from it."""
-    first, last = points[0].stance, points[-1].stance
-    if trend == "favourable":
-        if last == "ahead":
-            return "grows"
-        if first == "behind" and last in ("level", "no difference"):
-            return "deficit vanishes"
-        return "gaining"
-    if trend == "unfavourable":
-        return "shrinks"
-    if last == "ahead":
-        return "holds" if trend == "flat" else "ahead, trend unresolved"
-    if last == "behind":
-        return "behind"
-    if all_level:
-        return "level"
-    return "no difference"
-
-
-@dataclass
-class _Cell:
-    """One cell's data, ready to be judged at any level: its sizes' pairs, the pooled spread and the trend."""
-
-    optimizer: str
-    spec: MetricSpec
-    sizes: dict[str, _Pairs]
-    notes: list[str]
-    trend: _Trend | None
-    pooled: tuple[float | None, int]
-    transient: frozenset[str] = frozenset()  # points shown but left out of the trend and the cell's test
-
-    @property
-    def judged(self) -> dict[str, _Pairs]:
-        """The points the cell's tests use: every point but the transient ones."""
-        return {s: p for s, p in self.sizes.items() if s not in self.transient}
-
-    def p_value(self) -> float | None:
-        """2 min(p of the largest size's difference, p of the trend): None without two sizes to judge."""
-        judged = self.judged
-        if len(judged) < 2:
-            return None
-        last = _compare(*list(judged.items())[-1], self.spec, 1.0, self.pooled)
-        p = last.p_value
-        if self.trend is not None:
-            fav, unfav = t_p_values(self.trend.slope, self.trend.sd, self.trend.seeds,
-                                    self.spec.margin / self.trend.span)
-            p = min(p, min(1.0, 2.0 * min(fav, unfav)))
-        return min(1.0, 2.0 * p)
-
-
-def _cell(observations: Iterable[Observation], optimizer: str, spec: MetricSpec, baseline: str,
-          transient: frozenset[str] = frozenset()) -> _Cell:
-    notes: list[str] = []
-    sizes = _collect(list(observations), optimizer, baseline, spec, notes)
-    left_out = frozenset(s for s in sizes if s in transient)
-    judged = {s: p for s, p in sizes.items() if s not in left_out}
-    if left_out:
-        notes.append(f"transient (left out of the trend and the cell's test): {', '.join(s for s in sizes if s in left_out)}")
-    trend = _trend(judged, spec, notes) if len(judged) >= 2 else None
-    return _Cell(optimizer, spec, sizes, notes, trend, _pooled(judged, spec), left_out)
-
-
-def _judge(cell: _Cell, alpha: float) -> Verdict:
+def _judge(cell: Cell[MetricSpec], alpha: float) -> Verdict:
     """The cell's verdict with both its tests at ``alpha / 2``."""
     spec, sizes, notes = cell.spec, cell.judged, list(cell.notes)
     shown = [dataclasses.replace(_compare(s, p, spec, alpha / 2, cell.pooled), transient=s in cell.transient)
@@ -754,12 +410,9 @@ def _judge(cell: _Cell, alpha: float) -> Verdict:
     slope, ci, change, threshold, trend_p, spread = None, None, None, None, (1.0, 1.0), None
     if cell.trend is not None:
         tr = cell.trend
-        slope, threshold, change = tr.slope, spec.margin / tr.span, tr.slope * tr.span
-        from scipy.stats import t as student_t
-
-        width = float(student_t.ppf(1 - alpha / 4, tr.seeds - 1)) * tr.sd / math.sqrt(tr.seeds)  # at alpha / 2
-        ci = (slope - width, slope + width)
-        trend_p = t_p_values(slope, tr.sd, tr.seeds, threshold)
+        slope, threshold, change = tr.slope, tr.threshold(spec.margin), tr.slope * tr.span
+        ci = tr.interval(alpha)  # at alpha / 2
+        trend_p = tr.p_values(spec.margin)
         spread = (tr.sd, tr.seeds)
     direction = trend_direction(ci, threshold)
     censored = sum(p.censored_pairs for p in points)
@@ -773,23 +426,7 @@ def _judge(cell: _Cell, alpha: float) -> Verdict:
 def verdict_for(observations: Iterable[Observation], optimizer: str, spec: MetricSpec, *,
                 baseline: str = BASELINE, alpha: float = ALPHA) -> Verdict:
     """The verdict for one optimizer and one metric on its own (a family of one cell, at ``alpha``)."""
-    return _judge(_cell(observations, optimizer, spec, baseline), alpha)
-
-
-def holm_levels(p_values: Sequence[float | None], alpha: float = ALPHA) -> list[float]:
-    """The level each test is judged at under Holm's step-down procedure (Holm 1979): in order of p-value, the
-    k-th (from 0) of m at ``alpha / (m - k)`` while each rejects; from the first that does not, every later one at
-    that level (so none of them rejects). A test without a p-value (None) is not in the family."""
-    order = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
-    m = len(order)
-    levels = [alpha] * len(p_values)
-    stop = None
-    for k, (p, i) in enumerate(order):
-        level = alpha / (m - k)
-        if stop is None and p > level:
-            stop = level
-        levels[i] = level if stop is None else stop
-    return levels
+    return _judge(build_cell(observations, optimizer, spec, baseline), alpha)
 
 
 @dataclass(frozen=True)
@@ -830,7 +467,7 @@ def verdict_table(families: Sequence[Family], *, baseline: str = BASELINE, alpha
     table, both axes: the module doc), or, given a ``report`` spec, over its primary cells (``report.primary``: each
     a metric along an axis) and, separately, over the rest (:mod:`hf_optbench.measure.primary`). Each verdict says
     its ``axis``, ``at`` and ``tier``."""
-    cells: list[tuple[_Cell, Family]] = []
+    cells: list[tuple[Cell[MetricSpec], Family]] = []
     out: list[Verdict | None] = []
     for fam in families:
         optimizers = sorted({str(r["optimizer"]) for r in fam.records} - {baseline})
@@ -843,7 +480,7 @@ def verdict_table(families: Sequence[Family], *, baseline: str = BASELINE, alpha
                     out.append(Verdict(name, spec, NOT_MEASURABLE, notes=[fam.unmeasurable[(name, spec.key)]],
                                        axis=fam.axis, at=fam.at))
                     continue
-                cells.append((_cell(obs, name, spec, baseline, fam.transient), fam))
+                cells.append((build_cell(obs, name, spec, baseline, fam.transient), fam))
                 out.append(None)
     tiers = ["" if report is None else PRIMARY if report.is_primary(c.spec.key, fam.axis) else SECONDARY
              for c, fam in cells]

@@ -15,8 +15,8 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hf_optbench.measure.provenance import environment, last_log, launch_record, precision_name
-from hf_optbench.rundir import portable_path
+from hf_optbench.measure.provenance import RunFacts, precision_name, settings_summary, trained_summary
+from hf_optbench.rundir import portable_path, run_status
 
 if TYPE_CHECKING:
     from transformers import TrainerState
@@ -52,57 +52,31 @@ def sharing() -> dict[str, Any]:
 
 def build_summary(plan: RunPlan, prepared: Any, record: dict[str, Any], *, resumption: Resumption | None,
                   git: dict[str, Any]) -> dict[str, Any]:
-    """The settings half of summary.json, rendered from the plan; ``status`` starts as "failed" until training says
+    """The settings half of summary.json, rendered from the plan (:func:`hf_optbench.measure.provenance.
+    settings_summary` writes the keys both paths share); ``status`` starts as "failed" until training says
     otherwise. The optimizer's values are its record (``plan_record``): ``hyperparameters`` ({key: {"value",
     "source"}}) and ``param_groups`` (each group's values and sources: no decay on biases and norms, Muon's matrices
     beside its AdamW groups). ``resumed_from`` names the checkpoint a resume loaded, and whether its identity was
-    verified or forced."""
-    from hf_optbench.models import count_parameters
-
+    verified or forced. The run's own keys: the embedding state's precision, the TrainingArguments keys it was
+    given, the tuning split's loss and how it shared the machine."""
     cfg, args, batch = plan.args, plan.args.training, plan.batch
-    hp = record["hyperparameters"]
-    model = prepared.model
-    non_embedding = count_parameters(model, exclude_embeddings=True)
+    facts = RunFacts(
+        record=record, model=prepared.model, model_size=plan.model.model_size, vocab_size=prepared.bundle.vocab_size,
+        block_size=batch.block_size, micro_batch_size=batch.per_device_train_batch_size,
+        gradient_accumulation_steps=batch.gradient_accumulation_steps, world_size=batch.world_size,
+        tokens_per_step=batch.tokens_per_step, seed=args.seed,
+        schedule_kwargs={"warmup_steps": args.warmup_steps, "min_lr_ratio": cfg.optim.min_lr_ratio,
+                         **cfg.optim.schedule_kwargs_dict()},
+        precision=precision_name(args), max_steps=plan.max_steps, plan_hash=plan.plan_hash,
+        resumed_from=resumption.record() if resumption is not None else None,
+        data={**portable_data_info(prepared.bundle.info),
+              "content_fingerprint": f"{plan.data.kind}:{plan.data.fingerprint}"},
+        git=git, recipe=_recipe(cfg.recipe_path))
     return {
-        "optimizer": plan.optimizer.name,
-        "optimizer_impl": record["optimizer_impl"],  # re-read after training: what actually stepped
-        "model_size": plan.model.model_size,
-        "num_params": count_parameters(model),
-        "num_params_non_embedding": non_embedding,
-        "vocab_size": prepared.bundle.vocab_size,
-        "embedding_rows": model.get_input_embeddings().num_embeddings,
-        "block_size": batch.block_size,
-        "micro_batch_size": batch.per_device_train_batch_size,
-        "gradient_accumulation_steps": batch.gradient_accumulation_steps,
-        "world_size": batch.world_size,
-        "tokens_per_step": batch.tokens_per_step,
-        "seed": args.seed,
-        "learning_rate": hp["learning_rate"]["value"],
-        "weight_decay": hp["weight_decay"]["value"],
-        "max_grad_norm": hp["max_grad_norm"]["value"],
-        "hyperparameters": hp,
-        "param_groups": record["param_groups"],
-        "hyperparameter_sources": {k: hp[k]["source"] for k in ("learning_rate", "weight_decay", "max_grad_norm")},
-        "schedule": plan.schedule["name"],
-        "schedule_resolved": record["schedule"],
-        "schedule_kwargs": {"warmup_steps": args.warmup_steps, "min_lr_ratio": cfg.optim.min_lr_ratio,
-                            **cfg.optim.schedule_kwargs_dict()},
+        **settings_summary(facts),
         "embedding_state_32bit": plan.optimizer.embedding_state_32bit,
-        "precision": precision_name(args),
-        "max_steps": plan.max_steps,
-        # the data budget per non-embedding parameter (Chinchilla's and Marin's unit: 20 = "1x Chinchilla")
-        "tokens_per_param": plan.max_steps * batch.tokens_per_step / max(non_embedding, 1),
-        "plan_hash": plan.plan_hash,
-        "resumed_from": resumption.record() if resumption is not None else None,
-        "data": {**portable_data_info(prepared.bundle.info),
-                 "content_fingerprint": f"{plan.data.kind}:{plan.data.fingerprint}"},
-        "env": environment(),
-        "git": git,
-        "recipe": _recipe(cfg.recipe_path),
         "trainer_keys": cfg.trainer_keys.record(),  # TrainingArguments' own keys and what they became
-        "launch": launch_record(batch.world_size, precision_name(args)),  # the rerun line: run.output.rerun_line
-        "status": "failed",
-        "error": None,
+        "status": run_status(None),  # until training says otherwise
         "final_tuning_loss": None,  # the tuning split's loss, for learning-rate selection only (never reported)
         **sharing(),
     }
@@ -125,27 +99,21 @@ def portable_data_info(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def record_failure(summary: dict[str, Any], exc: BaseException, started: float) -> None:
-    """Status, error and traceback of a run that raised: an out-of-memory error is a result ("oom"), not a bug."""
-    from hf_optbench.rundir import lost_status
-
-    summary["status"] = lost_status(exc)
+    """Error and traceback of a run that raised (its status: :func:`hf_optbench.rundir.run_status`)."""
     summary["error"] = f"{type(exc).__name__}: {exc}"
     summary["traceback"] = traceback.format_exc(limit=20)
     summary["train_runtime_s"] = time.time() - started
 
 
 def finish_summary(summary: dict[str, Any], state: TrainerState, recorder: Any, optimizer: Any, *, built: str,
-                   model: Any) -> None:
-    """The measured half: steps and tokens done, final losses, the recorder's figures, and the optimizer that
-    actually stepped (DeepSpeed or Accelerate may have wrapped the one we built, ``built`` its builder's string,
-    ``model`` the model it was built over). A divergence the recorder saw wins over any other status."""
+                   model: Any, raised: BaseException | None = None) -> None:
+    """The measured half: steps and tokens done, final losses, the recorder's figures, the optimizer that actually
+    stepped (DeepSpeed or Accelerate may have wrapped the one we built, ``built`` its builder's string, ``model``
+    the model it was built over) and the run's status, from what the recorder measured and ``raised``, what ended
+    the run (None: it trained to its end)."""
     from hf_optbench.optim.registry import describe_optimizer
 
-    summary["steps"] = state.global_step
-    summary["tokens_seen"] = state.global_step * summary["tokens_per_step"]
-    summary["final_train_loss"] = last_log(state.log_history, "loss")
-    summary["final_eval_loss"] = last_log(state.log_history, "eval_loss")
+    summary.update(trained_summary(state, summary["tokens_per_step"]))
     summary.update(recorder.summary())
     summary["optimizer_impl"] = describe_optimizer(optimizer, built=built, model=model)
-    if recorder.status == "diverged":
-        summary["status"] = "diverged"
+    summary["status"] = run_status(recorder.status, raised)

@@ -349,7 +349,6 @@ def _fit(trainer: Trainer, prepared: Prepared, recorder: Any, resumption: Resump
     if status != "diverged" and has_eval and last_eval_step != trainer.state.global_step:
         trainer.evaluate()  # the final eval loss is always measured at the last step
     summary["final_tuning_loss"] = tuning_loss(trainer, prepared) if status != "diverged" else None
-    summary["status"] = status
     trainer.save_state()
 
 
@@ -382,11 +381,13 @@ def _train_and_record(trainer: Trainer, prepared: Prepared, recorder: Any, built
 
     started = time.time()
     segments.start_clock()
-    failing: BaseException | None = None
+    raised: BaseException | None = None  # what ended the run, as it was raised (its status)
+    failing: BaseException | None = None  # what the caller gets: a failed write becomes its one line
     try:
         _fit(trainer, prepared, recorder, resumption, summary)
     except Exception as exc:
         record_failure(summary, exc, started)
+        raised = exc
         failing = write_failure(exc, out, step=trainer.state.global_step)
         if failing is None:
             failing = exc
@@ -396,15 +397,16 @@ def _train_and_record(trainer: Trainer, prepared: Prepared, recorder: Any, built
         summary["error"] = str(failing)
         raise failing from exc
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGHUP: nothing failed; the figures so far are written below
-        summary["status"], summary["error"] = INTERRUPTED, None
-        failing = exc
+        summary["error"] = None
+        raised = failing = exc
         raise
     except BaseException as exc:  # SystemExit: the figures so far are still written below
-        failing = exc
+        raised = failing = exc
         raise
     finally:
         used = trainer.optimizer if trainer.optimizer is not None else built.optimizer
-        finish_summary(summary, trainer.state, recorder, used, built=built.impl, model=prepared.model)
+        finish_summary(summary, trainer.state, recorder, used, built=built.impl, model=prepared.model,
+                       raised=raised)
         if segments.current is not None:
             summary.update(segments.summary())
         if summary_path is not None:
@@ -433,85 +435,102 @@ def _publish(cfg: RunConfig, out: Path, target: Any = None) -> None:
 
 
 def _teardown_distributed() -> None:
-    """Destroy the process group: measured here, 2 of 11 two-process CPU (gloo) runs aborted with SIGABRT at exit
-    without destroy_process_group()."""
+    """Destroy the process group: without destroy_process_group() a two-process CPU (gloo) run can abort with
+    SIGABRT at exit."""
     import torch
 
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 
 
-def train(cfg: RunConfig, *, lock: RunLock | None = None) -> dict[str, Any]:
-    """Run one benchmark run and return its summary (also written to ``output_dir/summary.json``). The main
-    process owns output_dir for the whole run: ``lock`` (what :func:`main` took), else one taken here before any
-    data or model work. The plan is resolved once (:func:`hf_optbench.run.plan.resolve_plan`) and every step
-    takes it; each step runs once and hands its result on."""
+@dataclass(frozen=True)
+class RunStart:
+    """What :func:`main` decides once before any data or model work and hands to :func:`train`: the lock on
+    output_dir (None on the other ranks) and the push target (``check_push_possible``'s; None without push_to_hub)."""
+
+    lock: RunLock | None
+    hub_target: Any
+
+
+def start_run(cfg: RunConfig) -> RunStart | None:
+    """None for a resume of a run that already finished (it said so in one line, and nothing was written); else the
+    lock on output_dir (a live run that holds it: exit 2) and the push target (offline, no token, a hub_strategy
+    that uploads pickles: exit 2), both before any data or model work."""
+    if finished_run_summary(cfg, Path(cfg.training.output_dir)) is not None:
+        return None
+    lock = own_output_dir(cfg)  # released when the run ends
+    try:
+        return RunStart(lock, check_push_possible(cfg.training, Path(cfg.training.output_dir)))
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def train(cfg: RunConfig, start: RunStart) -> dict[str, Any]:
+    """Run one benchmark run and return its summary (also written to ``output_dir/summary.json``). ``start``: the
+    lock the main process holds on output_dir for the whole run and the push target (:func:`start_run`). The plan
+    is resolved once (:func:`hf_optbench.run.plan.resolve_plan`) and every step takes it; each step runs once and
+    hands its result on."""
     from hf_optbench.run.epochs import with_epoch_steps
     from hf_optbench.run.plan import plan_record
 
     args = cfg.training
     out = Path(args.output_dir)
     is_main = args.process_index == 0
-    finished = finished_run_summary(cfg, out)
-    if finished is not None:
-        return finished
-    hub_target = check_push_possible(args, out)  # offline / no token / pickling hub_strategy: exit 2 now
-    owner = lock if lock is not None else own_output_dir(cfg)
+    git = _check_git(cfg)
+    cfg = with_epoch_steps(cfg)  # num_train_epochs: max_steps from the training split's size
+    plan, resumption = checked_plan(cfg, move=is_main)
+    prepared = prepare(plan)
+    built = build_optimization(plan, prepared.model)
+    record = plan_record(plan, built.groups, built.impl)
+    if is_main:
+        prepare_output_dir(plan, out, record, resumption)
+    trainer, recorder, segments = assemble(plan, prepared, built, record, out, resumption=resumption,
+                                           hub_target=start.hub_target)
+    summary = build_summary(plan, prepared, record, resumption=resumption, git=git)
+    recorded = False
     try:
-        git = _check_git(cfg)
-        cfg = with_epoch_steps(cfg)  # num_train_epochs: max_steps from the training split's size
-        plan, resumption = checked_plan(cfg, move=is_main)
-        prepared = prepare(plan)
-        built = build_optimization(plan, prepared.model)
-        record = plan_record(plan, built.groups, built.impl)
-        if is_main:
-            prepare_output_dir(plan, out, record, resumption)
-        trainer, recorder, segments = assemble(plan, prepared, built, record, out, resumption=resumption,
-                                               hub_target=hub_target)
-        summary = build_summary(plan, prepared, record, resumption=resumption, git=git)
-        recorded = False
-        try:
-            _train_and_record(trainer, prepared, recorder, built, out=out, resumption=resumption, summary=summary,
-                              summary_path=out / SUMMARY_FILE if is_main else None, segments=segments)
-            recorded = True
-            save_final_model(cfg, trainer, out, summary["status"])  # from_pretrained(output_dir) loads it
-        except OptBenchError:
-            raise
-        except Exception as exc:  # a failed write during training is an OptBenchError by now: here the records
-            from hf_optbench.run.write_failure import write_failure  # or the final model could not be written
+        _train_and_record(trainer, prepared, recorder, built, out=out, resumption=resumption, summary=summary,
+                          summary_path=out / SUMMARY_FILE if is_main else None, segments=segments)
+        recorded = True
+        save_final_model(cfg, trainer, out, summary["status"])  # from_pretrained(output_dir) loads it
+    except OptBenchError:
+        raise
+    except Exception as exc:  # a failed write during training is an OptBenchError by now: here the records
+        from hf_optbench.run.write_failure import write_failure  # or the final model could not be written
 
-            failure = write_failure(exc, out, step=trainer.state.global_step, final_model=recorded,
-                                    trained=summary["status"] in FINISHED_STATUSES)
-            if failure is None:
-                raise
-            raise failure from exc
-        if is_main:
-            _publish(cfg, out, hub_target)
-    finally:
-        if owner is not None and owner is not lock:
-            owner.release()
+        failure = write_failure(exc, out, step=trainer.state.global_step, final_model=recorded,
+                                trained=summary["status"] in FINISHED_STATUSES)
+        if failure is None:
+            raise
+        raise failure from exc
+    if is_main:
+        _publish(cfg, out, start.hub_target)
     _teardown_distributed()
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point for ``python -m hf_optbench.run`` and ``accelerate launch -m hf_optbench.run``."""
+    """Entry point for ``python -m hf_optbench.run`` and ``accelerate launch -m hf_optbench.run``. It decides what
+    is decided before any work, once (:func:`start_run`: a finished run, the lock, the push target), and holds the
+    lock until the run ends."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if help_requested(argv):  # `RECIPE --help` too
         from hf_optbench.config.help import print_run_help
 
         return print_run_help(full=help_requested(argv) == "full", prog="python -m hf_optbench.run")
-    lock = None
+    start = None
     cfg = None
     try:
         argv = recipe_first(argv)  # `--config RECIPE` anywhere on the line: a recipe like any other
         recipe = preflight(argv)  # the recipe, read once
         cfg = parse_args(argv, recipe=recipe)
-        if finished_run_summary(cfg, Path(cfg.training.output_dir)) is not None:
-            return 0  # a finished run resumed: it said so in one line, and nothing was written
-        lock = own_output_dir(cfg)  # before any data or model work; released when the run ends
+        start = start_run(cfg)
+        if start is None:
+            return 0  # a finished run resumed
         with hangup_as_interrupt():
-            summary = train(cfg, lock=lock)
+            summary = train(cfg, start)
     except OptBenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -520,8 +539,8 @@ def main(argv: list[str] | None = None) -> int:
         print(interrupted_line(out), file=sys.stderr, flush=True)
         return 130
     finally:
-        if lock is not None:
-            lock.release()
+        if start is not None and start.lock is not None:
+            start.lock.release()
     if is_launch_main_process():
         print_result(summary, Path(cfg.training.output_dir))
     return 0 if summary["status"] in FINISHED_STATUSES else 1

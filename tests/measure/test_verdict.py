@@ -11,14 +11,14 @@ from hf_optbench.measure.verdict import (
     CLAIMS,
     METRICS,
     VERDICT_MEANINGS,
-    VERDICTS,
     MetricSpec,
     Observation,
-    holm_levels,
     stance,
     verdict,
     verdict_for,
 )
+from hf_optbench.measure.verdict_stats import holm_levels
+from hf_optbench.measure.verdict_words import TREND_WORDS, VERDICTS
 
 SIZES = {"tiny": 1.1e5, "mini": 8.1e5, "midi": 2.7e6, "big": 1.2e8}
 RATIO = MetricSpec("m", "memory", "metric")
@@ -306,7 +306,7 @@ def test_a_speedup_that_falls_with_data_reads_shrinks_with_data() -> None:
 
 
 def test_a_speedup_flat_in_data_is_no_trend_word_and_one_ratio_is_one_family() -> None:
-    from hf_optbench.measure.verdict import TREND_WORDS, grid_families, verdict_table
+    from hf_optbench.measure.verdict import grid_families, verdict_table
 
     flat = {("tiny", 0.5): 1.5, ("tiny", 2.0): 1.5}
     (v,) = [v for v in verdict_table(grid_families(_grid(flat))) if v.metric.key == "speedup" and v.axis == "data"]

@@ -14,21 +14,23 @@ import pytest
 
 from hf_optbench.measure.intervals import t_interval
 from hf_optbench.measure.verdict import (
+    MetricSpec,
+    Observation,
+    confidence_text,
+    meanings,
+    stance,
+    verdict_for,
+)
+from hf_optbench.measure.verdict_words import (
     NO_TREND_BEYOND,
     RULES,
     STANCES,
     TREND_PHRASES,
     TRENDS,
     VERDICTS,
-    MetricSpec,
-    Observation,
     classify,
-    confidence_text,
-    meanings,
     rule_text,
-    stance,
     trend_direction,
-    verdict_for,
     word_rule,
 )
 
