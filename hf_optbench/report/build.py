@@ -30,7 +30,7 @@ from hf_optbench.report.plots import write_plots
 from hf_optbench.report.reference import reference_section
 from hf_optbench.report.speedups import speedup_tables
 from hf_optbench.rundir import BASELINE, write_text_atomic
-from hf_optbench.study.records import cell_of, write_summary_csv
+from hf_optbench.study.records import write_summary_csv
 
 # Issue 40: a table a reader takes in at once. A wider one is split into tables of at most MAX_COLUMNS, each
 # repeating its key columns; a Markdown cell longer than MAX_CELL characters continues on rows below it (split at
@@ -159,11 +159,11 @@ class Doc:
 def _overview(doc: Doc, an: Analysis, title: str, question: bool = False) -> None:
     """The title, the question (``question``: the short report's opening), the sweep and the machine, the notes."""
     ok = an.ok()
-    env = next((r["_summary"].get("env") for r in ok if r["_summary"].get("env")), {}) or {}
-    git = next((r["_summary"].get("git") for r in ok if r["_summary"].get("git")), {}) or {}
+    env = next((r.summary.get("env") for r in ok if r.summary.get("env")), {}) or {}
+    git = next((r.summary.get("git") for r in ok if r.summary.get("git")), {}) or {}
     statuses: dict[str, int] = {}
     for r in an.all_records:
-        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        statuses[r.status] = statuses.get(r.status, 0) + 1
     doc.h(1, title)
     if question:
         data = " and as each parameter sees more data" if an.multi else ""
@@ -364,8 +364,7 @@ def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
     doc.h(2, "Hyperparameters: where each came from, and the tuning curves")
     seen: dict[tuple[str, str], set[str]] = {}
     for r in an.records:
-        seen.setdefault((r.get("optimizer"), cell_of(r)), set()).add(
-            sources_cell((r.get("_summary") or {}).get("hyperparameter_sources")))
+        seen.setdefault((r.optimizer, r.cell.label), set()).add(sources_cell(r.summary.get("hyperparameter_sources")))
     doc.table(["optimizer", "size", "learning rate, weight decay, clipping from"],
               [[o, s, " / ".join(sorted(seen[(o, s)]))] for o in an.optimizers for s in an.sizes if (o, s) in seen])
     doc.p("cited: the optimizer registry's default for the size, with its citation (`hf-optbench optimizers`); tuned: "

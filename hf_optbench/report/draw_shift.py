@@ -16,16 +16,15 @@ else none (not measured: the interval stands, and the table says so).
 
 from __future__ import annotations
 
-import copy
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hf_optbench.measure.tuning_noise import PointShift, widen_verdict
 from hf_optbench.rundir import FINISHED_STATUSES
-from hf_optbench.study.records import cell_label, cell_of
+from hf_optbench.study.records import Cell, RunRecord, set_columns
 
 # The metrics the draw's shift is measured on (the convergence answer: the speedup and the final loss behind it).
 SHIFT_KEYS = ("speedup", "final_eval_loss")
@@ -87,10 +86,13 @@ class TuningNoise:
 class _Scratch:
     """What ``report.speedups.derive_speedups`` reads of an analysis: one cell's runs."""
 
-    records: list[dict[str, Any]]
-    ladder: list[dict[str, Any]]
-    attribution: list[dict[str, Any]] = field(default_factory=list)
+    records: list[RunRecord]
+    ladder: list[RunRecord]
+    attribution: list[RunRecord] = field(default_factory=list)
     ladder_fits: dict[Any, Any] = field(default_factory=dict)
+
+    def set_columns(self, records: Iterable[RunRecord], columns: Callable[[RunRecord], Mapping[str, Any]]) -> None:
+        set_columns((self.records, self.ladder, self.attribution), records, columns)
 
 
 def read_changes(sweep_dir: Any) -> dict[str, Any] | None:
@@ -116,14 +118,13 @@ def _estimates(records: Sequence[Mapping[str, Any]], baseline: str) -> dict[tupl
     return out
 
 
-def _compared(runs: Sequence[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
-    """One cell's finished runs with their speedups read off that cell's ladders (copies: nothing shared)."""
+def _compared(runs: Sequence[RunRecord], baseline: str) -> list[RunRecord]:
+    """One cell's finished runs with their speedups read off that cell's ladders."""
     from hf_optbench.report.speedups import derive_speedups
 
-    mine = [copy.copy(r) for r in runs if r["status"] in FINISHED_STATUSES]
-    for r in mine:
-        if r["status"] == "diverged":
-            r["final_eval_loss"] = None  # as report.analysis does: a diverged run's last loss is no result
+    # as report.analysis does: a diverged run's last loss is no result
+    mine = [r.with_columns({"final_eval_loss": None}) if r.status == "diverged" else r
+            for r in runs if r.status in FINISHED_STATUSES]
     rung = [r.get("budget_multiple") not in (None, 1.0) for r in mine]
     scratch = _Scratch([r for r, x in zip(mine, rung, strict=True) if not x],
                        [r for r, x in zip(mine, rung, strict=True) if x])
@@ -133,26 +134,26 @@ def _compared(runs: Sequence[dict[str, Any]], baseline: str) -> list[dict[str, A
 
 def measure_draw(an: Any, baseline: str) -> TuningNoise | None:
     """The draw's shift at every drawn cell of ``an`` (an ``report.analysis.Analysis``), or None without a draw."""
-    from hf_optbench.study.records import load_runs
+    from hf_optbench.study.records import load_records
     from hf_optbench.study.second_draw_phase import draw_dir
 
     changes = read_changes(an.sweep_dir)
     if changes is None:
         return None
-    cells = [cell_label(c["model_size"], c.get("tokens_per_param")) for c in changes.get("cells", [])]
+    cells = [Cell(c["model_size"], c.get("tokens_per_param")).label for c in changes.get("cells", [])]
     noise = TuningNoise(int(changes["seed"]), list(changes.get("tuning_seeds") or []), cells,
                         list(changes.get("changed") or []))
     runs_dir = draw_dir(an.sweep_dir) / "runs"
-    again = {r["run_id"]: r for r in load_runs(draw_dir(an.sweep_dir))} if runs_dir.is_dir() else {}
+    again = {r.run_id: r for r in load_records(draw_dir(an.sweep_dir))} if runs_dir.is_dir() else {}
     expected = {rid for c in noise.changes for rid in c.get("runs", [])}
-    unfinished = {rid for rid in expected if (again.get(rid) or {}).get("status") not in FINISHED_STATUSES}
+    unfinished = {rid for rid in expected if rid not in again or again[rid].status not in FINISHED_STATUSES}
     for cell in cells:
-        main = [r for r in an.records + an.ladder if cell_of(r) == cell]
-        if any(r["run_id"] in unfinished for r in main):
+        main = [r for r in an.records + an.ladder if r.cell.label == cell]
+        if any(r.run_id in unfinished for r in main):
             noise.missing.append(cell)
             continue
         first = _estimates(_compared(main, baseline), baseline)
-        second = _estimates(_compared([again[r["run_id"]] if r["run_id"] in expected else r for r in main], baseline),
+        second = _estimates(_compared([again[r.run_id] if r.run_id in expected else r for r in main], baseline),
                             baseline)
         for (opt, key), p in first.items():
             if (opt, key) in second:
@@ -176,14 +177,14 @@ def _borrowed(noise: TuningNoise, an: Any, optimizer: str, key: str, cell: str) 
 
 
 def point_cell(an: Any, v: Any, p: Any) -> str:
-    """The cell (:func:`cell_label`) a verdict point stands for: on the data axis the verdict's size at the point's
+    """The cell's label (``study.records.Cell``) a verdict point stands for: on the data axis the verdict's size at the point's
     ratio (its ``num_params`` holds tokens per parameter), on the size axis the point's size at the verdict's ratio."""
     from hf_optbench.measure.verdict import DATA_AXIS, ratio_label
 
     if v.axis == DATA_AXIS:
-        return cell_label(v.at, float(p.num_params))
+        return Cell(v.at, float(p.num_params)).label
     tpp = next((r for r in an.ratios if ratio_label(r) == v.at), None)
-    return cell_label(p.model_size, tpp)
+    return Cell(p.model_size, tpp).label
 
 
 def apply_tuning_noise(an: Any, baseline: str) -> TuningNoise | None:

@@ -19,6 +19,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hf_optbench.study.records import RunRecord
+
 WALL_CLOCK_KEYS = ("step_time_median_s", "step_time_p90_s", "tokens_per_s", "seconds_to_target")
 
 
@@ -70,19 +72,19 @@ class SeedValues(dict):  # type: ignore[type-arg]
     concurrent_runs: int = 1
 
 
-def _concurrent_runs(record: Mapping[str, Any]) -> int:
-    """summary.json's ``concurrent_runs`` of a record (top level, or the whole summary under ``_summary``)."""
-    value = record.get("concurrent_runs", (record.get("_summary") or {}).get("concurrent_runs"))
+def _concurrent_runs(record: RunRecord) -> int:
+    """summary.json's ``concurrent_runs`` of a record (a column of its own, else its summary's)."""
+    value = record.get("concurrent_runs", record.summary.get("concurrent_runs"))
     return int(value) if isinstance(value, int | float) and value >= 1 else 1
 
 
 def by_seed(records: Sequence[Mapping[str, Any]], key: str, optimizer: str, size: str) -> SeedValues:
-    """{seed: value of ``key``} of one optimizer at one size (a report cell, ``study.records.cell_of``: the size itself
-    in a single-ratio sweep), with how many runs shared the machine meanwhile."""
-    from hf_optbench.study.records import cell_of
-
-    chosen = [r for r in records if r.get("optimizer") == optimizer and size in (cell_of(r), r.get("model_size"))]
-    out = SeedValues({r.get("seed"): (None if r.get(key) is None else float(r[key])) for r in chosen})
+    """{seed: value of ``key``} of one optimizer at one size (a report cell, ``study.records.Cell``: the size itself
+    in a single-ratio sweep), with how many runs shared the machine meanwhile. ``records``: run records, or rows
+    in their dict form."""
+    runs = [RunRecord.from_row(r) for r in records]
+    chosen = [r for r in runs if r.optimizer == optimizer and size in (r.cell.label, r.model_size)]
+    out = SeedValues({r.seed: (None if r.get(key) is None else float(r[key])) for r in chosen})
     out.concurrent_runs = max((_concurrent_runs(r) for r in chosen if r.get(key) is not None), default=1)
     return out
 

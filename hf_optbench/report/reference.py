@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import BASELINE
 from hf_optbench.study.budget import budget_tokens
-from hf_optbench.study.records import cell_of
+from hf_optbench.study.records import RunRecord
 
 # At most this many training tokens fit the references: the main job's and the study's whole training splits (2^20
 # and 2^21 synthetic tokens) fit under it, and a Hub corpus of billions stays a few seconds of counting.
@@ -36,7 +35,7 @@ REFERENCE_TRAIN_TOKENS = 2_097_152
 TRANSIENT, PAST = "transient", "past the bigram"
 
 
-def splits(rec: Mapping[str, Any]) -> tuple[Any, Any, int]:
+def splits(rec: RunRecord) -> tuple[Any, Any, int]:
     """(the eval split's token blocks, the training split's first :data:`REFERENCE_TRAIN_TOKENS` tokens in blocks,
     the vocabulary size) of a run, rebuilt from its config.yaml's data arguments through the data cache."""
     import numpy as np
@@ -47,7 +46,7 @@ def splits(rec: Mapping[str, Any]) -> tuple[Any, Any, int]:
 
     cfg = run_config(rec)
     if "data_source" not in cfg:  # a run's resolved config.yaml always states it
-        raise OptBenchError(f"{rec.get('run_dir')}: its config.yaml does not state its data (data_source), so its "
+        raise OptBenchError(f"{rec.run_dir}: its config.yaml does not state its data (data_source), so its "
                             "eval split cannot be rebuilt")
     names = {f.name for f in dataclasses.fields(DataArguments)}
     data_args = DataArguments(**{k: v for k, v in cfg.items() if k in names})
@@ -86,8 +85,8 @@ def _means(an: Any) -> dict[tuple[str, str], float]:
     out = {}
     for cell in an.sizes:
         for opt in an.optimizers:
-            vals = [float(r["final_eval_loss"]) for r in an.ok() if r["status"] == "completed"
-                    and r.get("final_eval_loss") is not None and r["optimizer"] == opt and cell_of(r) == cell]
+            vals = [float(r["final_eval_loss"]) for r in an.ok() if r.status == "completed"
+                    and r.get("final_eval_loss") is not None and r.optimizer == opt and r.cell.label == cell]
             if vals:
                 out[(cell, opt)] = statistics.fmean(vals)
     return out
@@ -104,7 +103,7 @@ def regime_of(an: Any) -> Regime | None:
         transient,
     )
 
-    ok = [r for r in an.ok() if r["status"] == "completed" and r.get("final_eval_loss") is not None]
+    ok = [r for r in an.ok() if r.status == "completed" and r.get("final_eval_loss") is not None]
     if not ok:
         return None
     eval_blocks, train, vocab = splits(ok[0])

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_optbench.rundir import BASELINE
-from hf_optbench.study.records import cell_label, cell_of
+from hf_optbench.study.records import Cell, RunRecord
 
 # Issue 22's definition: the learning-rate range whose tuning loss is within 1 % of the best.
 TOLERANCE = 0.01
@@ -126,12 +126,13 @@ PUBLISHED_RATIOS = {"lion": ((1 / 10, 1 / 3), (3.0, 10.0), "Chen et al. 2023 (Li
 def tuned_ratio_table(records: Sequence[Mapping[str, Any]], baseline: str = BASELINE
                       ) -> tuple[list[str], list[list[str]]]:
     """(header, rows): per optimizer and size, the learning rate and weight decay its compared runs used, as ratios
-    to the baseline's at the same size, beside the published band where one exists."""
+    to the baseline's at the same size, beside the published band where one exists. ``records``: run records, or
+    rows in their dict form."""
     header = ["optimizer", "size", "lr / baseline lr", "weight decay / baseline's", "published band (lr; wd)"]
     used: dict[tuple[str, str], tuple[float, float]] = {}
-    for r in records:
+    for r in map(RunRecord.from_row, records):
         if r.get("learning_rate") is not None and r.get("weight_decay") is not None:
-            used.setdefault((str(r["optimizer"]), cell_of(r)),
+            used.setdefault((str(r.optimizer), r.cell.label),
                             (float(r["learning_rate"]), float(r["weight_decay"])))
     rows = []
     for (opt, size), (lr, wd) in sorted(used.items()):
@@ -188,7 +189,7 @@ def tuned_values_table(tuned: Mapping[str, Any], optimizers: Sequence[str], tpp:
             rung_text = f"{sum(1 for r in rungs if r.get('bracketed'))}/{len(rungs)} bracketed" if rungs else "–"
             noise = "; ".join(t for t in (_noise_text(e, "lr_", "lr"), _noise_text(e, "wd_", "wd"),
                                           _noise_text(e, "nonmatrix_", "non-matrix")) if t) or "–"
-            rows.append([opt, cell_label(size, tpp), f"{float(e['learning_rate']):.3g} (x{float(e.get('multiplier', 1)):g})",
+            rows.append([opt, Cell(size, tpp).label, f"{float(e['learning_rate']):.3g} (x{float(e.get('multiplier', 1)):g})",
                          wd, nm,
                          rung_text, "yes" if e.get("bracketed", True) else "**no**", noise])
     return header, rows

@@ -17,6 +17,7 @@ from typing import Any
 from hf_optbench.measure.verdict import ADVANTAGE_SIGN
 from hf_optbench.report.draw_shift import LABELS, beside, shift_text
 from hf_optbench.rundir import BASELINE
+from hf_optbench.study.records import Cell
 
 HEADLINE_KEYS = ("speedup", "final_eval_loss")  # the first with a verdict heads the report
 CELLS = " (mean over the paired seeds [its interval at the level Holm's procedure gave the verdict cell], where it " \
@@ -74,9 +75,9 @@ def headline_tables(an: Any, key: str) -> list[tuple[str, list[str], list[list[s
         labels = [ratio_label(r) for r in an.ratios]
         rows = []
         for v in (v for v in an.verdicts_along("data") if v.metric.key == key and v.optimizer in others):
-            size = v.at
-            rows.append([v.optimizer, size, *[_cell(an, v.optimizer, key, f"{size} @ {lab}")
-                                              if f"{size} @ {lab}" in an.sizes else "–" for lab in labels], _word(an, v)])
+            cells = [Cell(v.at, ratio).label for ratio in an.ratios]
+            rows.append([v.optimizer, v.at, *[_cell(an, v.optimizer, key, cell) if cell in an.sizes else "–"
+                                              for cell in cells], _word(an, v)])
         out.append((f"along data per parameter{CELLS}", ["optimizer", "size", *labels, "verdict along data"], rows))
         ats = list(dict.fromkeys(v.at for v in an.verdicts_along("size") if v.metric.key == key))
         if ats and len(an.model_sizes) > 1:
@@ -97,14 +98,15 @@ def headline_tables(an: Any, key: str) -> list[tuple[str, list[str], list[list[s
 def attribution_line(an: Any) -> str | None:
     """Each optimizer's speedup with its non-matrix group at the baseline's tuned rate, beside the fully tuned one;
     None without attribution runs."""
-    from hf_optbench.report.speedups import attribution_table
+    from hf_optbench.report.speedups import attributions, speedup_estimate
 
-    _, rows = attribution_table(an, BASELINE)
-    if not rows:
+    found = attributions(an, BASELINE) if an.attribution else []
+    if not found:
         return None
     by_opt: dict[str, list[str]] = {}
-    for opt, cell, _, full, _, attributed, _ in rows:
-        by_opt.setdefault(opt, []).append(f"{attributed.split(' [')[0]} (fully tuned {full.split(' [')[0]}) at {cell}")
+    for a in found:
+        by_opt.setdefault(a.optimizer, []).append(
+            f"{speedup_estimate(a.attributed)} (fully tuned {speedup_estimate(a.full)}) at {a.cell}")
     return (f"Attribution (the same seeds with the non-matrix group at {BASELINE}'s tuned rate for it): "
             + "; ".join(f"{opt} {', '.join(cells)}" for opt, cells in by_opt.items()) + ".")
 

@@ -134,7 +134,7 @@ def time_speedup(p: Any, r: Ratio) -> tuple[float, float, float, str]:
 
 
 def _tokens_per_step(an: Any, size: str) -> int | None:
-    found = [(r.get("_summary") or {}).get("tokens_per_step") for r in an.ok() if r.get("model_size") == size]
+    found = [r.summary.get("tokens_per_step") for r in an.ok() if r.model_size == size]
     return next((int(t) for t in found if t), None)
 
 
