@@ -288,6 +288,7 @@ def _ratios(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
 
 
 def _speedup(doc: Doc, an: Analysis) -> None:
+    from hf_optbench.measure.speedup import FIT_TOLERANCE
     from hf_optbench.report.speedups import budget_table, ladder_table
 
     header, rows, warnings = budget_table(an)
@@ -302,7 +303,8 @@ def _speedup(doc: Doc, an: Analysis) -> None:
     doc.h(2, f"Speedup over {BASELINE} (its budget ladder)")
     doc.p(f"{BASELINE} ran at each budget multiple below, each with its own full schedule (final eval loss, mean ± sd "
           "over seeds). Per seed, a curve L(D) through that seed's ladder (the power law a·D^-b + c where it fits every "
-          "point within 0.005 nats, else monotone interpolation in log D) is inverted at each other optimizer's final "
+          f"point within {FIT_TOLERANCE:g} nats, else monotone interpolation in log D) is inverted at each other "
+          "optimizer's final "
           f"eval loss: the tokens {BASELINE} would need for it, divided by the tokens the optimizer used, is its speedup "
           "(Marin's and Wen et al. 2025's measure). A loss beyond the ladder's range is censored (> or < the range), "
           "never extrapolated; a diverged run is censored below. The speedup's verdict and per-size intervals are in "
@@ -359,7 +361,7 @@ def _convergence(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
 
 def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
     from hf_optbench.report.sensitivity import sensitivity_section, tuned_values_section
-    from hf_optbench.report.tuning_curves import sources_cell
+    from hf_optbench.report.tuning_curves import sources_cell, tuned_bracketing
 
     doc.h(2, "Hyperparameters: where each came from, and the tuning curves")
     seen: dict[tuple[str, str], set[str]] = {}
@@ -384,7 +386,7 @@ def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
     for name in sorted(k for k in files if k.startswith("tuning_")):
         doc.img(files[name], name)
     doc.h(3, "Sensitivity: the learning-rate range within 1 % of the best tuning loss, and bracketing")
-    sensitivity_section(doc, an.tuning)
+    sensitivity_section(doc, an.tuning, tuned_bracketing(an.sweep_dir))
     from hf_optbench.report.sensitivity import tuned_ratio_table
 
     header, rows = tuned_ratio_table(an.ok(), BASELINE)

@@ -78,9 +78,11 @@ def lr_sensitivity(curve: Mapping[float, float | None], tolerance: float = TOLER
     return Sensitivity(best, math.exp(low), math.exp(high), low_bound, high_bound)
 
 
-def sensitivity_table(records: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def sensitivity_table(records: Sequence[Mapping[str, Any]], tuned: Mapping[tuple[str, str], bool] | None = None
+                      ) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the report's sensitivity table: per optimizer and size of the tuning runs, the best
-    learning-rate multiplier, the range within 1 % of its loss and its width, and whether the optimum is bracketed
+    learning-rate multiplier, the range within 1 % of its loss and its width, and whether the optimum is bracketed:
+    as ``tuned`` says ({(optimizer, cell): bracketed}, what the sweep's tuned files record), else read from the runs
     (learning rate, and weight decay where it was tuned)."""
     from hf_optbench.report.tuning_curves import bracketed_from_records, loss_key, point_losses
 
@@ -89,7 +91,7 @@ def sensitivity_table(records: Sequence[Mapping[str, Any]]) -> tuple[list[str], 
     tuning = [r for r in records if r.get("lr_multiplier") is not None]
     if not tuning:
         return header, []
-    bracketed = bracketed_from_records(tuning)
+    bracketed = {**bracketed_from_records(tuning), **(tuned or {})}
     rows = []
     for (opt, size), points in sorted(point_losses(tuning).items()):
         s = lr_sensitivity({p.lr: v for p, v in points.items() if p.wd is None and p.nm is None and p.dx is None})
@@ -103,9 +105,11 @@ def sensitivity_table(records: Sequence[Mapping[str, Any]]) -> tuple[list[str], 
     return header, rows
 
 
-def sensitivity_section(doc: Any, records: Sequence[Mapping[str, Any]]) -> None:
-    """The report's sensitivity table with the sentence that says how to read it (``doc``: report.Doc)."""
-    header, rows = sensitivity_table(records)
+def sensitivity_section(doc: Any, records: Sequence[Mapping[str, Any]],
+                        tuned: Mapping[tuple[str, str], bool] | None = None) -> None:
+    """The report's sensitivity table (:func:`sensitivity_table`) with the sentence that says how to read it
+    (``doc``: report.Doc)."""
+    header, rows = sensitivity_table(records, tuned)
     if not rows:
         doc.p("No tuning runs: no sensitivity figure.")
         return

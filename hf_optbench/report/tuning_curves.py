@@ -159,22 +159,30 @@ def bracketed_from_records(records: Sequence[Mapping[str, Any]]) -> dict[tuple[s
     return out
 
 
-def bracketed_optima(sweep_dir: str | os.PathLike[str]) -> dict[tuple[str, str], bool]:
-    """{(optimizer, size): bracketed bool} of a sweep (the size a cell, "tiny @ 0.5 tok/param", in a sweep over data
-    ratios): from its tuned files (``bracketed``, written by the tuning phase; an older file without it: its
-    learning-rate curve's best inside the grid), else from its tuning runs (``<sweep_dir>/tuning``, or the
-    directory itself for a tuning grid run by hand). For the verdict table: a comparison never starts from an
-    unbracketed optimum without the report saying so."""
-    from hf_optbench.study.records import load_records
+def tuned_bracketing(sweep_dir: str | os.PathLike[str] | None) -> dict[tuple[str, str], bool]:
+    """{(optimizer, cell): bracketed} as the sweep's tuned files record it ({} without one): ``bracketed``, which
+    the tuning phase wrote by the tuning rule (:mod:`hf_optbench.study.tuning`); an older file without it: its
+    learning-rate curve's best inside the grid."""
     from hf_optbench.study.tuning_phase import tuned_files
     from hf_optbench.yaml_file import read_yaml_or_empty
 
+    files = tuned_files(Path(sweep_dir)) if sweep_dir is not None else {}
+    return {(str(o), Cell(s, tpp).label): bool(e["bracketed"]) if "bracketed" in e else
+            _interior({float(c["multiplier"]): c.get("tuning_loss") for c in e.get("curve") or []})
+            for tpp, path in files.items() for o, sizes in read_yaml_or_empty(path).items()
+            if isinstance(sizes, dict) for s, e in sizes.items() if isinstance(e, dict)}
+
+
+def bracketed_optima(sweep_dir: str | os.PathLike[str]) -> dict[tuple[str, str], bool]:
+    """{(optimizer, size): bracketed bool} of a sweep (the size a cell, "tiny @ 0.5 tok/param", in a sweep over data
+    ratios): from its tuned files (:func:`tuned_bracketing`), else from its tuning runs (``<sweep_dir>/tuning``, or
+    the directory itself for a tuning grid run by hand, which has no tuned file). For the verdict table: a
+    comparison never starts from an unbracketed optimum without the report saying so."""
+    from hf_optbench.study.records import load_records
+
     d = Path(sweep_dir)
-    files = tuned_files(d)
-    if files:
-        return {(str(o), Cell(s, tpp).label): bool(e["bracketed"]) if "bracketed" in e else
-                _interior({float(c["multiplier"]): c.get("tuning_loss") for c in e.get("curve") or []})
-                for tpp, path in files.items() for o, sizes in read_yaml_or_empty(path).items()
-                if isinstance(sizes, dict) for s, e in sizes.items() if isinstance(e, dict)}
+    found = tuned_bracketing(d)
+    if found:
+        return found
     runs = d / TUNING_DIR if (d / TUNING_DIR).is_dir() else d
     return bracketed_from_records(load_records(runs)) if runs.is_dir() else {}
