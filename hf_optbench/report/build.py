@@ -32,7 +32,7 @@ from hf_optbench.report.speedups import speedup_tables
 from hf_optbench.rundir import BASELINE, write_text_atomic
 from hf_optbench.study.records import write_summary_csv
 
-# Issue 40: a table a reader takes in at once. A wider one is split into tables of at most MAX_COLUMNS, each
+# A table a reader takes in at once. A wider one is split into tables of at most MAX_COLUMNS, each
 # repeating its key columns; a Markdown cell longer than MAX_CELL characters continues on rows below it (split at
 # "; ", then ", ", then a space), the other columns left empty there. The HTML keeps every cell whole.
 MAX_COLUMNS = 9

@@ -202,7 +202,7 @@ def check_comparable(compared: Sequence[RunRecord], ladder: Sequence[RunRecord])
     for (opt, size), members in sorted(groups.items()):
         pooled = {r.run_id: _pooled(r.summary, idents[r.run_id]) for r in members}
         rungs: dict[Any, list[tuple[str, Any]]] = {}
-        for r in members:  # every ladder rung runs at its own tuned rate (issue 29): one rate per rung, not per group
+        for r in members:  # every ladder rung runs at its own tuned rate: one rate per rung, not per group
             rates = _rates(pooled[r.run_id])
             if r.run_id in ladder_ids:
                 rungs.setdefault(r.budget_multiple, []).append((r.run_id, rates))

@@ -1,4 +1,4 @@
-"""The second tuning draw in the report (issue 40): each drawn cell's comparison composed again from the draw, the
+"""The second tuning draw in the report: each drawn cell's comparison composed again from the draw, the
 shift it makes in every optimizer's estimate, and the verdict's intervals widened by it
 (:mod:`hf_optbench.measure.tuning_noise` holds the rule).
 
@@ -177,8 +177,9 @@ def _borrowed(noise: TuningNoise, an: Any, optimizer: str, key: str, cell: str) 
 
 
 def point_cell(an: Any, v: Any, p: Any) -> str:
-    """The cell's label (``study.records.Cell``) a verdict point stands for: on the data axis the verdict's size at the point's
-    ratio (its ``num_params`` holds tokens per parameter), on the size axis the point's size at the verdict's ratio."""
+    """The label of the cell (``study.records.Cell``) a verdict point stands for: on the data axis the verdict's size
+    at the point's ratio (its ``num_params`` holds tokens per parameter), on the size axis the point's size at the
+    verdict's ratio."""
     from hf_optbench.measure.verdict import DATA_AXIS, ratio_label
 
     if v.axis == DATA_AXIS:

@@ -1,8 +1,8 @@
-"""The report's legends, written from the variables its numbers were computed with (issue 44).
+"""The report's legends, written from the variables its numbers were computed with.
 
-Why one module: a legend typed by hand drifts from the code. The tables said each interval was "at the level Holm's
+Why one module: a legend typed by hand drifts from the code: it can say an interval is "at the level Holm's
 procedure gave the cell" while every interval is at half of it (each cell's two tests, the largest point's and the
-trend's, share the cell's level), and the ratio table said "±2 % margin" beside a speedup column judged at 3 %.
+trend's, share the cell's level), or state a margin other than the one the column is judged at.
 Here every figure a legend states is read from where the computation keeps it: the margins from each metric's
 :class:`~hf_optbench.measure.verdict.MetricSpec`, the intervals' confidence from each point's own level
 (``SizeComparison.level``, the level its interval was computed at), Holm's levels from the verdicts, the power from

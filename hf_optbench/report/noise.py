@@ -1,11 +1,11 @@
 """When a wall-clock figure cannot be read: the seed-to-seed spread of a timing ratio against its effect.
 
-Wall-clock figures (step time, tokens/s, seconds to target) move with the machine's other load: on the shared
-2-core machine identical configurations ran 10-15x apart, and the same seconds-to-target ratio read 2.23 in one
-demo and 13.2 in the next. Token and step counts do not move that way. So beside every wall-clock comparison the
-report checks the per-seed paired ratios (optimizer over baseline, same seed): when their range (max / min) is
-wider than the effect (the mean ratio's distance from 1, both on the log scale), the figure is marked as not
-interpretable on this machine instead of being shown as a result.
+Wall-clock figures (step time, tokens/s, seconds to target) move with the machine's other load: on a shared machine
+identical configurations can run an order of magnitude apart, and one seconds-to-target ratio can change several
+fold between two runs of the same sweep. Token and step counts do not move that way. So beside every wall-clock
+comparison the report checks the per-seed paired ratios (optimizer over baseline, same seed): when their range
+(max / min) is wider than the effect (the mean ratio's distance from 1, both on the log scale), the figure is marked
+as not interpretable on this machine instead of being shown as a result.
 
 Runs a sweep ran side by side (``launcher.jobs``) share memory bandwidth and caches even on cores of their own, so
 a wall-clock comparison measured that way is marked too, with how many runs shared the machine (summary.json
@@ -91,10 +91,10 @@ def by_seed(records: Sequence[Mapping[str, Any]], key: str, optimizer: str, size
 
 def unmeasurable(records: Sequence[Mapping[str, Any]], optimizers: Sequence[str], sizes: Sequence[str],
                  baseline: str) -> dict[tuple[str, str], str]:
-    """{(optimizer, wall-clock metric): reason} for the verdict cells no word may be drawn from (issue 29: identical
-    reruns of the demo flipped Lion's seconds-to-target verdict between "no difference" and "deficit vanishes"):
-    figures measured while runs shared the machine, or whose per-seed ratios spread wider than their effect at some
-    size. ``measure.verdict.verdict`` gives them "not measurable here" with the reason and leaves them out of the
+    """{(optimizer, wall-clock metric): reason} for the verdict cells no word may be drawn from (on a loaded machine
+    identical reruns can flip a seconds-to-target verdict between "no difference" and "deficit vanishes"): figures
+    measured while runs shared the machine, or whose per-seed ratios spread wider than their effect at some size.
+    ``measure.verdict.verdict`` gives them "not measurable here" with the reason and leaves them out of the
     family it controls."""
     from hf_optbench.measure.verdict import METRICS
 

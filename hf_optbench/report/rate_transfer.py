@@ -1,4 +1,4 @@
-"""Rate transfer (issue 40): what it costs to use the learning rate tuned at the next smaller size, or at the next
+"""Rate transfer: what it costs to use the learning rate tuned at the next smaller size, or at the next
 smaller data ratio, instead of a cell's own, read from the tuning curves the sweep already ran.
 
 Why: "which hyperparameters affect convergence speed" is the practitioner's first question after "which optimizer",

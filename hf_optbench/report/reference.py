@@ -1,4 +1,4 @@
-"""The regime on the page (issues 29, 44): every cell's final losses against n-gram reference losses, and whether the
+"""The regime on the page: every cell's final losses against n-gram reference losses, and whether the
 baseline has left the transient.
 
 A speedup or a final loss says nothing about where the runs are in training until it is set against what simple
@@ -8,7 +8,7 @@ unigram, bigram and trigram models **fitted on the training split** the runs dre
 the runs were scored on, as a language model is; both splits are rebuilt from a run's own config.yaml through the
 data cache (a cache hit: the splits the runs used, byte for byte).
 
-Why the training split and not the eval split alone (issue 44): the eval split's own leave-one-out references need
+Why the training split and not the eval split alone: the eval split's own leave-one-out references need
 nothing but the split, and on the main job's 32-token synthetic source they agree with the trained ones, but on a
 real vocabulary (the bundled Thai tokenizer's 1,835 types) 8,192 eval tokens hold most bigrams once, the references
 sit far too high, and runs still in the transient read "bigram–trigram". So the trained references decide; the

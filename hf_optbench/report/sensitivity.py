@@ -19,7 +19,7 @@ from typing import Any
 from hf_optbench.rundir import BASELINE
 from hf_optbench.study.records import Cell, RunRecord
 
-# Issue 22's definition: the learning-rate range whose tuning loss is within 1 % of the best.
+# How forgiving an optimizer is: the width of the learning-rate range whose tuning loss is within 1 % of the best.
 TOLERANCE = 0.01
 
 
@@ -174,7 +174,7 @@ def tuned_values_table(tuned: Mapping[str, Any], optimizers: Sequence[str], tpp:
                        ) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the report's tuned-values table, from tuned_hparams.yaml (the file of data ratio ``tpp`` in a
     sweep with several: its rows name the cell): per optimizer and size, every tuned hyperparameter as a first-class
-    value (the learning rate, the weight decay, the non-matrix group's rate: issue 29) with its multiplier, whether it
+    value (the learning rate, the weight decay, the non-matrix group's rate) with its multiplier, whether it
     is bracketed, and the margin it won by against the seed noise it was judged by."""
     header = ["optimizer", "size", "learning rate (x cited)", "weight decay", "non-matrix group's rate (x the rate)",
               "ladder rungs tuned", "bracketed", "margin vs seed noise"]

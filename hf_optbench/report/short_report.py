@@ -1,10 +1,10 @@
-"""report.md, the report that opens with the answer (issue 40): the question, the speedup table with its verdicts
+"""report.md, the report that opens with the answer: the question, the speedup table with its verdicts
 (the tuning draw's shift beside each interval), the regime, the attribution, the tuning noise, the time and the rate
 transfer each in one line, and one plot. Everything else is evidence.md (``report.build``), and report.html holds
 both.
 
-Why: the study's report had grown to 1,300 lines with its headline table at line 87, after two verdict tables of
-nine columns; a reader who wants the answer reads this page, one who wants to check it opens the evidence.
+Why: a report that holds every table puts its headline far down, after the wide verdict tables; a reader who wants
+the answer reads this page, one who wants to check it opens the evidence.
 """
 
 from __future__ import annotations

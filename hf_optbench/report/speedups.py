@@ -81,8 +81,9 @@ def budget_table(an: Any) -> tuple[list[str], list[list[str]], list[str]]:
             continue
         r = runs[0]
         ratios[size] = tokens_per_param(r)
-        rows.append([size, f"{r.get('num_params_non_embedding') or 0:,}", str(r.summary.get("tokens_per_step") or "–"),
-                     str(r.recorded("max_steps") or "–"), f"{budget_tokens(r):,.0f}",
+        rows.append([size, f"{r.get('num_params_non_embedding') or 0:,}",
+                     str(r.summary.get("tokens_per_step") or "–"), str(r.recorded("max_steps") or "–"),
+                     f"{budget_tokens(r):,.0f}",
                      "–" if ratios[size] is None else f"{ratios[size]:.3g}"])
     known = [v for v in ratios.values() if v]
     warnings = []
@@ -141,7 +142,7 @@ def _rate_cell(entry: Mapping[str, Any], prefix: str = "") -> str:
 
 def rung_rates_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
     """(header, rows): per size, the learning rate each rung of the baseline's ladder ran at (tuned_hparams.yaml:
-    every rung tuned on its own, issue 29), x multiplier of the cited rate."""
+    every rung tuned on its own), x multiplier of the cited rate."""
     entries = {size: entry for size in an.sizes if (entry := tuned_entry(an, baseline, size))}
     mults = sorted({1.0} | {float(r["budget_multiple"]) for e in entries.values() for r in e.get("ladder") or []}
                    | {float(r["budget_multiple"]) for r in an.ladder if r.get("budget_multiple")})

@@ -1,4 +1,4 @@
-"""Time to quality (issue 40): each optimizer's speedup in wall-clock time on the machine the sweep ran on, from its
+"""Time to quality: each optimizer's speedup in wall-clock time on the machine the sweep ran on, from its
 speedup in tokens and a step-time calibration measured alone.
 
 Why not the runs' own seconds: a sweep runs two (or more) runs at once, so the compared runs' step times hold the
