@@ -268,7 +268,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     ok = an.ok()
     _set_cells(an, ok)
     _drop_leftover_tuning(an)
-    an.optimizers = sorted({r["optimizer"] for r in an.records if r.get("optimizer")},
+    an.optimizers = sorted({r.optimizer for r in an.records if r.optimizer},
                            key=lambda o: (o != baseline, o))
     for r in everything + extra:
         if r.status in FINISHED_STATUSES:
@@ -281,12 +281,12 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     an.report_spec = report_spec_of(sweep_dir, include_transient)
     an.regime_text, an.regime = regime_summary(an)
     transient = transient_cells(an)
-    if any(r["optimizer"] == baseline for r in ok) and an.multi:
+    if any(r.optimizer == baseline for r in ok) and an.multi:
         an.verdicts = verdict_table(grid_families(ok, unmeasurable=lambda rows: unmeasurable(
             rows, an.optimizers, list(dict.fromkeys(str(r["model_size"]) for r in rows)), baseline),
             transient=frozenset((s, t) for s, t in transient if t is not None)),
             baseline=baseline, report=an.report_spec)
-    elif any(r["optimizer"] == baseline for r in ok):
+    elif any(r.optimizer == baseline for r in ok):
         an.verdicts = verdict(ok, baseline=baseline, unmeasurable=unmeasurable(ok, an.optimizers, an.sizes, baseline),
                               report=an.report_spec, transient=frozenset(s for s, _ in transient))
     else:

@@ -125,7 +125,7 @@ def _compared(runs: Sequence[RunRecord], baseline: str) -> list[RunRecord]:
     # as report.analysis does: a diverged run's last loss is no result
     mine = [r.with_columns({"final_eval_loss": None}) if r.status == "diverged" else r
             for r in runs if r.status in FINISHED_STATUSES]
-    rung = [r.get("budget_multiple") not in (None, 1.0) for r in mine]
+    rung = [r.budget_multiple not in (None, 1.0) for r in mine]
     scratch = _Scratch([r for r, x in zip(mine, rung, strict=True) if not x],
                        [r for r, x in zip(mine, rung, strict=True) if x])
     derive_speedups(scratch, baseline)

@@ -193,13 +193,13 @@ def plot_loss(an: Analysis, size: str, path: Path) -> Path:
                                          ("elapsed_s", "train seconds (wall clock)")), strict=True):
         for opt in an.optimizers:
             for i, r in enumerate(_runs(an, opt, size)):
-                m = an.metrics.get(r["run_id"], {})
+                m = an.metrics.get(r.run_id, {})
                 xs, ys = _smoothed(*_xy(m.get("train", []), x_key, "loss"), window(r))
                 ax.plot(xs, ys, color=col[opt], lw=0.8, alpha=0.8, label=opt if i == 0 else None)
                 if ys:
                     tops.append(ys[len(ys) // 10])
                     lows.append(min(ys))
-                if r["status"] == "diverged" and ys:
+                if r.status == "diverged" and ys:
                     ax.plot(xs[-1], ys[-1], "x", color=col[opt], ms=9, mew=2, label=f"{opt} diverged")
                 ex, ey = _xy(m.get("eval", []), x_key, "eval_loss")
                 ax.plot(ex, ey, "o", color=col[opt], ms=3.5, mfc="none", mew=0.8)
@@ -229,7 +229,7 @@ def plot_lr_gradnorm(an: Analysis, size: str, path: Path) -> Path:
     for ax, key in zip(axes, ("lr", "grad_norm"), strict=True):
         for opt in an.optimizers:
             for i, r in enumerate(_runs(an, opt, size)):
-                xs, ys = _xy(an.metrics.get(r["run_id"], {}).get("train", []), "step", key)
+                xs, ys = _xy(an.metrics.get(r.run_id, {}).get("train", []), "step", key)
                 ax.plot(xs, ys, color=col[opt], lw=0.7, alpha=0.8, label=opt if i == 0 else None)
         ax.set_xlabel("optimizer steps")
         ax.set_ylabel("learning rate" if key == "lr" else "gradient norm (pre-clip)")

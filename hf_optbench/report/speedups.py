@@ -97,7 +97,7 @@ def budget_table(an: Any) -> tuple[list[str], list[list[str]], list[str]]:
 def ladder_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
     """(header, rows): per size, the baseline's final eval loss at each budget multiple (mean ± sd over seeds) and
     how many seeds' curves are power laws."""
-    mults = sorted({float(r.get("budget_multiple") or 1.0) for r in an.ladder})
+    mults = sorted({float(r.budget_multiple or 1.0) for r in an.ladder})
     if not mults:
         return [], []
     mults = sorted(set(mults) | {1.0})
@@ -107,7 +107,7 @@ def ladder_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
         for m in mults:
             vals = [float(r["final_eval_loss"]) for r in an.ladder + an.records
                     if r.optimizer == baseline and r.cell.label == size and r.status == "completed"
-                    and float(r.get("budget_multiple") or 1.0) == m and r.get("final_eval_loss") is not None]
+                    and float(r.budget_multiple or 1.0) == m and r.get("final_eval_loss") is not None]
             sd = f" ± {statistics.stdev(vals):.2g}" if len(vals) > 1 else ""
             cells.append(f"{statistics.fmean(vals):.4f}{sd}" if vals else "–")
         fits = [f for (s, _), f in an.ladder_fits.items() if s == size and f is not None]
@@ -145,7 +145,7 @@ def rung_rates_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]
     every rung tuned on its own), x multiplier of the cited rate."""
     entries = {size: entry for size in an.sizes if (entry := tuned_entry(an, baseline, size))}
     mults = sorted({1.0} | {float(r["budget_multiple"]) for e in entries.values() for r in e.get("ladder") or []}
-                   | {float(r["budget_multiple"]) for r in an.ladder if r.get("budget_multiple")})
+                   | {float(r.budget_multiple) for r in an.ladder if r.budget_multiple})
     if not any(e.get("ladder") for e in entries.values()):
         return [], []
     rows = []

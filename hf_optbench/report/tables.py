@@ -126,7 +126,7 @@ def _wall_note(g: Group, key: str) -> str:
     if g.optimizer == BASELINE:
         return ""
     note = wallclock_note(by_seed(g.runs(), key, g.optimizer, g.size), by_seed(
-        [r for r in g.an.ok() if r.get("optimizer") == BASELINE], key, BASELINE, g.size))  # by_seed: by cell
+        [r for r in g.an.ok() if r.optimizer == BASELINE], key, BASELINE, g.size))  # by_seed: by cell
     return f" {note}" if note else ""
 
 
@@ -193,9 +193,9 @@ def _sources(r: RunRecord) -> str:
 
 
 RUNS = [  # one row per run record
-    Column("run", lambda r: r["run_id"]),
-    Column("status", lambda r: r["status"]),
-    Column("lr multiplier", lambda r: "–" if r.get("lr_multiplier") is None else f"{float(r['lr_multiplier']):g}"),
+    Column("run", lambda r: r.run_id),
+    Column("status", lambda r: r.status),
+    Column("lr multiplier", lambda r: "–" if r.lr_multiplier is None else f"{float(r.lr_multiplier):g}"),
     Column("lr", lambda r: fmt_num(r.get("learning_rate"), "{:.3g}")),
     Column("hyperparameters from", _sources),
     Column("steps", lambda r: fmt_num(r.get("steps"), "{:.0f}")),

@@ -72,7 +72,7 @@ def _point(r: RunRecord) -> Any:
 
     p = parse_run_id(r.run_id)
     wd = r.wd_multiplier if r.wd_multiplier is not None else p.get("wd_multiplier")
-    return Coords.of(float(r["lr_multiplier"]), wd, p.get("nonmatrix_multiplier"), p.get("budget_multiple"))
+    return Coords.of(float(r.lr_multiplier), wd, p.get("nonmatrix_multiplier"), p.get("budget_multiple"))
 
 
 def _is_lr_point(r: RunRecord) -> bool:
@@ -95,7 +95,7 @@ def curve_frame(records: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
             continue
         loss = _loss(r, key) if r.status == "completed" else None
         rows.append({"optimizer": r.optimizer, "model_size": r.cell.label,
-                     "lr_multiplier": float(r["lr_multiplier"]), "learning_rate": r.get("learning_rate"),
+                     "lr_multiplier": float(r.lr_multiplier), "learning_rate": r.get("learning_rate"),
                      "loss": None if loss is None or not math.isfinite(float(loss)) else float(loss),
                      "bad": r.status != "completed"})
     if not rows:
