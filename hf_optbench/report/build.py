@@ -28,7 +28,8 @@ from hf_optbench.report import tables_targets as TT
 from hf_optbench.report.analysis import DERIVED_COLUMNS, Analysis, analyse
 from hf_optbench.report.plots import write_plots
 from hf_optbench.report.reference import reference_section
-from hf_optbench.report.speedups import speedup_tables
+from hf_optbench.report.sections.attribution import attribution_line, attribution_section
+from hf_optbench.report.speedups import rung_rates_section
 from hf_optbench.rundir import BASELINE, write_text_atomic
 from hf_optbench.study.records import write_summary_csv
 
@@ -310,7 +311,8 @@ def _speedup(doc: Doc, an: Analysis) -> None:
           "never extrapolated; a diverged run is censored below. The speedup's verdict and per-size intervals are in "
           "the tables above; per run: summary.csv's speedup columns.")
     doc.table(header, rows)
-    speedup_tables(doc, an, BASELINE)
+    rung_rates_section(doc, an, BASELINE)
+    attribution_section(doc, an, BASELINE)
 
 
 def _memory(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
@@ -475,12 +477,7 @@ def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[st
     from hf_optbench.report.draw_shift import noise_section
     from hf_optbench.report.export import write_runs_parquet
     from hf_optbench.report.rate_transfer import plot_transfer, transfer_line, transfer_rows, transfer_section
-    from hf_optbench.report.short_report import (
-        answer_tables,
-        attribution_line,
-        plot_and_link,
-        tuning_noise_line,
-    )
+    from hf_optbench.report.short_report import answer_tables, plot_and_link, tuning_noise_line
     from hf_optbench.report.time_to_quality import time_line, time_section
 
     sweep = Path(sweep_dir)

@@ -181,13 +181,3 @@ def ratio_legend(an: Any) -> str:
             "planner's optimizer-state ratio at GPT-2 sizes not run (`hf-optbench memory`), with GPT-2's 50,304-row "
             "embedding and 1,024 positions; the 8-bit optimizers as configured in this sweep (embedding state 32-bit "
             "or not).")
-
-
-def attribution_levels(an: Any) -> str:
-    """The attribution table's sentence on its intervals: at the confidence of the fully tuned speedup's intervals
-    in its verdict cell (half that cell's Holm level)."""
-    optimizers = sorted({str(r.optimizer) for r in an.attribution})
-    conf = confidence_range(an.point(o, "speedup", c)[1] for o in optimizers for c in an.sizes)
-    return ("Intervals at the confidence of the fully tuned speedup's intervals in its verdict cell (two-sided, at half "
-            f"the cell's Holm level{f': {conf} here' if conf else ''}); the paired ratio is attributed / fully tuned "
-            "per seed.")

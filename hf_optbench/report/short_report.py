@@ -95,22 +95,6 @@ def headline_tables(an: Any, key: str) -> list[tuple[str, list[str], list[list[s
 
 
 # ------------------------------------------------------------------------------------------------- lines
-def attribution_line(an: Any) -> str | None:
-    """Each optimizer's speedup with its non-matrix group at the baseline's tuned rate, beside the fully tuned one;
-    None without attribution runs."""
-    from hf_optbench.report.speedups import attributions, speedup_estimate
-
-    found = attributions(an, BASELINE) if an.attribution else []
-    if not found:
-        return None
-    by_opt: dict[str, list[str]] = {}
-    for a in found:
-        by_opt.setdefault(a.optimizer, []).append(
-            f"{speedup_estimate(a.attributed)} (fully tuned {speedup_estimate(a.full)}) at {a.cell}")
-    return (f"Attribution (the same seeds with the non-matrix group at {BASELINE}'s tuned rate for it): "
-            + "; ".join(f"{opt} {', '.join(cells)}" for opt, cells in by_opt.items()) + ".")
-
-
 def _shift_summary(noise: Any, key: str) -> str:
     found = [(abs(s.shift), s) for s in noise.shifts.values() if s.key == key and s.shift is not None]
     if not found:

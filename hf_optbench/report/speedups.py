@@ -11,11 +11,8 @@ value, or its bound), ``speedup_censored`` (the form :func:`hf_optbench.measure.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from hf_optbench.study.budget import budget_tokens, ladder_points
@@ -156,94 +153,12 @@ def rung_rates_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]
     return ["size", *[f"x{m:g}" for m in mults]], rows
 
 
-@dataclass(frozen=True)
-class Attribution:
-    """One optimizer's attribution at one cell: its fully tuned speedup's verdict point beside the point with its
-    non-matrix group at the baseline's tuned rate (None where either has none), and their paired ratio's text."""
-
-    optimizer: str
-    cell: str
-    full: Any  # measure.verdict.SizeComparison of the fully tuned speedup, or None
-    attributed: Any  # the same for the attribution runs, or None
-    paired: str
-
-
-def attributions(an: Any, baseline: str) -> list[Attribution]:
-    """Per optimizer and cell (size, or size at a data ratio) that has attribution runs, its fully tuned speedup
-    beside its speedup with the non-matrix group at the baseline's tuned rate (same seeds, same matrix rate), each
-    at the level of the fully tuned speedup's verdict cell, and their paired ratio."""
-    from hf_optbench.measure.intervals import t_interval
-    from hf_optbench.measure.verdict import METRICS, verdict
-
-    spec = next(m for m in METRICS if m.key == "speedup")
-    out = []
-    for opt in sorted({r.optimizer for r in an.attribution}):
-        for size in an.sizes:
-            v_full, p_full = an.point(opt, "speedup", size)
-            level = v_full.level if v_full is not None else 0.05
-            mine = [dataclasses.replace(r, optimizer="attributed") for r in an.attribution
-                    if r.optimizer == opt and r.cell.label == size]
-            attributed = verdict(mine + [r for r in an.ok() if r.optimizer == baseline and r.cell.label == size],
-                                 baseline=baseline, metrics=(spec,), alpha=level)
-            p_attr = next((p for v in attributed for p in v.points), None)
-            ratios = [math.log(a["speedup"]) - math.log(f["speedup"])
-                      for a in mine for f in an.records if f.cell.label == size
-                      and f.optimizer == opt and f.seed == a.seed and a.get("speedup")
-                      and f.get("speedup") and not a.get("speedup_censored") and not f.get("speedup_censored")]
-            paired = "–"
-            if len(ratios) >= 2:
-                mean, _, low, high = t_interval(ratios, level / 2)
-                paired = f"{math.exp(mean):.3g} [{math.exp(low):.3g}, {math.exp(high):.3g}] ({len(ratios)} seeds)"
-            out.append(Attribution(opt, size, p_full, p_attr, paired))
-    return out
-
-
-def attribution_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of :func:`attributions`, with each optimizer's and the baseline's tuned rate for the
-    non-matrix group."""
-    if not an.attribution:
-        return [], []
-    header = ["optimizer", "size", "non-matrix group's rate (tuned)", "speedup, fully tuned",
-              f"non-matrix group at {baseline}'s rate", "speedup", "attributed / fully tuned (paired)"]
-    rows = [[a.optimizer, a.cell, _group_rate(tuned_entry(an, a.optimizer, a.cell)), _speedup_cell(a.full),
-             _group_rate(tuned_entry(an, baseline, a.cell)), _speedup_cell(a.attributed), a.paired]
-            for a in attributions(an, baseline)]
-    return header, rows
-
-
-def _group_rate(entry: Mapping[str, Any]) -> str:
-    if not entry.get("learning_rate"):
-        return "–"
-    rate = float(entry["learning_rate"]) * float(entry.get("nonmatrix_lr_ratio", 1.0))
-    return f"{rate:.3g} (x{float(entry.get('nonmatrix_lr_ratio', 1.0)):g} of {float(entry['learning_rate']):.3g})"
-
-
-def _speedup_cell(p: Any) -> str:
-    return "–" if p is None else p.ratio_text()
-
-
-def speedup_estimate(p: Any) -> str:
-    """A verdict point's speedup alone, without its interval ("1.5", "≥ 4"); "–" without a point."""
-    return "–" if p is None else f"{p.bound_sign()}{p.ratio():.3g}"
-
-
-def speedup_tables(doc: Any, an: Any, baseline: str) -> None:
-    """Under the ladder: each rung's own tuned rate, and the attribution of each optimizer's speedup to its
-    non-matrix group's rate (``doc``: report.build.Doc)."""
+def rung_rates_section(doc: Any, an: Any, baseline: str) -> None:
+    """Under the ladder: each rung's own tuned rate (``doc``: report.build.Doc)."""
     header, rows = rung_rates_table(an, baseline)
     if rows:
         doc.p(f"Each rung of {baseline}'s ladder ran at its own tuned learning rate (x the cited rate; tuned_hparams.yaml "
               "`ladder`), tuned from the compared budget's optimum x1/2, x1, x2 and extended until bracketed: a ladder "
               "at the x1 rate would handicap every rung but one and inflate every speedup read off it. Where a choice's "
               "margin is within the seed noise it is said.")
-        doc.table(header, rows)
-    header, rows = attribution_table(an, baseline)
-    if rows:
-        from hf_optbench.report.legends import attribution_levels
-
-        doc.h(3, "Attribution: the speedup with the non-matrix group at the baseline's rate")
-        doc.p(f"Fully tuned, an optimizer trains its embeddings, head, LayerNorm gains and biases at its own tuned "
-              f"rate for them; beside it, the same seeds at the same tuned matrix rate with that group at {baseline}'s "
-              "tuned rate for it (attribution runs, <sweep>/attribution). The difference is the part of the speedup "
-              "that comes from the group's rate, not from the matrix optimizer. " + attribution_levels(an))
         doc.table(header, rows)
