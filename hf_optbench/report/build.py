@@ -474,10 +474,10 @@ def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[st
     the evidence collapsed), summary.csv, runs.parquet and the PNG plots; returns their paths by name.
     ``tuning_dir``: a tuning sweep whose runs give the tuning curves; ``include_transient``: transient cells back in
     the trends (:func:`report.analysis.analyse`)."""
-    from hf_optbench.report.draw_shift import noise_section
+    from hf_optbench.report.draw_shift import noise_section, tuning_noise_line
     from hf_optbench.report.export import write_runs_parquet
     from hf_optbench.report.rate_transfer import plot_transfer, transfer_line, transfer_rows, transfer_section
-    from hf_optbench.report.short_report import answer_tables, plot_and_link, tuning_noise_line
+    from hf_optbench.report.short_report import answer_tables, plot_and_link
     from hf_optbench.report.time_to_quality import time_line, time_section
 
     sweep = Path(sweep_dir)

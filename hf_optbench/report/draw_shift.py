@@ -12,6 +12,9 @@ first's, on the verdict's scale (minus the log speedup; the final-loss differenc
 Which shift a verdict point gets: its own cell's where that cell was drawn (measured); else the largest shift of a
 drawn cell of the same size and optimizer (borrowed: the tuning's noise at that size, the point says from where);
 else none (not measured: the interval stands, and the table says so).
+
+The section whole lives here: the shifts (:func:`apply_tuning_noise`), evidence.md's section
+(:func:`noise_section`) and report.md's line (:func:`tuning_noise_line`).
 """
 
 from __future__ import annotations
@@ -276,3 +279,41 @@ def noise_section(doc: Any, an: Any) -> None:
               "A cell not drawn borrows the largest shift of a drawn cell of its size (\"from\").")
         doc.table(["optimizer", "metric", "along", "point", "shift from", "shift", "half-width", "share",
                    "interval"], applied)
+
+
+def _shift_summary(noise: Any, key: str) -> str:
+    found = [(abs(s.shift), s) for s in noise.shifts.values() if s.key == key and s.shift is not None]
+    if not found:
+        return "none measured"
+    nonzero = [s for m, s in found if m > 0]
+    if not nonzero:
+        return "exactly 0 in every drawn cell"
+    return ", ".join(f"{s.optimizer} {shift_text(key, s.shift)} at {s.cell}" for s in nonzero)
+
+
+def tuning_noise_line(an: Any) -> str:
+    """report.md's line on the tuning noise: what the second tuning draw moved: the picks, the speedup and final-loss estimates, the intervals and words."""
+    from hf_optbench.study.second_draw_phase import change_lines
+
+    noise = an.tuning_noise
+    if noise is None:
+        return ("Tuning noise: not measured. These intervals cover the compared seeds, not the tuning draw that picked "
+                "each optimizer's values (`tune.second_draw` in the sweep file measures it; docs/METHOD.md).")
+    text = (f"Tuning noise: {', '.join(noise.cells)} tuned again at seed {noise.seed} (the main tuning: seed(s) "
+            f"{', '.join(map(str, noise.tuning_seeds))}). ")
+    if noise.missing:
+        return text + f"The draw has not finished at {', '.join(noise.missing)}: no shift stated."
+    changes = change_lines(noise.changes)
+    text += (f"Picks changed: {'; '.join(changes)}. " if changes else
+             "No pick changed: every shift is exactly 0 (the runs are the same runs). ")
+    text += (f"Shift of the speedup: {_shift_summary(noise, 'speedup')}; of the final-loss gap: "
+             f"{_shift_summary(noise, 'final_eval_loss')}. ")
+    widened = [a for a in noise.applied if a.point.widened]
+    words = {(a.optimizer, a.key, a.along): (a.word_before, a.word_after) for a in noise.applied
+             if a.word_before != a.word_after}
+    text += (f"{len(widened)} of {len(noise.applied)} intervals with a shift were widened by it (shift over a third "
+             "of the half-width; cells not drawn borrow their size's drawn shift)")
+    if words:
+        text += "; verdicts taken again: " + "; ".join(f"{o} {LABELS[k]} along {a}: {b} → {w}"
+                                                       for (o, k, a), (b, w) in words.items())
+    return text + "."
