@@ -10,8 +10,8 @@ Runs at a learning-rate multiplier other than 1 are tuning runs: they feed the t
 Runs of the baseline at a budget multiple other than 1 are its ladder: they feed the speedup
 (:mod:`hf_optbench.report.speedups`), not the per-metric comparison.
 
-A sweep over several data ratios (tokens per parameter, issue 31) is grouped by **cell** (a size at a ratio,
-``study.records.cell_of``: "tiny @ 0.5 tok/param") wherever a single-ratio sweep is grouped by size: targets,
+A sweep over several data ratios (tokens per parameter) is grouped by **cell** (a size at a ratio,
+``study.records.Cell``: "tiny @ 0.5 tok/param") wherever a single-ratio sweep is grouped by size: targets,
 ladders, tables and plots. In a single-ratio sweep the cell is the size, so its report reads as before. The verdict
 then runs along both axes (``measure.verdict.grid_families``): the size axis at each ratio every size ran, the data
 axis at each size, with one Holm procedure over all of it.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from hf_optbench.rundir import (
     FINISHED_STATUSES,
     read_metrics,
 )
-from hf_optbench.study.records import cell_label, cell_of, load_runs
+from hf_optbench.study.records import Cell, RunRecord, load_records, set_columns
 
 DERIVED_COLUMNS = ("target", "target_loss", "steps_to_target", "tokens_to_target", "seconds_to_target",
                    "target_censored", "mean_loss_over_budget", "eval_loss_at_50%", "loss_spikes_per_1k", "diverged",
@@ -72,13 +72,13 @@ class Analysis:
     """Everything the report shows, computed once: the comparison's records (with derived columns), every run's
     record and metrics, the targets, the verdicts and the tuning runs."""
 
-    records: list[dict[str, Any]]  # the comparison (lr multiplier none or 1)
+    records: list[RunRecord]  # the comparison (lr multiplier none or 1)
     model_sizes: list[str] = field(default_factory=list)  # the model sizes run, by parameter count
     ratios: list[float] = field(default_factory=list)  # the data ratios (tokens per parameter) of a sweep with several
-    all_records: list[dict[str, Any]] = field(default_factory=list)  # every run directory of the sweep
-    tuning: list[dict[str, Any]] = field(default_factory=list)  # runs with an lr multiplier (+ --tuning-dir)
-    ladder: list[dict[str, Any]] = field(default_factory=list)  # the baseline's runs at other budgets
-    attribution: list[dict[str, Any]] = field(default_factory=list)  # <sweep>/attribution (study.comparison_runs)
+    all_records: list[RunRecord] = field(default_factory=list)  # every run directory of the sweep
+    tuning: list[RunRecord] = field(default_factory=list)  # runs with an lr multiplier (+ --tuning-dir)
+    ladder: list[RunRecord] = field(default_factory=list)  # the baseline's runs at other budgets
+    attribution: list[RunRecord] = field(default_factory=list)  # <sweep>/attribution (study.comparison_runs)
     ladder_fits: dict[tuple[str, int], Any] = field(default_factory=dict)  # (size, seed) -> speedup.LadderFit
     metrics: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     targets: dict[str, list[Any]] = field(default_factory=dict)  # size -> [targets.Target]
@@ -97,8 +97,14 @@ class Analysis:
     regime: Any = None  # report.reference.Regime, computed once before the verdicts (None: not computed)
     regime_text: str = ""  # its one line for report.md
 
-    def ok(self) -> list[dict[str, Any]]:
-        return [r for r in self.records if r["status"] in FINISHED_STATUSES]
+    def ok(self) -> list[RunRecord]:
+        return [r for r in self.records if r.status in FINISHED_STATUSES]
+
+    def set_columns(self, records: Iterable[RunRecord],
+                    columns: Callable[[RunRecord], Mapping[str, Any]]) -> None:
+        """Give each of ``records`` (records of this analysis) the derived ``columns(record)``, in every list of
+        the analysis that holds it."""
+        set_columns((self.records, self.all_records, self.tuning, self.ladder, self.attribution), records, columns)
 
     @property
     def multi(self) -> bool:
@@ -147,28 +153,28 @@ class Analysis:
 MAX_WINDOW_SHARE = 0.125
 
 
-def recorded_window(rec: Mapping[str, Any]) -> int:
+def recorded_window(rec: RunRecord) -> int:
     """The run's own target_smoothing_steps (summary.json, else config.yaml; the default where neither says)."""
     from hf_optbench.report.planned import run_config
 
-    value = (rec.get("_summary") or {}).get("target_smoothing_steps") or run_config(rec).get("target_smoothing_steps")
+    value = rec.summary.get("target_smoothing_steps") or run_config(rec).get("target_smoothing_steps")
     return int(value or TARGET_SMOOTHING_STEPS)
 
 
-def window(rec: Mapping[str, Any]) -> int:
+def window(rec: RunRecord) -> int:
     """The report's smoothing window for a run: its own target_smoothing_steps (so report and recorder agree), cut to
     :data:`MAX_WINDOW_SHARE` of its planned steps where it would not fit. Why: at a fixed window of 20 steps a 30-step
     run (nano at 0.15 tokens/param) had no 25 % or 50 % target at all (the window was not full by step 8 or 15), so
     its time to target went unanswered; a window that scales with the run keeps every target, and runs of 160 steps
     or more keep the recorded 20. The report says where it cut (:func:`window_note`)."""
-    steps = (rec.get("_summary") or {}).get("max_steps") or rec.get("max_steps")
+    steps = rec.summary.get("max_steps") or rec.max_steps
     own = recorded_window(rec)
     return min(own, max(1, int(MAX_WINDOW_SHARE * int(steps)))) if steps else own
 
 
 def window_note(an: Analysis) -> str | None:
     """One line where :func:`window` cut some compared runs' smoothing window, else None."""
-    cut = {cell_of(r): (recorded_window(r), window(r)) for r in an.ok() if window(r) < recorded_window(r)}
+    cut = {r.cell.label: (recorded_window(r), window(r)) for r in an.ok() if window(r) < recorded_window(r)}
     if not cut:
         return None
     cells = ", ".join(f"{c} ({new} of {own} steps)" for c in an.sizes if c in cut for own, new in [cut[c]])
@@ -239,19 +245,19 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     from hf_optbench.report.speedups import derive_speedups
     from hf_optbench.study.comparison_runs import attribution_dir
 
-    everything = load_runs(sweep_dir)
+    everything = load_records(sweep_dir)
     if not everything:
         raise OptBenchError(_no_runs_text(Path(sweep_dir)))
     an = Analysis(records=[r for r in everything if is_comparison(r)], all_records=everything,
                   sweep_dir=Path(sweep_dir))
-    extra = load_runs(tuning_dir) if tuning_dir is not None else []
-    an.tuning = [r for r in everything + extra if r.get("lr_multiplier") is not None]
+    extra = load_records(tuning_dir) if tuning_dir is not None else []
+    an.tuning = [r for r in everything + extra if r.lr_multiplier is not None]
     an.ladder = [r for r in everything if is_ladder(r)]
     attributed = attribution_dir(sweep_dir)
-    an.attribution = [r for r in load_runs(attributed) if r["status"] in FINISHED_STATUSES] if attributed else []
+    an.attribution = [r for r in load_records(attributed) if r.status in FINISHED_STATUSES] if attributed else []
     # before anything is derived: runs that differ in more than what is compared are refused, never pooled
-    check_comparable([r for r in an.records if r["status"] in FINISHED_STATUSES],
-                     [r for r in an.ladder if r["status"] in FINISHED_STATUSES])
+    check_comparable([r for r in an.records if r.status in FINISHED_STATUSES],
+                     [r for r in an.ladder if r.status in FINISHED_STATUSES])
     skipped = len(everything) - len(an.records) - len(an.ladder)
     if an.ladder:
         an.notes.append(f"{len(an.ladder)} run(s) of {baseline} at other data budgets form its ladder: they give the "
@@ -262,25 +268,25 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     ok = an.ok()
     _set_cells(an, ok)
     _drop_leftover_tuning(an)
-    an.optimizers = sorted({r["optimizer"] for r in an.records if r.get("optimizer")},
+    an.optimizers = sorted({r.optimizer for r in an.records if r.optimizer},
                            key=lambda o: (o != baseline, o))
     for r in everything + extra:
-        if r["status"] in FINISHED_STATUSES:
-            an.metrics[r["run_id"]] = read_metrics(r["run_dir"])
+        if r.status in FINISHED_STATUSES:
+            an.metrics[r.run_id] = read_metrics(r.run_dir)
     _set_targets(an, target_loss, baseline)
-    for r in an.records:
-        _derive(an, r)
-        r["planner_optimizer_state_bytes"] = planner_state(r)
+    an.set_columns(an.records, lambda r: _derived(an, r))
+    an.set_columns(an.records, lambda r: {"planner_optimizer_state_bytes": planner_state(r)})
     derive_speedups(an, baseline)
+    ok = an.ok()
     an.report_spec = report_spec_of(sweep_dir, include_transient)
     an.regime_text, an.regime = regime_summary(an)
     transient = transient_cells(an)
-    if any(r["optimizer"] == baseline for r in ok) and an.multi:
+    if any(r.optimizer == baseline for r in ok) and an.multi:
         an.verdicts = verdict_table(grid_families(ok, unmeasurable=lambda rows: unmeasurable(
             rows, an.optimizers, list(dict.fromkeys(str(r["model_size"]) for r in rows)), baseline),
             transient=frozenset((s, t) for s, t in transient if t is not None)),
             baseline=baseline, report=an.report_spec)
-    elif any(r["optimizer"] == baseline for r in ok):
+    elif any(r.optimizer == baseline for r in ok):
         an.verdicts = verdict(ok, baseline=baseline, unmeasurable=unmeasurable(ok, an.optimizers, an.sizes, baseline),
                               report=an.report_spec, transient=frozenset(s for s, _ in transient))
     else:
@@ -295,24 +301,24 @@ def _drop_leftover_tuning(an: Analysis) -> None:
     in a note and left out of the tuning curves: they tuned nothing this report compares."""
     if not an.sizes:
         return
-    leftover = [r for r in an.tuning if cell_of(r) not in an.sizes]
+    leftover = [r for r in an.tuning if r.cell.label not in an.sizes]
     if leftover:
-        cells = sorted({cell_of(r) for r in leftover})
-        an.tuning = [r for r in an.tuning if cell_of(r) in an.sizes]
+        cells = sorted({r.cell.label for r in leftover})
+        an.tuning = [r for r in an.tuning if r.cell.label in an.sizes]
         an.notes.append(f"{len(leftover)} tuning run(s) of cell(s) this sweep no longer has ({', '.join(cells)}): "
                         "listed under Runs, left out of the tuning curves")
 
 
-def _set_cells(an: Analysis, ok: Sequence[Mapping[str, Any]]) -> None:
+def _set_cells(an: Analysis, ok: Sequence[RunRecord]) -> None:
     """The sizes (by parameter count), the data ratios of a sweep with several, and the cells the report groups by:
     each size at each ratio it ran, by size then ratio (the sizes themselves for one ratio)."""
-    params = {r["model_size"]: float(r["num_params"]) for r in reversed(ok) if r.get("num_params")}
-    an.model_sizes = sorted({r["model_size"] for r in an.records if r.get("model_size")},
+    params = {r.model_size: float(r["num_params"]) for r in reversed(ok) if r.get("num_params")}
+    an.model_sizes = sorted({r.model_size for r in an.records if r.model_size},
                             key=lambda s: params.get(s, math.inf))
-    an.ratios = sorted({float(r["budget_tpp"]) for r in an.records if r.get("budget_tpp") is not None})
-    cells = {(r["model_size"], r.get("budget_tpp")) for r in an.records if r.get("model_size")}
+    an.ratios = sorted({float(r.budget_tpp) for r in an.records if r.budget_tpp is not None})
+    cells = {(r.model_size, r.budget_tpp) for r in an.records if r.model_size}
     for size, tpp in sorted(cells, key=lambda c: (an.model_sizes.index(c[0]), c[1] or 0.0)):
-        cell = cell_label(size, tpp)
+        cell = Cell(size, tpp).label
         an.sizes.append(cell)
         an.cell_size[cell], an.cell_tpp[cell] = size, tpp
 
@@ -329,8 +335,8 @@ def _set_targets(an: Analysis, target_loss: float | dict[str, float] | None, bas
         elif target_loss is not None:
             an.targets[size] = [given_target(size, float(target_loss))]
         else:
-            runs = [(r, an.metrics[r["run_id"]].get("train", []), window(r)) for r in an.ok()
-                    if cell_of(r) == size and r["optimizer"] == baseline and r["status"] == "completed"]
+            runs = [(r, an.metrics[r.run_id].get("train", []), window(r)) for r in an.ok()
+                    if r.cell.label == size and r.optimizer == baseline and r.status == "completed"]
             an.targets[size], notes = baseline_targets(size, runs, baseline)
             an.target_notes += notes
             if not runs:
@@ -341,35 +347,36 @@ def _set_targets(an: Analysis, target_loss: float | dict[str, float] | None, bas
         an.target_notes.append(cut)
 
 
-def _derive(an: Analysis, r: dict[str, Any]) -> None:
-    """The derived columns of one record, in place: stability figures, the time to each target (censored at the
-    budget), the eval loss at each target's token count and the mean loss over the budget."""
+def _derived(an: Analysis, r: RunRecord) -> dict[str, Any]:
+    """The derived columns of one record: stability figures, the time to each target (censored at the budget), the
+    eval loss at each target's token count and the mean loss over the budget."""
     from hf_optbench.report.targets import budget, eval_at_tokens, mean_loss_over_budget, time_to_each
 
-    finished = r["status"] in FINISHED_STATUSES
-    r["diverged"] = 1.0 if r["status"] == "diverged" else 0.0 if r["status"] == "completed" else None
+    finished = r.status in FINISHED_STATUSES
+    d: dict[str, Any] = {"diverged": 1.0 if r.status == "diverged" else 0.0 if r.status == "completed" else None}
     steps = r.get("steps") or 0
-    r["loss_spikes_per_1k"] = (1000.0 * float(r.get("loss_spikes") or 0) / steps) if finished and steps else None
-    r["hyperparameter_sources"] = (r.get("_summary") or {}).get("hyperparameter_sources")
-    if r["status"] == "diverged":
-        r["final_eval_loss"] = None  # a diverged run's last loss is not a convergence figure (see stability)
-    targets = an.targets.get(cell_of(r), [])
-    m = an.metrics.get(r["run_id"], {})
+    d["loss_spikes_per_1k"] = (1000.0 * float(r.get("loss_spikes") or 0) / steps) if finished and steps else None
+    d["hyperparameter_sources"] = r.summary.get("hyperparameter_sources")
+    if r.status == "diverged":
+        d["final_eval_loss"] = None  # a diverged run's last loss is not a convergence figure (see stability)
+    targets = an.targets.get(r.cell.label, [])
+    m = an.metrics.get(r.run_id, {})
     train = m.get("train", [])
     limit = budget(r, train) if finished else None
-    r["to_target"] = time_to_each(train, targets, window(r), limit) if finished and targets else {}
-    r["eval_at"] = {t.name: eval_at_tokens(m.get("eval", []), t.tokens) for t in targets}
-    r["eval_loss_at_50%"] = r["eval_at"].get("50%")
-    r["mean_loss_over_budget"] = mean_loss_over_budget(train, (limit or {}).get("tokens"),
-                                                       r["status"] == "diverged") if finished else None
-    chosen = an.verdict_target(cell_of(r))
-    r["target"] = chosen.name if chosen else None
-    r["target_loss"] = chosen.loss if chosen else None
-    hit = r["to_target"].get(chosen.name) if chosen else None
+    d["to_target"] = time_to_each(train, targets, window(r), limit) if finished and targets else {}
+    d["eval_at"] = {t.name: eval_at_tokens(m.get("eval", []), t.tokens) for t in targets}
+    d["eval_loss_at_50%"] = d["eval_at"].get("50%")
+    d["mean_loss_over_budget"] = mean_loss_over_budget(train, (limit or {}).get("tokens"),
+                                                       r.status == "diverged") if finished else None
+    chosen = an.verdict_target(r.cell.label)
+    d["target"] = chosen.name if chosen else None
+    d["target_loss"] = chosen.loss if chosen else None
+    hit = d["to_target"].get(chosen.name) if chosen else None
     for key in ("steps", "tokens", "seconds"):
-        r[f"{key}_to_target"] = hit[key] if hit else None
-        r[f"{key}_to_target_censored"] = bool(hit and hit["censored"])
-    r["target_censored"] = r["tokens_to_target_censored"] if hit else None
+        d[f"{key}_to_target"] = hit[key] if hit else None
+        d[f"{key}_to_target_censored"] = bool(hit and hit["censored"])
+    d["target_censored"] = d["tokens_to_target_censored"] if hit else None
+    return d
 
 
 # ------------------------------------------------------------------------------------------- aggregation
@@ -381,17 +388,11 @@ def _agg(values: Iterable[Any]) -> dict[str, float] | None:
             "min": min(vals), "max": max(vals), "n": len(vals)}
 
 
-def value(rec: Mapping[str, Any], key: str) -> Any:
-    """A record's ``key``: a record column, else the run's summary.json key of that name (so a report table can
-    show any summary figure without adding it to summary.csv)."""
-    return rec[key] if key in rec else (rec.get("_summary") or {}).get(key)
-
-
-def group(records: Sequence[Mapping[str, Any]], key: str, optimizer: str, size: str,
+def group(records: Sequence[RunRecord], key: str, optimizer: str, size: str,
           statuses: tuple[str, ...] = FINISHED_STATUSES, by_size: bool = False) -> dict[str, float] | None:
     """mean/std/min/max/n of ``key`` over the seeds of one optimizer at one cell (``size``: a cell, the size itself in
     a single-ratio sweep; with ``by_size`` a model size, every ratio's runs pooled) (runs with ``statuses``)."""
-    return _agg(value(r, key) for r in records
-                if r.get("optimizer") == optimizer and (r.get("model_size") if by_size else cell_of(r)) == size
-                and r["status"] in statuses)
+    return _agg(r.figure(key) for r in records
+                if r.optimizer == optimizer and (r.model_size if by_size else r.cell.label) == size
+                and r.status in statuses)
 

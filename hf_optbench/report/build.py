@@ -28,11 +28,12 @@ from hf_optbench.report import tables_targets as TT
 from hf_optbench.report.analysis import DERIVED_COLUMNS, Analysis, analyse
 from hf_optbench.report.plots import write_plots
 from hf_optbench.report.reference import reference_section
-from hf_optbench.report.speedups import speedup_tables
+from hf_optbench.report.sections.attribution import attribution_line, attribution_section
+from hf_optbench.report.speedups import rung_rates_section
 from hf_optbench.rundir import BASELINE, write_text_atomic
-from hf_optbench.study.records import cell_of, write_summary_csv
+from hf_optbench.study.records import write_summary_csv
 
-# Issue 40: a table a reader takes in at once. A wider one is split into tables of at most MAX_COLUMNS, each
+# A table a reader takes in at once. A wider one is split into tables of at most MAX_COLUMNS, each
 # repeating its key columns; a Markdown cell longer than MAX_CELL characters continues on rows below it (split at
 # "; ", then ", ", then a space), the other columns left empty there. The HTML keeps every cell whole.
 MAX_COLUMNS = 9
@@ -159,11 +160,11 @@ class Doc:
 def _overview(doc: Doc, an: Analysis, title: str, question: bool = False) -> None:
     """The title, the question (``question``: the short report's opening), the sweep and the machine, the notes."""
     ok = an.ok()
-    env = next((r["_summary"].get("env") for r in ok if r["_summary"].get("env")), {}) or {}
-    git = next((r["_summary"].get("git") for r in ok if r["_summary"].get("git")), {}) or {}
+    env = next((r.summary.get("env") for r in ok if r.summary.get("env")), {}) or {}
+    git = next((r.summary.get("git") for r in ok if r.summary.get("git")), {}) or {}
     statuses: dict[str, int] = {}
     for r in an.all_records:
-        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        statuses[r.status] = statuses.get(r.status, 0) + 1
     doc.h(1, title)
     if question:
         data = " and as each parameter sees more data" if an.multi else ""
@@ -288,6 +289,7 @@ def _ratios(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
 
 
 def _speedup(doc: Doc, an: Analysis) -> None:
+    from hf_optbench.measure.speedup import FIT_TOLERANCE
     from hf_optbench.report.speedups import budget_table, ladder_table
 
     header, rows, warnings = budget_table(an)
@@ -302,13 +304,15 @@ def _speedup(doc: Doc, an: Analysis) -> None:
     doc.h(2, f"Speedup over {BASELINE} (its budget ladder)")
     doc.p(f"{BASELINE} ran at each budget multiple below, each with its own full schedule (final eval loss, mean ± sd "
           "over seeds). Per seed, a curve L(D) through that seed's ladder (the power law a·D^-b + c where it fits every "
-          "point within 0.005 nats, else monotone interpolation in log D) is inverted at each other optimizer's final "
+          f"point within {FIT_TOLERANCE:g} nats, else monotone interpolation in log D) is inverted at each other "
+          "optimizer's final "
           f"eval loss: the tokens {BASELINE} would need for it, divided by the tokens the optimizer used, is its speedup "
           "(Marin's and Wen et al. 2025's measure). A loss beyond the ladder's range is censored (> or < the range), "
           "never extrapolated; a diverged run is censored below. The speedup's verdict and per-size intervals are in "
           "the tables above; per run: summary.csv's speedup columns.")
     doc.table(header, rows)
-    speedup_tables(doc, an, BASELINE)
+    rung_rates_section(doc, an, BASELINE)
+    attribution_section(doc, an, BASELINE)
 
 
 def _memory(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
@@ -359,13 +363,12 @@ def _convergence(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
 
 def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
     from hf_optbench.report.sensitivity import sensitivity_section, tuned_values_section
-    from hf_optbench.report.tuning_curves import sources_cell
+    from hf_optbench.report.tuning_curves import sources_cell, tuned_bracketing
 
     doc.h(2, "Hyperparameters: where each came from, and the tuning curves")
     seen: dict[tuple[str, str], set[str]] = {}
     for r in an.records:
-        seen.setdefault((r.get("optimizer"), cell_of(r)), set()).add(
-            sources_cell((r.get("_summary") or {}).get("hyperparameter_sources")))
+        seen.setdefault((r.optimizer, r.cell.label), set()).add(sources_cell(r.summary.get("hyperparameter_sources")))
     doc.table(["optimizer", "size", "learning rate, weight decay, clipping from"],
               [[o, s, " / ".join(sorted(seen[(o, s)]))] for o in an.optimizers for s in an.sizes if (o, s) in seen])
     doc.p("cited: the optimizer registry's default for the size, with its citation (`hf-optbench optimizers`); tuned: "
@@ -385,7 +388,7 @@ def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
     for name in sorted(k for k in files if k.startswith("tuning_")):
         doc.img(files[name], name)
     doc.h(3, "Sensitivity: the learning-rate range within 1 % of the best tuning loss, and bracketing")
-    sensitivity_section(doc, an.tuning)
+    sensitivity_section(doc, an.tuning, tuned_bracketing(an.sweep_dir))
     from hf_optbench.report.sensitivity import tuned_ratio_table
 
     header, rows = tuned_ratio_table(an.ok(), BASELINE)
@@ -471,15 +474,10 @@ def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[st
     the evidence collapsed), summary.csv, runs.parquet and the PNG plots; returns their paths by name.
     ``tuning_dir``: a tuning sweep whose runs give the tuning curves; ``include_transient``: transient cells back in
     the trends (:func:`report.analysis.analyse`)."""
-    from hf_optbench.report.draw_shift import noise_section
+    from hf_optbench.report.draw_shift import noise_section, tuning_noise_line
     from hf_optbench.report.export import write_runs_parquet
     from hf_optbench.report.rate_transfer import plot_transfer, transfer_line, transfer_rows, transfer_section
-    from hf_optbench.report.short_report import (
-        answer_tables,
-        attribution_line,
-        plot_and_link,
-        tuning_noise_line,
-    )
+    from hf_optbench.report.short_report import answer_tables, plot_and_link
     from hf_optbench.report.time_to_quality import time_line, time_section
 
     sweep = Path(sweep_dir)

@@ -10,8 +10,8 @@ directory holding runs of several sweeps (or runs started by hand) would otherwi
 * the runs of one model size: tokens per optimizer step, and the step budget (max_steps; the baseline's ladder
   runs, ``__dx`` in their id, are at other budgets by design and are left out of that one check);
 * across sizes: the same max_steps, or the same budget in tokens per parameter (within one step's rounding);
-* in a sweep over several data ratios (``__tpp`` in the ids, issue 31) "a size" above and below is a cell, a size at
-  one ratio (``study.records.cell_of``), and "across sizes" is across the sizes of one ratio: each ratio has its own
+* in a sweep over several data ratios (``__tpp`` in the ids) "a size" above and below is a cell, a size at
+  one ratio (``study.records.Cell``), and "across sizes" is across the sizes of one ratio: each ratio has its own
   budget, tuned values and ladder by design;
 * the runs of one optimizer x size (the seeds the report pools, and the ladder's runs): every hyperparameter, tuned
   ones included, the schedule and its arguments, and the optimizer's constructor values; the learning rate is the
@@ -32,7 +32,7 @@ from typing import Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import MANIFEST_FILE, read_identity
-from hf_optbench.study.records import cell_of
+from hf_optbench.study.records import RunRecord, cells_of
 
 # (name shown, how to read it from a record's summary and identity)
 _Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
@@ -68,11 +68,11 @@ PER_OPTIMIZER = frozenset({"optimizer", "optimizer_constructor", "learning_rate"
                            "param_groups"})
 
 
-def _per_optimizer_keys(runs: Sequence[Mapping[str, Any]]) -> set[str]:
+def _per_optimizer_keys(runs: Sequence[RunRecord]) -> set[str]:
     """:data:`PER_OPTIMIZER` and the keys the sweep file sets per optimizer (its manifest's ``per_optimizer``):
     a difference the user wrote on purpose."""
     keys = set(PER_OPTIMIZER)
-    for sweep_dir in {Path(r["run_dir"]).parent.parent for r in runs if Path(r["run_dir"]).parent.name == "runs"}:
+    for sweep_dir in {Path(r.run_dir).parent.parent for r in runs if Path(r.run_dir).parent.name == "runs"}:
         try:
             table = json.loads((sweep_dir / MANIFEST_FILE).read_text(encoding="utf-8")).get("per_optimizer") or {}
             keys |= {str(k) for extra in table.values() if isinstance(extra, Mapping) for k in extra}
@@ -91,15 +91,15 @@ def _protocol(ident: Mapping[str, Any], free: set[str]) -> dict[str, Any]:
     return {k: v for k, v in ident.items() if k not in free and k not in _NOT_PROTOCOL}
 
 
-def _one_run_per_seed(compared: Sequence[Mapping[str, Any]]) -> None:
+def _one_run_per_seed(compared: Sequence[RunRecord]) -> None:
     """Each seed once per optimizer x size: two runs of one seed (a size named twice, directories merged) would be
     pooled as two samples and paired twice."""
     seen: dict[tuple[str, str, Any], str] = {}
     for r in compared:
-        key = (str(r.get("optimizer")), cell_of(r), r.get("seed"))
-        if key[2] is not None and seen.setdefault(key, r["run_id"]) != r["run_id"]:
+        key = (str(r.optimizer), r.cell.label, r.seed)
+        if key[2] is not None and seen.setdefault(key, r.run_id) != r.run_id:
             raise OptBenchError(
-                f"{key[0]}/{key[1]} runs {seen[key]} and {r['run_id']} both have seed {key[2]}: the report would "
+                f"{key[0]}/{key[1]} runs {seen[key]} and {r.run_id} both have seed {key[2]}: the report would "
                 "count one seed twice, as two samples. Report one sweep's directory, or move one of them elsewhere.")
 
 
@@ -152,13 +152,13 @@ def _check_key(scope: str, key: str, values: Sequence[tuple[str, Any]]) -> None:
         raise _refuse(scope, key, by_value)
 
 
-def _budget_across_sizes(budget_runs: Sequence[Mapping[str, Any]]) -> None:
+def _budget_across_sizes(budget_runs: Sequence[RunRecord]) -> None:
     """Across sizes: one max_steps for all, or one budget in tokens per parameter (each size's within one step)."""
     by_size: dict[str, tuple[int, float | None, str]] = {}
     for r in budget_runs:
-        steps, tpp = (r["_summary"] or {}).get("max_steps"), (r["_summary"] or {}).get("tokens_per_param")
-        if r.get("model_size") and steps:
-            by_size.setdefault(r["model_size"], (int(steps), tpp, r["run_id"]))
+        steps, tpp = r.summary.get("max_steps"), r.summary.get("tokens_per_param")
+        if r.model_size and steps:
+            by_size.setdefault(r.model_size, (int(steps), tpp, r.run_id))
     if len({steps for steps, _, _ in by_size.values()}) <= 1:
         return
     spans = [(tpp * (1 - 1 / steps), tpp * (1 + 1 / steps)) for steps, tpp, _ in by_size.values() if tpp]
@@ -169,45 +169,45 @@ def _budget_across_sizes(budget_runs: Sequence[Mapping[str, Any]]) -> None:
                    for size, (steps, tpp, rid) in by_size.items()})
 
 
-def check_comparable(compared: Sequence[Mapping[str, Any]], ladder: Sequence[Mapping[str, Any]]) -> None:
+def check_comparable(compared: Sequence[RunRecord], ladder: Sequence[RunRecord]) -> None:
     """Raise OptBenchError naming the first setting the finished runs the report compares (``compared``) and the
     baseline's ladder runs (``ladder``) do not share, with the runs of each value."""
-    runs = [r for r in [*compared, *ladder] if r.get("_summary")]
-    idents = {r["run_id"]: read_identity(Path(r["run_dir"])) or {} for r in runs}
+    runs = [r for r in [*compared, *ladder] if r.summary]
+    idents = {r.run_id: read_identity(Path(r.run_dir)) or {} for r in runs}
 
-    def values(subset: Sequence[Mapping[str, Any]], get: _Getter) -> list[tuple[str, Any]]:
-        return [(r["run_id"], get(r["_summary"], idents[r["run_id"]])) for r in subset]
+    def values(subset: Sequence[RunRecord], get: _Getter) -> list[tuple[str, Any]]:
+        return [(r.run_id, get(r.summary, idents[r.run_id])) for r in subset]
 
     for key, get in EVERY_RUN:
         _check_key("", key, values(runs, get))
-    ladder_ids = {r["run_id"] for r in ladder}
-    sizes = sorted({cell_of(r) for r in runs})
+    ladder_ids = {r.run_id for r in ladder}
+    sizes = cells_of(runs)
     for size in sizes:
-        of_size = [r for r in runs if cell_of(r) == size]
+        of_size = [r for r in runs if r.cell.label == size]
         for key, get in PER_SIZE:
             _check_key(f"{size} ", key, values(of_size, get))
         for key, get in BUDGET:
-            _check_key(f"{size} ", key, values([r for r in of_size if r["run_id"] not in ladder_ids], get))
-    for tpp in {r.get("budget_tpp") for r in runs}:
-        _budget_across_sizes([r for r in runs if r["run_id"] not in ladder_ids and r.get("budget_tpp") == tpp])
+            _check_key(f"{size} ", key, values([r for r in of_size if r.run_id not in ladder_ids], get))
+    for tpp in {r.budget_tpp for r in runs}:
+        _budget_across_sizes([r for r in runs if r.run_id not in ladder_ids and r.budget_tpp == tpp])
     free = _per_optimizer_keys(runs)
     for size in sizes:
-        protocol = {r["run_id"]: _protocol(idents[r["run_id"]], free) for r in runs if cell_of(r) == size}
+        protocol = {r.run_id: _protocol(idents[r.run_id], free) for r in runs if r.cell.label == size}
         for key in sorted({k for p in protocol.values() for k in p}):
             _check_key(f"{size} ", key, [(rid, p.get(key)) for rid, p in protocol.items()])
-    _one_run_per_seed([r for r in runs if r["run_id"] not in ladder_ids])
-    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    _one_run_per_seed([r for r in runs if r.run_id not in ladder_ids])
+    groups: dict[tuple[str, str], list[RunRecord]] = {}
     for r in runs:  # the ladder too: it differs from the comparison in max_steps only, left out of the pool's keys
-        groups.setdefault((str(r.get("optimizer")), cell_of(r)), []).append(r)
+        groups.setdefault((str(r.optimizer), r.cell.label), []).append(r)
     for (opt, size), members in sorted(groups.items()):
-        pooled = {r["run_id"]: _pooled(r["_summary"], idents[r["run_id"]]) for r in members}
+        pooled = {r.run_id: _pooled(r.summary, idents[r.run_id]) for r in members}
         rungs: dict[Any, list[tuple[str, Any]]] = {}
-        for r in members:  # every ladder rung runs at its own tuned rate (issue 29): one rate per rung, not per group
-            rates = _rates(pooled[r["run_id"]])
-            if r["run_id"] in ladder_ids:
-                rungs.setdefault(r.get("budget_multiple"), []).append((r["run_id"], rates))
+        for r in members:  # every ladder rung runs at its own tuned rate: one rate per rung, not per group
+            rates = _rates(pooled[r.run_id])
+            if r.run_id in ladder_ids:
+                rungs.setdefault(r.budget_multiple, []).append((r.run_id, rates))
             elif rates is not None:
-                pooled[r["run_id"]]["learning_rate"] = rates
+                pooled[r.run_id]["learning_rate"] = rates
         for key in sorted({k for p in pooled.values() for k in p}):
             _check_key(f"{opt}/{size} ", key, [(rid, p.get(key)) for rid, p in pooled.items()])
         for multiple, rates in sorted(rungs.items(), key=lambda kv: float(kv[0] or 1.0)):

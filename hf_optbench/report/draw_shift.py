@@ -1,4 +1,4 @@
-"""The second tuning draw in the report (issue 40): each drawn cell's comparison composed again from the draw, the
+"""The second tuning draw in the report: each drawn cell's comparison composed again from the draw, the
 shift it makes in every optimizer's estimate, and the verdict's intervals widened by it
 (:mod:`hf_optbench.measure.tuning_noise` holds the rule).
 
@@ -12,20 +12,22 @@ first's, on the verdict's scale (minus the log speedup; the final-loss differenc
 Which shift a verdict point gets: its own cell's where that cell was drawn (measured); else the largest shift of a
 drawn cell of the same size and optimizer (borrowed: the tuning's noise at that size, the point says from where);
 else none (not measured: the interval stands, and the table says so).
+
+The section whole lives here: the shifts (:func:`apply_tuning_noise`), evidence.md's section
+(:func:`noise_section`) and report.md's line (:func:`tuning_noise_line`).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hf_optbench.measure.tuning_noise import PointShift, widen_verdict
 from hf_optbench.rundir import FINISHED_STATUSES
-from hf_optbench.study.records import cell_label, cell_of
+from hf_optbench.study.records import Cell, RunRecord, set_columns
 
 # The metrics the draw's shift is measured on (the convergence answer: the speedup and the final loss behind it).
 SHIFT_KEYS = ("speedup", "final_eval_loss")
@@ -87,10 +89,13 @@ class TuningNoise:
 class _Scratch:
     """What ``report.speedups.derive_speedups`` reads of an analysis: one cell's runs."""
 
-    records: list[dict[str, Any]]
-    ladder: list[dict[str, Any]]
-    attribution: list[dict[str, Any]] = field(default_factory=list)
+    records: list[RunRecord]
+    ladder: list[RunRecord]
+    attribution: list[RunRecord] = field(default_factory=list)
     ladder_fits: dict[Any, Any] = field(default_factory=dict)
+
+    def set_columns(self, records: Iterable[RunRecord], columns: Callable[[RunRecord], Mapping[str, Any]]) -> None:
+        set_columns((self.records, self.ladder, self.attribution), records, columns)
 
 
 def read_changes(sweep_dir: Any) -> dict[str, Any] | None:
@@ -116,15 +121,14 @@ def _estimates(records: Sequence[Mapping[str, Any]], baseline: str) -> dict[tupl
     return out
 
 
-def _compared(runs: Sequence[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
-    """One cell's finished runs with their speedups read off that cell's ladders (copies: nothing shared)."""
+def _compared(runs: Sequence[RunRecord], baseline: str) -> list[RunRecord]:
+    """One cell's finished runs with their speedups read off that cell's ladders."""
     from hf_optbench.report.speedups import derive_speedups
 
-    mine = [copy.copy(r) for r in runs if r["status"] in FINISHED_STATUSES]
-    for r in mine:
-        if r["status"] == "diverged":
-            r["final_eval_loss"] = None  # as report.analysis does: a diverged run's last loss is no result
-    rung = [r.get("budget_multiple") not in (None, 1.0) for r in mine]
+    # as report.analysis does: a diverged run's last loss is no result
+    mine = [r.with_columns({"final_eval_loss": None}) if r.status == "diverged" else r
+            for r in runs if r.status in FINISHED_STATUSES]
+    rung = [r.budget_multiple not in (None, 1.0) for r in mine]
     scratch = _Scratch([r for r, x in zip(mine, rung, strict=True) if not x],
                        [r for r, x in zip(mine, rung, strict=True) if x])
     derive_speedups(scratch, baseline)
@@ -133,26 +137,26 @@ def _compared(runs: Sequence[dict[str, Any]], baseline: str) -> list[dict[str, A
 
 def measure_draw(an: Any, baseline: str) -> TuningNoise | None:
     """The draw's shift at every drawn cell of ``an`` (an ``report.analysis.Analysis``), or None without a draw."""
-    from hf_optbench.study.records import load_runs
+    from hf_optbench.study.records import load_records
     from hf_optbench.study.second_draw_phase import draw_dir
 
     changes = read_changes(an.sweep_dir)
     if changes is None:
         return None
-    cells = [cell_label(c["model_size"], c.get("tokens_per_param")) for c in changes.get("cells", [])]
+    cells = [Cell(c["model_size"], c.get("tokens_per_param")).label for c in changes.get("cells", [])]
     noise = TuningNoise(int(changes["seed"]), list(changes.get("tuning_seeds") or []), cells,
                         list(changes.get("changed") or []))
     runs_dir = draw_dir(an.sweep_dir) / "runs"
-    again = {r["run_id"]: r for r in load_runs(draw_dir(an.sweep_dir))} if runs_dir.is_dir() else {}
+    again = {r.run_id: r for r in load_records(draw_dir(an.sweep_dir))} if runs_dir.is_dir() else {}
     expected = {rid for c in noise.changes for rid in c.get("runs", [])}
-    unfinished = {rid for rid in expected if (again.get(rid) or {}).get("status") not in FINISHED_STATUSES}
+    unfinished = {rid for rid in expected if rid not in again or again[rid].status not in FINISHED_STATUSES}
     for cell in cells:
-        main = [r for r in an.records + an.ladder if cell_of(r) == cell]
-        if any(r["run_id"] in unfinished for r in main):
+        main = [r for r in an.records + an.ladder if r.cell.label == cell]
+        if any(r.run_id in unfinished for r in main):
             noise.missing.append(cell)
             continue
         first = _estimates(_compared(main, baseline), baseline)
-        second = _estimates(_compared([again[r["run_id"]] if r["run_id"] in expected else r for r in main], baseline),
+        second = _estimates(_compared([again[r.run_id] if r.run_id in expected else r for r in main], baseline),
                             baseline)
         for (opt, key), p in first.items():
             if (opt, key) in second:
@@ -176,14 +180,15 @@ def _borrowed(noise: TuningNoise, an: Any, optimizer: str, key: str, cell: str) 
 
 
 def point_cell(an: Any, v: Any, p: Any) -> str:
-    """The cell (:func:`cell_label`) a verdict point stands for: on the data axis the verdict's size at the point's
-    ratio (its ``num_params`` holds tokens per parameter), on the size axis the point's size at the verdict's ratio."""
+    """The label of the cell (``study.records.Cell``) a verdict point stands for: on the data axis the verdict's size
+    at the point's ratio (its ``num_params`` holds tokens per parameter), on the size axis the point's size at the
+    verdict's ratio."""
     from hf_optbench.measure.verdict import DATA_AXIS, ratio_label
 
     if v.axis == DATA_AXIS:
-        return cell_label(v.at, float(p.num_params))
+        return Cell(v.at, float(p.num_params)).label
     tpp = next((r for r in an.ratios if ratio_label(r) == v.at), None)
-    return cell_label(p.model_size, tpp)
+    return Cell(p.model_size, tpp).label
 
 
 def apply_tuning_noise(an: Any, baseline: str) -> TuningNoise | None:
@@ -274,3 +279,41 @@ def noise_section(doc: Any, an: Any) -> None:
               "A cell not drawn borrows the largest shift of a drawn cell of its size (\"from\").")
         doc.table(["optimizer", "metric", "along", "point", "shift from", "shift", "half-width", "share",
                    "interval"], applied)
+
+
+def _shift_summary(noise: Any, key: str) -> str:
+    found = [(abs(s.shift), s) for s in noise.shifts.values() if s.key == key and s.shift is not None]
+    if not found:
+        return "none measured"
+    nonzero = [s for m, s in found if m > 0]
+    if not nonzero:
+        return "exactly 0 in every drawn cell"
+    return ", ".join(f"{s.optimizer} {shift_text(key, s.shift)} at {s.cell}" for s in nonzero)
+
+
+def tuning_noise_line(an: Any) -> str:
+    """report.md's line on the tuning noise: what the second tuning draw moved: the picks, the speedup and final-loss estimates, the intervals and words."""
+    from hf_optbench.study.second_draw_phase import change_lines
+
+    noise = an.tuning_noise
+    if noise is None:
+        return ("Tuning noise: not measured. These intervals cover the compared seeds, not the tuning draw that picked "
+                "each optimizer's values (`tune.second_draw` in the sweep file measures it; docs/METHOD.md).")
+    text = (f"Tuning noise: {', '.join(noise.cells)} tuned again at seed {noise.seed} (the main tuning: seed(s) "
+            f"{', '.join(map(str, noise.tuning_seeds))}). ")
+    if noise.missing:
+        return text + f"The draw has not finished at {', '.join(noise.missing)}: no shift stated."
+    changes = change_lines(noise.changes)
+    text += (f"Picks changed: {'; '.join(changes)}. " if changes else
+             "No pick changed: every shift is exactly 0 (the runs are the same runs). ")
+    text += (f"Shift of the speedup: {_shift_summary(noise, 'speedup')}; of the final-loss gap: "
+             f"{_shift_summary(noise, 'final_eval_loss')}. ")
+    widened = [a for a in noise.applied if a.point.widened]
+    words = {(a.optimizer, a.key, a.along): (a.word_before, a.word_after) for a in noise.applied
+             if a.word_before != a.word_after}
+    text += (f"{len(widened)} of {len(noise.applied)} intervals with a shift were widened by it (shift over a third "
+             "of the half-width; cells not drawn borrow their size's drawn shift)")
+    if words:
+        text += "; verdicts taken again: " + "; ".join(f"{o} {LABELS[k]} along {a}: {b} → {w}"
+                                                       for (o, k, a), (b, w) in words.items())
+    return text + "."

@@ -1,8 +1,8 @@
-"""The report's legends, written from the variables its numbers were computed with (issue 44).
+"""The report's legends, written from the variables its numbers were computed with.
 
-Why one module: a legend typed by hand drifts from the code. The tables said each interval was "at the level Holm's
+Why one module: a legend typed by hand drifts from the code: it can say an interval is "at the level Holm's
 procedure gave the cell" while every interval is at half of it (each cell's two tests, the largest point's and the
-trend's, share the cell's level), and the ratio table said "±2 % margin" beside a speedup column judged at 3 %.
+trend's, share the cell's level), or state a margin other than the one the column is judged at.
 Here every figure a legend states is read from where the computation keeps it: the margins from each metric's
 :class:`~hf_optbench.measure.verdict.MetricSpec`, the intervals' confidence from each point's own level
 (``SizeComparison.level``, the level its interval was computed at), Holm's levels from the verdicts, the power from
@@ -181,13 +181,3 @@ def ratio_legend(an: Any) -> str:
             "planner's optimizer-state ratio at GPT-2 sizes not run (`hf-optbench memory`), with GPT-2's 50,304-row "
             "embedding and 1,024 positions; the 8-bit optimizers as configured in this sweep (embedding state 32-bit "
             "or not).")
-
-
-def attribution_levels(an: Any) -> str:
-    """The attribution table's sentence on its intervals: at the confidence of the fully tuned speedup's intervals
-    in its verdict cell (half that cell's Holm level)."""
-    optimizers = sorted({str(r["optimizer"]) for r in an.attribution})
-    conf = confidence_range(an.point(o, "speedup", c)[1] for o in optimizers for c in an.sizes)
-    return ("Intervals at the confidence of the fully tuned speedup's intervals in its verdict cell (two-sided, at half "
-            f"the cell's Holm level{f': {conf} here' if conf else ''}); the paired ratio is attributed / fully tuned "
-            "per seed.")

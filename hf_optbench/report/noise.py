@@ -1,11 +1,11 @@
 """When a wall-clock figure cannot be read: the seed-to-seed spread of a timing ratio against its effect.
 
-Wall-clock figures (step time, tokens/s, seconds to target) move with the machine's other load: on the shared
-2-core machine identical configurations ran 10-15x apart, and the same seconds-to-target ratio read 2.23 in one
-demo and 13.2 in the next. Token and step counts do not move that way. So beside every wall-clock comparison the
-report checks the per-seed paired ratios (optimizer over baseline, same seed): when their range (max / min) is
-wider than the effect (the mean ratio's distance from 1, both on the log scale), the figure is marked as not
-interpretable on this machine instead of being shown as a result.
+Wall-clock figures (step time, tokens/s, seconds to target) move with the machine's other load: on a shared machine
+identical configurations can run an order of magnitude apart, and one seconds-to-target ratio can change several
+fold between two runs of the same sweep. Token and step counts do not move that way. So beside every wall-clock
+comparison the report checks the per-seed paired ratios (optimizer over baseline, same seed): when their range
+(max / min) is wider than the effect (the mean ratio's distance from 1, both on the log scale), the figure is marked
+as not interpretable on this machine instead of being shown as a result.
 
 Runs a sweep ran side by side (``launcher.jobs``) share memory bandwidth and caches even on cores of their own, so
 a wall-clock comparison measured that way is marked too, with how many runs shared the machine (summary.json
@@ -18,6 +18,8 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from hf_optbench.study.records import RunRecord
 
 WALL_CLOCK_KEYS = ("step_time_median_s", "step_time_p90_s", "tokens_per_s", "seconds_to_target")
 
@@ -70,29 +72,29 @@ class SeedValues(dict):  # type: ignore[type-arg]
     concurrent_runs: int = 1
 
 
-def _concurrent_runs(record: Mapping[str, Any]) -> int:
-    """summary.json's ``concurrent_runs`` of a record (top level, or the whole summary under ``_summary``)."""
-    value = record.get("concurrent_runs", (record.get("_summary") or {}).get("concurrent_runs"))
+def _concurrent_runs(record: RunRecord) -> int:
+    """summary.json's ``concurrent_runs`` of a record (a column of its own, else its summary's)."""
+    value = record.get("concurrent_runs", record.summary.get("concurrent_runs"))
     return int(value) if isinstance(value, int | float) and value >= 1 else 1
 
 
 def by_seed(records: Sequence[Mapping[str, Any]], key: str, optimizer: str, size: str) -> SeedValues:
-    """{seed: value of ``key``} of one optimizer at one size (a report cell, ``study.records.cell_of``: the size itself
-    in a single-ratio sweep), with how many runs shared the machine meanwhile."""
-    from hf_optbench.study.records import cell_of
-
-    chosen = [r for r in records if r.get("optimizer") == optimizer and size in (cell_of(r), r.get("model_size"))]
-    out = SeedValues({r.get("seed"): (None if r.get(key) is None else float(r[key])) for r in chosen})
+    """{seed: value of ``key``} of one optimizer at one size (a report cell, ``study.records.Cell``: the size itself
+    in a single-ratio sweep), with how many runs shared the machine meanwhile. ``records``: run records, or rows
+    in their dict form."""
+    runs = [RunRecord.from_row(r) for r in records]
+    chosen = [r for r in runs if r.optimizer == optimizer and size in (r.cell.label, r.model_size)]
+    out = SeedValues({r.seed: (None if r.get(key) is None else float(r[key])) for r in chosen})
     out.concurrent_runs = max((_concurrent_runs(r) for r in chosen if r.get(key) is not None), default=1)
     return out
 
 
 def unmeasurable(records: Sequence[Mapping[str, Any]], optimizers: Sequence[str], sizes: Sequence[str],
                  baseline: str) -> dict[tuple[str, str], str]:
-    """{(optimizer, wall-clock metric): reason} for the verdict cells no word may be drawn from (issue 29: identical
-    reruns of the demo flipped Lion's seconds-to-target verdict between "no difference" and "deficit vanishes"):
-    figures measured while runs shared the machine, or whose per-seed ratios spread wider than their effect at some
-    size. ``measure.verdict.verdict`` gives them "not measurable here" with the reason and leaves them out of the
+    """{(optimizer, wall-clock metric): reason} for the verdict cells no word may be drawn from (on a loaded machine
+    identical reruns can flip a seconds-to-target verdict between "no difference" and "deficit vanishes"): figures
+    measured while runs shared the machine, or whose per-seed ratios spread wider than their effect at some size.
+    ``measure.verdict.verdict`` gives them "not measurable here" with the reason and leaves them out of the
     family it controls."""
     from hf_optbench.measure.verdict import METRICS
 

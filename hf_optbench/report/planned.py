@@ -3,23 +3,23 @@ the measurement) and its predicted ratios at the GPT-2 sizes a sweep did not run
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import CONFIG_FILE
+from hf_optbench.study.records import RunRecord
 
 
-def run_config(rec: Mapping[str, Any]) -> dict[str, Any]:
+def run_config(rec: RunRecord) -> dict[str, Any]:
     """The run's resolved config.yaml ({} when missing or unreadable)."""
     from hf_optbench.yaml_file import read_yaml_or_empty
 
-    return read_yaml_or_empty(Path(rec["run_dir"]) / CONFIG_FILE)
+    return read_yaml_or_empty(Path(rec.run_dir) / CONFIG_FILE)
 
 
-def _planner_inputs(rec: Mapping[str, Any]) -> dict[str, Any] | None:
-    summary = rec.get("_summary") or {}
+def _planner_inputs(rec: RunRecord) -> dict[str, Any] | None:
+    summary = rec.summary
     if not summary.get("embedding_rows") and not summary.get("vocab_size"):
         return None
     cfg = run_config(rec)
@@ -30,16 +30,16 @@ def _planner_inputs(rec: Mapping[str, Any]) -> dict[str, Any] | None:
             "state_bytes": 2 if summary.get("precision") == "bf16-pure" else 4}
 
 
-def planner_state(rec: Mapping[str, Any]) -> int | None:
+def planner_state(rec: RunRecord) -> int | None:
     """The planner's optimizer-state bytes for this run's shapes (None where it has no formula)."""
     from hf_optbench.measure.planner import gpt2_param_shapes, planned_optimizer_state_bytes
 
     inputs = _planner_inputs(rec)
-    if inputs is None or not rec.get("optimizer") or not rec.get("model_size"):
+    if inputs is None or not rec.optimizer or not rec.model_size:
         return None
     try:
-        shapes = gpt2_param_shapes(rec["model_size"], inputs["vocab_size"], inputs["n_positions"])
-        return planned_optimizer_state_bytes(rec["optimizer"], shapes, state_bytes=inputs["state_bytes"],
+        shapes = gpt2_param_shapes(rec.model_size, inputs["vocab_size"], inputs["n_positions"])
+        return planned_optimizer_state_bytes(rec.optimizer, shapes, state_bytes=inputs["state_bytes"],
                                      embedding_state_32bit=inputs["embedding_state_32bit"])
     except OptBenchError:
         return None

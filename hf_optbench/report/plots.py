@@ -25,7 +25,7 @@ from typing import Any
 from hf_optbench.report.analysis import Analysis, group, window
 from hf_optbench.report.legends import confidence_range
 from hf_optbench.rundir import BASELINE
-from hf_optbench.study.records import cell_of
+from hf_optbench.study.records import RunRecord, cells_of
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 _readable = "{:g}".format  # 0.002, 0.5, 2: a tick label as written, not 5x10^-1
@@ -150,9 +150,9 @@ def save(fig: Any, path: Path, rect: tuple[float, float, float, float] | None = 
 
 
 # ---------------------------------------------------------------------------------------------- per size
-def _runs(an: Analysis, opt: str, size: str, by_size: bool = False) -> list[dict[str, Any]]:
+def _runs(an: Analysis, opt: str, size: str, by_size: bool = False) -> list[RunRecord]:
     """The finished runs of ``opt`` at cell ``size`` (with ``by_size``: at model size ``size``, every ratio)."""
-    return [r for r in an.ok() if r["optimizer"] == opt and (r["model_size"] if by_size else cell_of(r)) == size]
+    return [r for r in an.ok() if r.optimizer == opt and (r.model_size if by_size else r.cell.label) == size]
 
 
 def _xy(rows: Sequence[Mapping[str, Any]], x_key: str, y_key: str) -> tuple[list[float], list[float]]:
@@ -193,13 +193,13 @@ def plot_loss(an: Analysis, size: str, path: Path) -> Path:
                                          ("elapsed_s", "train seconds (wall clock)")), strict=True):
         for opt in an.optimizers:
             for i, r in enumerate(_runs(an, opt, size)):
-                m = an.metrics.get(r["run_id"], {})
+                m = an.metrics.get(r.run_id, {})
                 xs, ys = _smoothed(*_xy(m.get("train", []), x_key, "loss"), window(r))
                 ax.plot(xs, ys, color=col[opt], lw=0.8, alpha=0.8, label=opt if i == 0 else None)
                 if ys:
                     tops.append(ys[len(ys) // 10])
                     lows.append(min(ys))
-                if r["status"] == "diverged" and ys:
+                if r.status == "diverged" and ys:
                     ax.plot(xs[-1], ys[-1], "x", color=col[opt], ms=9, mew=2, label=f"{opt} diverged")
                 ex, ey = _xy(m.get("eval", []), x_key, "eval_loss")
                 ax.plot(ex, ey, "o", color=col[opt], ms=3.5, mfc="none", mew=0.8)
@@ -229,7 +229,7 @@ def plot_lr_gradnorm(an: Analysis, size: str, path: Path) -> Path:
     for ax, key in zip(axes, ("lr", "grad_norm"), strict=True):
         for opt in an.optimizers:
             for i, r in enumerate(_runs(an, opt, size)):
-                xs, ys = _xy(an.metrics.get(r["run_id"], {}).get("train", []), "step", key)
+                xs, ys = _xy(an.metrics.get(r.run_id, {}).get("train", []), "step", key)
                 ax.plot(xs, ys, color=col[opt], lw=0.7, alpha=0.8, label=opt if i == 0 else None)
         ax.set_xlabel("optimizer steps")
         ax.set_ylabel("learning rate" if key == "lr" else "gradient norm (pre-clip)")
@@ -417,7 +417,7 @@ def plot_tuning(an: Analysis, size: str, path: Path) -> Path | None:
     learning rate starred, the cited default (multiplier 1) ringed. None when the size has no tuning point."""
     from hf_optbench.report.tuning_curves import curve_frame
 
-    frame, key = curve_frame([r for r in an.tuning if cell_of(r) == size])
+    frame, key = curve_frame([r for r in an.tuning if r.cell.label == size])
     if frame.empty or frame["loss"].notna().sum() == 0:
         return None
     plt = plt_()
@@ -542,7 +542,7 @@ def write_plots(an: Analysis, out: Path) -> dict[str, Path]:
     files: dict[str, Path] = {}
     if an.ok():
         for size in an.sizes:
-            if any(cell_of(r) == size for r in an.ok()):
+            if any(r.cell.label == size for r in an.ok()):
                 name = an.file_key(size)
                 files[f"loss_{name}.png"] = plot_loss(an, size, out / f"loss_{name}.png")
                 files[f"lr_gradnorm_{name}.png"] = plot_lr_gradnorm(an, size, out / f"lr_gradnorm_{name}.png")
@@ -562,7 +562,7 @@ def write_plots(an: Analysis, out: Path) -> dict[str, Path]:
             files[scaling_name(an, at)] = scaling
     if an.multi and (data := plot_data_axis(an, out / "data_axis.png")) is not None:
         files["data_axis.png"] = data
-    for size in sorted({cell_of(r) for r in an.tuning if r.get("model_size")}):
+    for size in cells_of(r for r in an.tuning if r.model_size):
         path = plot_tuning(an, size, out / f"tuning_{an.file_key(size)}.png")
         if path is not None:
             files[f"tuning_{an.file_key(size)}.png"] = path

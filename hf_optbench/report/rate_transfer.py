@@ -1,4 +1,4 @@
-"""Rate transfer (issue 40): what it costs to use the learning rate tuned at the next smaller size, or at the next
+"""Rate transfer: what it costs to use the learning rate tuned at the next smaller size, or at the next
 smaller data ratio, instead of a cell's own, read from the tuning curves the sweep already ran.
 
 Why: "which hyperparameters affect convergence speed" is the practitioner's first question after "which optimizer",
@@ -29,7 +29,7 @@ from typing import Any
 
 from hf_optbench.measure.verdict import LOSS_MARGIN_NATS
 from hf_optbench.rundir import BASELINE
-from hf_optbench.study.records import cell_label, cell_of
+from hf_optbench.study.records import Cell
 
 SIZE, RATIO = "size", "ratio"
 REL_TOL = 1e-6  # two rates printed to 6 significant digits (the tuned file's) are the same rate
@@ -96,7 +96,7 @@ def _entries(an: Any) -> dict[tuple[str, str], dict[str, Any]]:
         for opt, sizes in (read_yaml_or_empty(path) or {}).items():
             for size, entry in (sizes or {}).items() if isinstance(sizes, dict) else ():
                 if isinstance(entry, dict) and entry.get("curve") and entry.get("learning_rate"):
-                    out[(str(opt), cell_label(size, tpp))] = entry
+                    out[(str(opt), Cell(size, tpp).label)] = entry
     return out
 
 
@@ -107,7 +107,7 @@ def _mean_ladder(an: Any, cell: str) -> Any:
 
     rungs: dict[float, list[float]] = {}
     for r in an.records + an.ladder:
-        if r.get("optimizer") == BASELINE and cell_of(r) == cell and r["status"] == "completed" \
+        if r.optimizer == BASELINE and r.cell.label == cell and r.status == "completed" \
                 and r.get("final_eval_loss") is not None and budget_tokens(r):
             rungs.setdefault(float(budget_tokens(r)), []).append(float(r["final_eval_loss"]))
     return fit_ladder(list(rungs), [statistics.fmean(v) for v in rungs.values()]) if len(rungs) >= 2 else None
@@ -121,8 +121,8 @@ def _factor(an: Any, optimizer: str, cell: str, nats: float, fits: dict[str, Any
     if cell not in fits:
         fits[cell] = _mean_ladder(an, cell)
     fit = fits[cell]
-    mine = [r for r in an.ok() if r.get("optimizer") == optimizer and cell_of(r) == cell
-            and r["status"] == "completed" and r.get("final_eval_loss") is not None]
+    mine = [r for r in an.ok() if r.optimizer == optimizer and r.cell.label == cell
+            and r.status == "completed" and r.get("final_eval_loss") is not None]
     if fit is None or not mine or not math.isfinite(nats):
         return None, ""
     loss = statistics.fmean(float(r["final_eval_loss"]) for r in mine)
@@ -145,8 +145,8 @@ def transfer_rows(an: Any) -> list[Row]:
             size, tpp = an.cell_size.get(cell, cell), an.cell_tpp.get(cell)
             i, sizes = an.model_sizes.index(size) if size in an.model_sizes else 0, an.model_sizes
             j = an.ratios.index(tpp) if tpp in an.ratios else 0
-            sources = {SIZE: cell_label(sizes[i - 1], tpp) if i > 0 else None,
-                       RATIO: cell_label(size, an.ratios[j - 1]) if j > 0 else None}
+            sources = {SIZE: Cell(sizes[i - 1], tpp).label if i > 0 else None,
+                       RATIO: Cell(size, an.ratios[j - 1]).label if j > 0 else None}
             own_loss, _ = curve_loss(own["curve"], float(own["learning_rate"]))
             costs = {}
             for axis, source in sources.items():

@@ -1,4 +1,4 @@
-"""The regime on the page (issues 29, 44): every cell's final losses against n-gram reference losses, and whether the
+"""The regime on the page: every cell's final losses against n-gram reference losses, and whether the
 baseline has left the transient.
 
 A speedup or a final loss says nothing about where the runs are in training until it is set against what simple
@@ -8,7 +8,7 @@ unigram, bigram and trigram models **fitted on the training split** the runs dre
 the runs were scored on, as a language model is; both splits are rebuilt from a run's own config.yaml through the
 data cache (a cache hit: the splits the runs used, byte for byte).
 
-Why the training split and not the eval split alone (issue 44): the eval split's own leave-one-out references need
+Why the training split and not the eval split alone: the eval split's own leave-one-out references need
 nothing but the split, and on the main job's 32-token synthetic source they agree with the trained ones, but on a
 real vocabulary (the bundled Thai tokenizer's 1,835 types) 8,192 eval tokens hold most bigrams once, the references
 sit far too high, and runs still in the transient read "bigram–trigram". So the trained references decide; the
@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.rundir import BASELINE
 from hf_optbench.study.budget import budget_tokens
-from hf_optbench.study.records import cell_of
+from hf_optbench.study.records import RunRecord
 
 # At most this many training tokens fit the references: the main job's and the study's whole training splits (2^20
 # and 2^21 synthetic tokens) fit under it, and a Hub corpus of billions stays a few seconds of counting.
@@ -36,7 +35,7 @@ REFERENCE_TRAIN_TOKENS = 2_097_152
 TRANSIENT, PAST = "transient", "past the bigram"
 
 
-def splits(rec: Mapping[str, Any]) -> tuple[Any, Any, int]:
+def splits(rec: RunRecord) -> tuple[Any, Any, int]:
     """(the eval split's token blocks, the training split's first :data:`REFERENCE_TRAIN_TOKENS` tokens in blocks,
     the vocabulary size) of a run, rebuilt from its config.yaml's data arguments through the data cache."""
     import numpy as np
@@ -47,7 +46,7 @@ def splits(rec: Mapping[str, Any]) -> tuple[Any, Any, int]:
 
     cfg = run_config(rec)
     if "data_source" not in cfg:  # a run's resolved config.yaml always states it
-        raise OptBenchError(f"{rec.get('run_dir')}: its config.yaml does not state its data (data_source), so its "
+        raise OptBenchError(f"{rec.run_dir}: its config.yaml does not state its data (data_source), so its "
                             "eval split cannot be rebuilt")
     names = {f.name for f in dataclasses.fields(DataArguments)}
     data_args = DataArguments(**{k: v for k, v in cfg.items() if k in names})
@@ -86,8 +85,8 @@ def _means(an: Any) -> dict[tuple[str, str], float]:
     out = {}
     for cell in an.sizes:
         for opt in an.optimizers:
-            vals = [float(r["final_eval_loss"]) for r in an.ok() if r["status"] == "completed"
-                    and r.get("final_eval_loss") is not None and r["optimizer"] == opt and cell_of(r) == cell]
+            vals = [float(r["final_eval_loss"]) for r in an.ok() if r.status == "completed"
+                    and r.get("final_eval_loss") is not None and r.optimizer == opt and r.cell.label == cell]
             if vals:
                 out[(cell, opt)] = statistics.fmean(vals)
     return out
@@ -104,7 +103,7 @@ def regime_of(an: Any) -> Regime | None:
         transient,
     )
 
-    ok = [r for r in an.ok() if r["status"] == "completed" and r.get("final_eval_loss") is not None]
+    ok = [r for r in an.ok() if r.status == "completed" and r.get("final_eval_loss") is not None]
     if not ok:
         return None
     eval_blocks, train, vocab = splits(ok[0])

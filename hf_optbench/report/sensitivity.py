@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_optbench.rundir import BASELINE
-from hf_optbench.study.records import cell_label, cell_of
+from hf_optbench.study.records import Cell, RunRecord
 
-# Issue 22's definition: the learning-rate range whose tuning loss is within 1 % of the best.
+# How forgiving an optimizer is: the width of the learning-rate range whose tuning loss is within 1 % of the best.
 TOLERANCE = 0.01
 
 
@@ -78,9 +78,11 @@ def lr_sensitivity(curve: Mapping[float, float | None], tolerance: float = TOLER
     return Sensitivity(best, math.exp(low), math.exp(high), low_bound, high_bound)
 
 
-def sensitivity_table(records: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def sensitivity_table(records: Sequence[Mapping[str, Any]], tuned: Mapping[tuple[str, str], bool] | None = None
+                      ) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the report's sensitivity table: per optimizer and size of the tuning runs, the best
-    learning-rate multiplier, the range within 1 % of its loss and its width, and whether the optimum is bracketed
+    learning-rate multiplier, the range within 1 % of its loss and its width, and whether the optimum is bracketed:
+    as ``tuned`` says ({(optimizer, cell): bracketed}, what the sweep's tuned files record), else read from the runs
     (learning rate, and weight decay where it was tuned)."""
     from hf_optbench.report.tuning_curves import bracketed_from_records, loss_key, point_losses
 
@@ -89,7 +91,7 @@ def sensitivity_table(records: Sequence[Mapping[str, Any]]) -> tuple[list[str], 
     tuning = [r for r in records if r.get("lr_multiplier") is not None]
     if not tuning:
         return header, []
-    bracketed = bracketed_from_records(tuning)
+    bracketed = {**bracketed_from_records(tuning), **(tuned or {})}
     rows = []
     for (opt, size), points in sorted(point_losses(tuning).items()):
         s = lr_sensitivity({p.lr: v for p, v in points.items() if p.wd is None and p.nm is None and p.dx is None})
@@ -103,9 +105,11 @@ def sensitivity_table(records: Sequence[Mapping[str, Any]]) -> tuple[list[str], 
     return header, rows
 
 
-def sensitivity_section(doc: Any, records: Sequence[Mapping[str, Any]]) -> None:
-    """The report's sensitivity table with the sentence that says how to read it (``doc``: report.Doc)."""
-    header, rows = sensitivity_table(records)
+def sensitivity_section(doc: Any, records: Sequence[Mapping[str, Any]],
+                        tuned: Mapping[tuple[str, str], bool] | None = None) -> None:
+    """The report's sensitivity table (:func:`sensitivity_table`) with the sentence that says how to read it
+    (``doc``: report.Doc)."""
+    header, rows = sensitivity_table(records, tuned)
     if not rows:
         doc.p("No tuning runs: no sensitivity figure.")
         return
@@ -126,12 +130,13 @@ PUBLISHED_RATIOS = {"lion": ((1 / 10, 1 / 3), (3.0, 10.0), "Chen et al. 2023 (Li
 def tuned_ratio_table(records: Sequence[Mapping[str, Any]], baseline: str = BASELINE
                       ) -> tuple[list[str], list[list[str]]]:
     """(header, rows): per optimizer and size, the learning rate and weight decay its compared runs used, as ratios
-    to the baseline's at the same size, beside the published band where one exists."""
+    to the baseline's at the same size, beside the published band where one exists. ``records``: run records, or
+    rows in their dict form."""
     header = ["optimizer", "size", "lr / baseline lr", "weight decay / baseline's", "published band (lr; wd)"]
     used: dict[tuple[str, str], tuple[float, float]] = {}
-    for r in records:
+    for r in map(RunRecord.from_row, records):
         if r.get("learning_rate") is not None and r.get("weight_decay") is not None:
-            used.setdefault((str(r["optimizer"]), cell_of(r)),
+            used.setdefault((str(r.optimizer), r.cell.label),
                             (float(r["learning_rate"]), float(r["weight_decay"])))
     rows = []
     for (opt, size), (lr, wd) in sorted(used.items()):
@@ -169,7 +174,7 @@ def tuned_values_table(tuned: Mapping[str, Any], optimizers: Sequence[str], tpp:
                        ) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the report's tuned-values table, from tuned_hparams.yaml (the file of data ratio ``tpp`` in a
     sweep with several: its rows name the cell): per optimizer and size, every tuned hyperparameter as a first-class
-    value (the learning rate, the weight decay, the non-matrix group's rate: issue 29) with its multiplier, whether it
+    value (the learning rate, the weight decay, the non-matrix group's rate) with its multiplier, whether it
     is bracketed, and the margin it won by against the seed noise it was judged by."""
     header = ["optimizer", "size", "learning rate (x cited)", "weight decay", "non-matrix group's rate (x the rate)",
               "ladder rungs tuned", "bracketed", "margin vs seed noise"]
@@ -188,7 +193,7 @@ def tuned_values_table(tuned: Mapping[str, Any], optimizers: Sequence[str], tpp:
             rung_text = f"{sum(1 for r in rungs if r.get('bracketed'))}/{len(rungs)} bracketed" if rungs else "–"
             noise = "; ".join(t for t in (_noise_text(e, "lr_", "lr"), _noise_text(e, "wd_", "wd"),
                                           _noise_text(e, "nonmatrix_", "non-matrix")) if t) or "–"
-            rows.append([opt, cell_label(size, tpp), f"{float(e['learning_rate']):.3g} (x{float(e.get('multiplier', 1)):g})",
+            rows.append([opt, Cell(size, tpp).label, f"{float(e['learning_rate']):.3g} (x{float(e.get('multiplier', 1)):g})",
                          wd, nm,
                          rung_text, "yes" if e.get("bracketed", True) else "**no**", noise])
     return header, rows

@@ -1,10 +1,11 @@
-"""report.md, the report that opens with the answer (issue 40): the question, the speedup table with its verdicts
+"""report.md, the report that opens with the answer: the question, the speedup table with its verdicts
 (the tuning draw's shift beside each interval), the regime, the attribution, the tuning noise, the time and the rate
-transfer each in one line, and one plot. Everything else is evidence.md (``report.build``), and report.html holds
-both.
+transfer each in one line (written by the module of that section: ``report.reference``,
+``report.sections.attribution``, ``report.draw_shift``, ``report.time_to_quality``, ``report.rate_transfer``), and
+one plot. Everything else is evidence.md (``report.build``), and report.html holds both.
 
-Why: the study's report had grown to 1,300 lines with its headline table at line 87, after two verdict tables of
-nine columns; a reader who wants the answer reads this page, one who wants to check it opens the evidence.
+Why: a report that holds every table puts its headline far down, after the wide verdict tables; a reader who wants
+the answer reads this page, one who wants to check it opens the evidence.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.measure.verdict import ADVANTAGE_SIGN
-from hf_optbench.report.draw_shift import LABELS, beside, shift_text
+from hf_optbench.report.draw_shift import beside
 from hf_optbench.rundir import BASELINE
+from hf_optbench.study.records import Cell
 
 HEADLINE_KEYS = ("speedup", "final_eval_loss")  # the first with a verdict heads the report
 CELLS = " (mean over the paired seeds [its interval at the level Holm's procedure gave the verdict cell], where it " \
@@ -74,9 +76,9 @@ def headline_tables(an: Any, key: str) -> list[tuple[str, list[str], list[list[s
         labels = [ratio_label(r) for r in an.ratios]
         rows = []
         for v in (v for v in an.verdicts_along("data") if v.metric.key == key and v.optimizer in others):
-            size = v.at
-            rows.append([v.optimizer, size, *[_cell(an, v.optimizer, key, f"{size} @ {lab}")
-                                              if f"{size} @ {lab}" in an.sizes else "–" for lab in labels], _word(an, v)])
+            cells = [Cell(v.at, ratio).label for ratio in an.ratios]
+            rows.append([v.optimizer, v.at, *[_cell(an, v.optimizer, key, cell) if cell in an.sizes else "–"
+                                              for cell in cells], _word(an, v)])
         out.append((f"along data per parameter{CELLS}", ["optimizer", "size", *labels, "verdict along data"], rows))
         ats = list(dict.fromkeys(v.at for v in an.verdicts_along("size") if v.metric.key == key))
         if ats and len(an.model_sizes) > 1:
@@ -94,59 +96,6 @@ def headline_tables(an: Any, key: str) -> list[tuple[str, list[str], list[list[s
 
 
 # ------------------------------------------------------------------------------------------------- lines
-def attribution_line(an: Any) -> str | None:
-    """Each optimizer's speedup with its non-matrix group at the baseline's tuned rate, beside the fully tuned one;
-    None without attribution runs."""
-    from hf_optbench.report.speedups import attribution_table
-
-    _, rows = attribution_table(an, BASELINE)
-    if not rows:
-        return None
-    by_opt: dict[str, list[str]] = {}
-    for opt, cell, _, full, _, attributed, _ in rows:
-        by_opt.setdefault(opt, []).append(f"{attributed.split(' [')[0]} (fully tuned {full.split(' [')[0]}) at {cell}")
-    return (f"Attribution (the same seeds with the non-matrix group at {BASELINE}'s tuned rate for it): "
-            + "; ".join(f"{opt} {', '.join(cells)}" for opt, cells in by_opt.items()) + ".")
-
-
-def _shift_summary(noise: Any, key: str) -> str:
-    found = [(abs(s.shift), s) for s in noise.shifts.values() if s.key == key and s.shift is not None]
-    if not found:
-        return "none measured"
-    nonzero = [s for m, s in found if m > 0]
-    if not nonzero:
-        return "exactly 0 in every drawn cell"
-    return ", ".join(f"{s.optimizer} {shift_text(key, s.shift)} at {s.cell}" for s in nonzero)
-
-
-def tuning_noise_line(an: Any) -> str:
-    """What the second tuning draw moved: the picks, the speedup and final-loss estimates, the intervals and words."""
-    from hf_optbench.study.second_draw_phase import change_lines
-
-    noise = an.tuning_noise
-    if noise is None:
-        return ("Tuning noise: not measured. These intervals cover the compared seeds, not the tuning draw that picked "
-                "each optimizer's values (`tune.second_draw` in the sweep file measures it; docs/METHOD.md).")
-    text = (f"Tuning noise: {', '.join(noise.cells)} tuned again at seed {noise.seed} (the main tuning: seed(s) "
-            f"{', '.join(map(str, noise.tuning_seeds))}). ")
-    if noise.missing:
-        return text + f"The draw has not finished at {', '.join(noise.missing)}: no shift stated."
-    changes = change_lines(noise.changes)
-    text += (f"Picks changed: {'; '.join(changes)}. " if changes else
-             "No pick changed: every shift is exactly 0 (the runs are the same runs). ")
-    text += (f"Shift of the speedup: {_shift_summary(noise, 'speedup')}; of the final-loss gap: "
-             f"{_shift_summary(noise, 'final_eval_loss')}. ")
-    widened = [a for a in noise.applied if a.point.widened]
-    words = {(a.optimizer, a.key, a.along): (a.word_before, a.word_after) for a in noise.applied
-             if a.word_before != a.word_after}
-    text += (f"{len(widened)} of {len(noise.applied)} intervals with a shift were widened by it (shift over a third "
-             "of the half-width; cells not drawn borrow their size's drawn shift)")
-    if words:
-        text += "; verdicts taken again: " + "; ".join(f"{o} {LABELS[k]} along {a}: {b} → {w}"
-                                                       for (o, k, a), (b, w) in words.items())
-    return text + "."
-
-
 def _trend_phrase(v: Any) -> str:
     """"+0.270 ln/decade [+0.153, +0.388] at nano (grows)", or why there is no trend."""
     where = f" at {v.at}" if v.at else ""

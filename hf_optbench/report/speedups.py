@@ -11,58 +11,60 @@ value, or its bound), ``speedup_censored`` (the form :func:`hf_optbench.measure.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping
 from typing import Any
 
 from hf_optbench.study.budget import budget_tokens, ladder_points
-from hf_optbench.study.records import cell_of
+from hf_optbench.study.records import RunRecord
 
 # Sizes whose tokens per parameter differ by more than this factor are not on one scaling axis.
 RATIO_TOLERANCE = 1.1
 
 
-def tokens_per_param(rec: Mapping[str, Any]) -> float | None:
+def tokens_per_param(rec: RunRecord) -> float | None:
     """Training tokens per non-embedding parameter: summary.json's figure, else budget / non-embedding count."""
-    summary = rec.get("_summary") or {}
-    if summary.get("tokens_per_param") is not None:
-        return float(summary["tokens_per_param"])
+    if rec.summary.get("tokens_per_param") is not None:
+        return float(rec.summary["tokens_per_param"])
     tokens, params = budget_tokens(rec), rec.get("num_params_non_embedding")
     return tokens / float(params) if tokens and params else None
 
 
 def derive_speedups(an: Any, baseline: str) -> None:
     """Fit every (cell, seed) ladder (a cell: a size, at a data ratio in a sweep with several) and set each
-    comparison (and attribution) record's speedup fields, in place (no ladder: None)."""
-    from hf_optbench.measure.speedup import Speedup, fit_ladder, speedup
-
-    for r in an.records + an.ladder + an.attribution:
-        r["tokens_per_param"] = tokens_per_param(r)
+    comparison (and attribution) record's speedup fields (no ladder: None)."""
+    an.set_columns(an.records + an.ladder + an.attribution, lambda r: {"tokens_per_param": tokens_per_param(r)})
     if not an.ladder:
         return
     references: dict[tuple[str, Any], float | None] = {}
-    for r in an.records + an.attribution:
-        r.update(speedup=None, speedup_censored=False, speedup_bound="", speedup_method=None,
-                 baseline_equivalent_tokens=None)
-        key = (cell_of(r), r.get("seed"))
-        if key not in an.ladder_fits:
-            pts, references[key] = ladder_points(an.ladder + an.records, baseline, r.get("model_size"), r.get("seed"),
-                                                 r.get("budget_tpp"))
-            an.ladder_fits[key] = fit_ladder([t for t, _ in pts], [v for _, v in pts]) if len(pts) >= 2 else None
-        fit, tokens = an.ladder_fits[key], budget_tokens(r)
-        if fit is None or not tokens:
-            continue
-        if r.get("optimizer") == baseline:
-            s = Speedup(1.0, None, "baseline (1 by definition)", tokens)
-        elif r["status"] == "diverged":
-            s = Speedup(fit.tokens[0] / tokens, "below", fit.method, None)
-        elif r["status"] == "completed" and r.get("final_eval_loss") is not None:
-            s = speedup(fit, float(r["final_eval_loss"]), tokens, references[key])
-        else:
-            continue
-        r.update(speedup=s.value, speedup_censored=s.censored is not None, speedup_bound=s.censored or "",
-                 speedup_method=s.method, baseline_equivalent_tokens=s.equivalent_tokens)
+    an.set_columns(an.records + an.attribution, lambda r: _speedup_columns(an, r, baseline, references))
+
+
+def _speedup_columns(an: Any, r: RunRecord, baseline: str,
+                     references: dict[tuple[str, Any], float | None]) -> dict[str, Any]:
+    """One run's speedup fields off its (cell, seed) ladder, fitting that ladder the first time it is asked for
+    (``an.ladder_fits``; ``references``: each ladder's own x1 loss)."""
+    from hf_optbench.measure.speedup import Speedup, fit_ladder, speedup
+
+    out: dict[str, Any] = {"speedup": None, "speedup_censored": False, "speedup_bound": "", "speedup_method": None,
+                           "baseline_equivalent_tokens": None}
+    key = (r.cell.label, r.seed)
+    if key not in an.ladder_fits:
+        pts, references[key] = ladder_points(an.ladder + an.records, baseline, r.model_size, r.seed, r.budget_tpp)
+        an.ladder_fits[key] = fit_ladder([t for t, _ in pts], [v for _, v in pts]) if len(pts) >= 2 else None
+    fit, tokens = an.ladder_fits[key], budget_tokens(r)
+    if fit is None or not tokens:
+        return out
+    if r.optimizer == baseline:
+        s = Speedup(1.0, None, "baseline (1 by definition)", tokens)
+    elif r.status == "diverged":
+        s = Speedup(fit.tokens[0] / tokens, "below", fit.method, None)
+    elif r.status == "completed" and r.get("final_eval_loss") is not None:
+        s = speedup(fit, float(r["final_eval_loss"]), tokens, references[key])
+    else:
+        return out
+    return {"speedup": s.value, "speedup_censored": s.censored is not None, "speedup_bound": s.censored or "",
+            "speedup_method": s.method, "baseline_equivalent_tokens": s.equivalent_tokens}
 
 
 # ------------------------------------------------------------------------------------------------ tables
@@ -71,14 +73,14 @@ def budget_table(an: Any) -> tuple[list[str], list[list[str]], list[str]]:
     header = ["size", "non-embedding parameters", "tokens / step", "steps", "tokens", "tokens / parameter"]
     rows, ratios = [], {}
     for size in an.sizes:
-        runs = [r for r in an.records if cell_of(r) == size and budget_tokens(r)]
+        runs = [r for r in an.records if r.cell.label == size and budget_tokens(r)]
         if not runs:
             continue
         r = runs[0]
         ratios[size] = tokens_per_param(r)
-        summary = r.get("_summary") or {}
-        rows.append([size, f"{r.get('num_params_non_embedding') or 0:,}", str(summary.get("tokens_per_step") or "–"),
-                     str(summary.get("max_steps") or r.get("max_steps") or "–"), f"{budget_tokens(r):,.0f}",
+        rows.append([size, f"{r.get('num_params_non_embedding') or 0:,}",
+                     str(r.summary.get("tokens_per_step") or "–"), str(r.recorded("max_steps") or "–"),
+                     f"{budget_tokens(r):,.0f}",
                      "–" if ratios[size] is None else f"{ratios[size]:.3g}"])
     known = [v for v in ratios.values() if v]
     warnings = []
@@ -92,7 +94,7 @@ def budget_table(an: Any) -> tuple[list[str], list[list[str]], list[str]]:
 def ladder_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
     """(header, rows): per size, the baseline's final eval loss at each budget multiple (mean ± sd over seeds) and
     how many seeds' curves are power laws."""
-    mults = sorted({float(r.get("budget_multiple") or 1.0) for r in an.ladder})
+    mults = sorted({float(r.budget_multiple or 1.0) for r in an.ladder})
     if not mults:
         return [], []
     mults = sorted(set(mults) | {1.0})
@@ -101,8 +103,8 @@ def ladder_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
         cells = []
         for m in mults:
             vals = [float(r["final_eval_loss"]) for r in an.ladder + an.records
-                    if r.get("optimizer") == baseline and cell_of(r) == size and r["status"] == "completed"
-                    and float(r.get("budget_multiple") or 1.0) == m and r.get("final_eval_loss") is not None]
+                    if r.optimizer == baseline and r.cell.label == size and r.status == "completed"
+                    and float(r.budget_multiple or 1.0) == m and r.get("final_eval_loss") is not None]
             sd = f" ± {statistics.stdev(vals):.2g}" if len(vals) > 1 else ""
             cells.append(f"{statistics.fmean(vals):.4f}{sd}" if vals else "–")
         fits = [f for (s, _), f in an.ladder_fits.items() if s == size and f is not None]
@@ -137,10 +139,10 @@ def _rate_cell(entry: Mapping[str, Any], prefix: str = "") -> str:
 
 def rung_rates_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
     """(header, rows): per size, the learning rate each rung of the baseline's ladder ran at (tuned_hparams.yaml:
-    every rung tuned on its own, issue 29), x multiplier of the cited rate."""
+    every rung tuned on its own), x multiplier of the cited rate."""
     entries = {size: entry for size in an.sizes if (entry := tuned_entry(an, baseline, size))}
     mults = sorted({1.0} | {float(r["budget_multiple"]) for e in entries.values() for r in e.get("ladder") or []}
-                   | {float(r["budget_multiple"]) for r in an.ladder if r.get("budget_multiple")})
+                   | {float(r.budget_multiple) for r in an.ladder if r.budget_multiple})
     if not any(e.get("ladder") for e in entries.values()):
         return [], []
     rows = []
@@ -151,69 +153,12 @@ def rung_rates_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]
     return ["size", *[f"x{m:g}" for m in mults]], rows
 
 
-def attribution_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
-    """(header, rows): per optimizer and cell (size, or size at a data ratio) that has attribution runs, its fully
-    tuned speedup beside its speedup with the non-matrix group at the baseline's tuned rate (same seeds, same matrix
-    rate), each with its interval at the level of the fully tuned speedup's verdict cell, and their paired ratio."""
-    from hf_optbench.measure.intervals import t_interval
-    from hf_optbench.measure.verdict import METRICS, verdict
-
-    if not an.attribution:
-        return [], []
-    spec = next(m for m in METRICS if m.key == "speedup")
-    header = ["optimizer", "size", "non-matrix group's rate (tuned)", "speedup, fully tuned",
-              f"non-matrix group at {baseline}'s rate", "speedup", "attributed / fully tuned (paired)"]
-    rows = []
-    for opt in sorted({r["optimizer"] for r in an.attribution}):
-        for size in an.sizes:
-            v_full, p_full = an.point(opt, "speedup", size)
-            level = v_full.level if v_full is not None else 0.05
-            mine = [{**r, "optimizer": "attributed"} for r in an.attribution
-                    if r["optimizer"] == opt and cell_of(r) == size]
-            attributed = verdict(mine + [r for r in an.ok() if r["optimizer"] == baseline and cell_of(r) == size],
-                                 baseline=baseline, metrics=(spec,), alpha=level)
-            p_attr = next((p for v in attributed for p in v.points), None)
-            ratios = [math.log(a["speedup"]) - math.log(f["speedup"])
-                      for a in mine for f in an.records if cell_of(f) == size
-                      and f.get("optimizer") == opt and f.get("seed") == a.get("seed") and a.get("speedup")
-                      and f.get("speedup") and not a.get("speedup_censored") and not f.get("speedup_censored")]
-            paired = "–"
-            if len(ratios) >= 2:
-                mean, _, low, high = t_interval(ratios, level / 2)
-                paired = f"{math.exp(mean):.3g} [{math.exp(low):.3g}, {math.exp(high):.3g}] ({len(ratios)} seeds)"
-            rows.append([opt, size, _group_rate(tuned_entry(an, opt, size)), _speedup_cell(p_full),
-                         _group_rate(tuned_entry(an, baseline, size)), _speedup_cell(p_attr), paired])
-    return header, rows
-
-
-def _group_rate(entry: Mapping[str, Any]) -> str:
-    if not entry.get("learning_rate"):
-        return "–"
-    rate = float(entry["learning_rate"]) * float(entry.get("nonmatrix_lr_ratio", 1.0))
-    return f"{rate:.3g} (x{float(entry.get('nonmatrix_lr_ratio', 1.0)):g} of {float(entry['learning_rate']):.3g})"
-
-
-def _speedup_cell(p: Any) -> str:
-    return "–" if p is None else p.ratio_text()
-
-
-def speedup_tables(doc: Any, an: Any, baseline: str) -> None:
-    """Under the ladder: each rung's own tuned rate, and the attribution of each optimizer's speedup to its
-    non-matrix group's rate (``doc``: report.build.Doc)."""
+def rung_rates_section(doc: Any, an: Any, baseline: str) -> None:
+    """Under the ladder: each rung's own tuned rate (``doc``: report.build.Doc)."""
     header, rows = rung_rates_table(an, baseline)
     if rows:
         doc.p(f"Each rung of {baseline}'s ladder ran at its own tuned learning rate (x the cited rate; tuned_hparams.yaml "
               "`ladder`), tuned from the compared budget's optimum x1/2, x1, x2 and extended until bracketed: a ladder "
               "at the x1 rate would handicap every rung but one and inflate every speedup read off it. Where a choice's "
               "margin is within the seed noise it is said.")
-        doc.table(header, rows)
-    header, rows = attribution_table(an, baseline)
-    if rows:
-        from hf_optbench.report.legends import attribution_levels
-
-        doc.h(3, "Attribution: the speedup with the non-matrix group at the baseline's rate")
-        doc.p(f"Fully tuned, an optimizer trains its embeddings, head, LayerNorm gains and biases at its own tuned "
-              f"rate for them; beside it, the same seeds at the same tuned matrix rate with that group at {baseline}'s "
-              "tuned rate for it (attribution runs, <sweep>/attribution). The difference is the part of the speedup "
-              "that comes from the group's rate, not from the matrix optimizer. " + attribution_levels(an))
         doc.table(header, rows)

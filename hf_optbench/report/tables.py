@@ -19,7 +19,7 @@ from typing import Any
 
 from hf_optbench.report.analysis import Analysis, group
 from hf_optbench.rundir import BASELINE, FINISHED_STATUSES
-from hf_optbench.study.records import cell_of
+from hf_optbench.study.records import RunRecord
 
 Cell = Callable[[Any], Any]
 
@@ -47,9 +47,9 @@ class Group:
     def mean(self, key: str) -> float | None:
         return (self.agg(key) or {}).get("mean")
 
-    def runs(self, statuses: tuple[str, ...] = FINISHED_STATUSES) -> list[dict[str, Any]]:
-        return [r for r in self.an.records if r.get("optimizer") == self.optimizer
-                and cell_of(r) == self.size and r["status"] in statuses]
+    def runs(self, statuses: tuple[str, ...] = FINISHED_STATUSES) -> list[RunRecord]:
+        return [r for r in self.an.records if r.optimizer == self.optimizer
+                and r.cell.label == self.size and r.status in statuses]
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ def _wall_note(g: Group, key: str) -> str:
     if g.optimizer == BASELINE:
         return ""
     note = wallclock_note(by_seed(g.runs(), key, g.optimizer, g.size), by_seed(
-        [r for r in g.an.ok() if r.get("optimizer") == BASELINE], key, BASELINE, g.size))  # by_seed: by cell
+        [r for r in g.an.ok() if r.optimizer == BASELINE], key, BASELINE, g.size))  # by_seed: by cell
     return f" {note}" if note else ""
 
 
@@ -186,16 +186,16 @@ def _last_error_line(r: dict[str, Any]) -> str:
     return (str(r.get("error") or "").strip().splitlines() or [""])[-1][:160]
 
 
-def _sources(r: dict[str, Any]) -> str:
+def _sources(r: RunRecord) -> str:
     from hf_optbench.report.tuning_curves import sources_cell
 
-    return sources_cell((r.get("_summary") or {}).get("hyperparameter_sources"))
+    return sources_cell(r.summary.get("hyperparameter_sources"))
 
 
 RUNS = [  # one row per run record
-    Column("run", lambda r: r["run_id"]),
-    Column("status", lambda r: r["status"]),
-    Column("lr multiplier", lambda r: "–" if r.get("lr_multiplier") is None else f"{float(r['lr_multiplier']):g}"),
+    Column("run", lambda r: r.run_id),
+    Column("status", lambda r: r.status),
+    Column("lr multiplier", lambda r: "–" if r.lr_multiplier is None else f"{float(r.lr_multiplier):g}"),
     Column("lr", lambda r: fmt_num(r.get("learning_rate"), "{:.3g}")),
     Column("hyperparameters from", _sources),
     Column("steps", lambda r: fmt_num(r.get("steps"), "{:.0f}")),

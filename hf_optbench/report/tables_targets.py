@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from hf_optbench.report.analysis import Analysis
-from hf_optbench.study.records import cell_of
 
 
 def targets_table(an: Analysis) -> tuple[list[str], list[list[str]]]:
@@ -28,7 +27,7 @@ def _long(an: Analysis) -> Any:
     """One row per finished comparison run and target: tokens to it, censored, and the eval loss at its tokens."""
     import pandas as pd
 
-    rows = [{"model_size": cell_of(r), "optimizer": r["optimizer"], "seed": r.get("seed"), "target": name,
+    rows = [{"model_size": r.cell.label, "optimizer": r.optimizer, "seed": r.seed, "target": name,
              "tokens": hit["tokens"], "censored": bool(hit["censored"]), "eval": r.get("eval_at", {}).get(name)}
             for r in an.ok() for name, hit in (r.get("to_target") or {}).items()]
     frame = pd.DataFrame(rows, columns=["model_size", "optimizer", "seed", "target", "tokens", "censored", "eval"])

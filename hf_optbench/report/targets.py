@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from hf_optbench.study.records import RunRecord
+
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 # The target the verdict uses: mid-run, where the optimizer (not the end of the schedule) decides when it is hit.
 VERDICT_TARGET = "50%"
@@ -69,21 +71,20 @@ def smoothed_at(train: Sequence[Mapping[str, Any]], step: int, window: int) -> f
     return statistics.fmean(upto[-window:]) if len(upto) >= window else None
 
 
-def budget(rec: Mapping[str, Any], train: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
+def budget(rec: RunRecord, train: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
     """The run's budget in steps (its planned max_steps), tokens (steps x tokens_per_step) and seconds (its train
     seconds projected to the planned steps: a diverged run stopped early). None without a step count."""
-    summary = rec.get("_summary") or {}
-    steps = summary.get("max_steps") or rec.get("max_steps") or summary.get("steps") or rec.get("steps")
+    steps = rec.recorded("max_steps") or rec.recorded("steps")
     if not steps or int(steps) <= 0:
         return None
     steps = int(steps)
-    per_step = summary.get("tokens_per_step") or rec.get("tokens_per_step")
+    per_step = rec.recorded("tokens_per_step")
     timed = [r for r in train if r.get("elapsed_s") is not None and r.get("step")]
     seconds = float(timed[-1]["elapsed_s"]) * steps / int(timed[-1]["step"]) if timed else None
     return {"steps": steps, "tokens": steps * int(per_step) if per_step else None, "seconds": seconds}
 
 
-def baseline_targets(size: str, runs: Sequence[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]], int]],
+def baseline_targets(size: str, runs: Sequence[tuple[RunRecord, Sequence[Mapping[str, Any]], int]],
                      baseline: str, fractions: Sequence[float] = FRACTIONS) -> tuple[list[Target], list[str]]:
     """Targets of one size from the baseline's completed runs ``(record, train rows, smoothing window)``: the mean
     over seeds of the smoothed train loss at each fraction of the step budget. Returns (targets, notes): one note
@@ -104,11 +105,11 @@ def baseline_targets(size: str, runs: Sequence[tuple[Mapping[str, Any], Sequence
                 early[target_name(f)] = (step, b["steps"], window)
                 continue
             if v is None:
-                notes.append(f"{size}: {rec['run_id']} has no smoothed loss at step {step}; not used for the "
+                notes.append(f"{size}: {rec.run_id} has no smoothed loss at step {step}; not used for the "
                              f"{target_name(f)} target")
                 continue
             values.append(v)
-            seeds.append(rec.get("seed"))
+            seeds.append(rec.seed)
             where = (step, b["steps"], b["tokens"] and round(f * b["tokens"]), window)
         if not values or where is None:
             continue

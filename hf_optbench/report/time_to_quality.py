@@ -1,4 +1,4 @@
-"""Time to quality (issue 40): each optimizer's speedup in wall-clock time on the machine the sweep ran on, from its
+"""Time to quality: each optimizer's speedup in wall-clock time on the machine the sweep ran on, from its
 speedup in tokens and a step-time calibration measured alone.
 
 Why not the runs' own seconds: a sweep runs two (or more) runs at once, so the compared runs' step times hold the
@@ -134,7 +134,7 @@ def time_speedup(p: Any, r: Ratio) -> tuple[float, float, float, str]:
 
 
 def _tokens_per_step(an: Any, size: str) -> int | None:
-    found = [(r.get("_summary") or {}).get("tokens_per_step") for r in an.ok() if r.get("model_size") == size]
+    found = [r.summary.get("tokens_per_step") for r in an.ok() if r.model_size == size]
     return next((int(t) for t in found if t), None)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.rundir import TUNING_DIR
-from hf_optbench.study.records import cell_label, cell_of
+from hf_optbench.study.records import Cell, RunRecord
 
 HPARAM_KEYS = (("learning_rate", "lr"), ("weight_decay", "wd"), ("max_grad_norm", "clip"))
 PLAIN_SOURCES = ("user", "transformers default", "registry default")
@@ -47,24 +47,35 @@ def sources_cell(sources: Mapping[str, Any] | None) -> str:
     return "; ".join(f"{label} {src}" for label, src in short.items())
 
 
+def _runs(records: Sequence[Mapping[str, Any]]) -> list[RunRecord]:
+    """``records`` as run records (rows in their dict form are read into one)."""
+    return [RunRecord.from_row(r) for r in records]
+
+
+def _loss(r: RunRecord, key: str) -> Any:
+    """A run's ``key``: its summary.json's where the summary has the key, else the record's column."""
+    return r.summary.get(key, r.get(key))
+
+
 def loss_key(records: Sequence[Mapping[str, Any]]) -> str:
-    """final_tuning_loss when every completed tuning run has it, else final_eval_loss."""
-    done = [r for r in records if r.get("status") == "completed"]
-    has = [(r.get("_summary") or {}).get("final_tuning_loss", r.get("final_tuning_loss")) for r in done]
-    return "final_tuning_loss" if done and all(v is not None for v in has) else "final_eval_loss"
+    """final_tuning_loss when every completed tuning run has it, else final_eval_loss (``records``: run records,
+    or rows in their dict form, as for every function here that takes records)."""
+    done = [r for r in _runs(records) if r.status == "completed"]
+    return "final_tuning_loss" if done and all(_loss(r, "final_tuning_loss") is not None for r in done) \
+        else "final_eval_loss"
 
 
-def _point(r: Mapping[str, Any]) -> Any:
+def _point(r: RunRecord) -> Any:
     """A tuning run's point (study.tuning.Coords: learning rate, weight decay, group ratio, budget multiples)."""
     from hf_optbench.rundir import parse_run_id
     from hf_optbench.study.tuning import Coords
 
-    p = parse_run_id(str(r.get("run_id") or ""))
-    wd = r.get("wd_multiplier") if r.get("wd_multiplier") is not None else p.get("wd_multiplier")
-    return Coords.of(float(r["lr_multiplier"]), wd, p.get("nonmatrix_multiplier"), p.get("budget_multiple"))
+    p = parse_run_id(r.run_id)
+    wd = r.wd_multiplier if r.wd_multiplier is not None else p.get("wd_multiplier")
+    return Coords.of(float(r.lr_multiplier), wd, p.get("nonmatrix_multiplier"), p.get("budget_multiple"))
 
 
-def _is_lr_point(r: Mapping[str, Any]) -> bool:
+def _is_lr_point(r: RunRecord) -> bool:
     """A run of the learning-rate curve at the compared budget (not of a weight-decay, group-ratio or rung axis)."""
     point = _point(r)
     return point.wd is None and point.nm is None and point.dx is None
@@ -79,14 +90,14 @@ def curve_frame(records: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
 
     key = loss_key(records)
     rows = []
-    for r in records:
-        if r.get("lr_multiplier") is None or not _is_lr_point(r):  # another axis's run: not this curve
+    for r in _runs(records):
+        if r.lr_multiplier is None or not _is_lr_point(r):  # another axis's run: not this curve
             continue
-        loss = (r.get("_summary") or {}).get(key, r.get(key)) if r.get("status") == "completed" else None
-        rows.append({"optimizer": r.get("optimizer"), "model_size": cell_of(r),
-                     "lr_multiplier": float(r["lr_multiplier"]), "learning_rate": r.get("learning_rate"),
+        loss = _loss(r, key) if r.status == "completed" else None
+        rows.append({"optimizer": r.optimizer, "model_size": r.cell.label,
+                     "lr_multiplier": float(r.lr_multiplier), "learning_rate": r.get("learning_rate"),
                      "loss": None if loss is None or not math.isfinite(float(loss)) else float(loss),
-                     "bad": r.get("status") != "completed"})
+                     "bad": r.status != "completed"})
     if not rows:
         return pd.DataFrame(), key
     frame = pd.DataFrame(rows).astype({"learning_rate": "float64", "loss": "float64"})
@@ -105,12 +116,12 @@ def point_losses(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], 
     loses)."""
     key = loss_key(records)
     seen: dict[tuple[str, str], dict[Any, list[float | None]]] = {}
-    for r in records:
-        if r.get("lr_multiplier") is None:
+    for r in _runs(records):
+        if r.lr_multiplier is None:
             continue
-        loss = (r.get("_summary") or {}).get(key, r.get(key)) if r.get("status") == "completed" else None
+        loss = _loss(r, key) if r.status == "completed" else None
         ok = loss is not None and math.isfinite(float(loss))
-        seen.setdefault((str(r.get("optimizer")), cell_of(r)), {}).setdefault(_point(r), []).append(
+        seen.setdefault((str(r.optimizer), r.cell.label), {}).setdefault(_point(r), []).append(
             float(loss) if ok else None)
     return {pair: {p: None if None in v else sum(x for x in v if x is not None) / len(v) for p, v in points.items()}
             for pair, points in seen.items()}
@@ -148,22 +159,30 @@ def bracketed_from_records(records: Sequence[Mapping[str, Any]]) -> dict[tuple[s
     return out
 
 
-def bracketed_optima(sweep_dir: str | os.PathLike[str]) -> dict[tuple[str, str], bool]:
-    """{(optimizer, size): bracketed bool} of a sweep (the size a cell, "tiny @ 0.5 tok/param", in a sweep over data
-    ratios): from its tuned files (``bracketed``, written by the tuning phase; an older file without it: its
-    learning-rate curve's best inside the grid), else from its tuning runs (``<sweep_dir>/tuning``, or the
-    directory itself for a tuning grid run by hand). For the verdict table: a comparison never starts from an
-    unbracketed optimum without the report saying so."""
-    from hf_optbench.study.records import load_runs
+def tuned_bracketing(sweep_dir: str | os.PathLike[str] | None) -> dict[tuple[str, str], bool]:
+    """{(optimizer, cell): bracketed} as the sweep's tuned files record it ({} without one): ``bracketed``, which
+    the tuning phase wrote by the tuning rule (:mod:`hf_optbench.study.tuning`); an older file without it: its
+    learning-rate curve's best inside the grid."""
     from hf_optbench.study.tuning_phase import tuned_files
     from hf_optbench.yaml_file import read_yaml_or_empty
 
+    files = tuned_files(Path(sweep_dir)) if sweep_dir is not None else {}
+    return {(str(o), Cell(s, tpp).label): bool(e["bracketed"]) if "bracketed" in e else
+            _interior({float(c["multiplier"]): c.get("tuning_loss") for c in e.get("curve") or []})
+            for tpp, path in files.items() for o, sizes in read_yaml_or_empty(path).items()
+            if isinstance(sizes, dict) for s, e in sizes.items() if isinstance(e, dict)}
+
+
+def bracketed_optima(sweep_dir: str | os.PathLike[str]) -> dict[tuple[str, str], bool]:
+    """{(optimizer, size): bracketed bool} of a sweep (the size a cell, "tiny @ 0.5 tok/param", in a sweep over data
+    ratios): from its tuned files (:func:`tuned_bracketing`), else from its tuning runs (``<sweep_dir>/tuning``, or
+    the directory itself for a tuning grid run by hand, which has no tuned file). For the verdict table: a
+    comparison never starts from an unbracketed optimum without the report saying so."""
+    from hf_optbench.study.records import load_records
+
     d = Path(sweep_dir)
-    files = tuned_files(d)
-    if files:
-        return {(str(o), cell_label(s, tpp)): bool(e["bracketed"]) if "bracketed" in e else
-                _interior({float(c["multiplier"]): c.get("tuning_loss") for c in e.get("curve") or []})
-                for tpp, path in files.items() for o, sizes in read_yaml_or_empty(path).items()
-                if isinstance(sizes, dict) for s, e in sizes.items() if isinstance(e, dict)}
+    found = tuned_bracketing(d)
+    if found:
+        return found
     runs = d / TUNING_DIR if (d / TUNING_DIR).is_dir() else d
-    return bracketed_from_records(load_runs(runs)) if runs.is_dir() else {}
+    return bracketed_from_records(load_records(runs)) if runs.is_dir() else {}

@@ -1,17 +1,19 @@
-"""A sweep directory's run records: one flat record per run directory (its matrix point, final status and
-summary.json's figures, the SLURM job it ran as, its data ratio ``budget_tpp`` and its report ``cell`` in a sweep with several) and
-summary.csv. Read by the sweep (its end-of-sweep summary.csv), the tuner (the grid's
-losses) and the report (:mod:`hf_optbench.report.analysis`), so it sits with the sweep, below the report.
+"""A sweep directory's run records: one :class:`RunRecord` per run directory (its matrix point, final status and
+summary.json's figures, the SLURM job it ran as, its data ratio ``budget_tpp`` and its report :class:`Cell`), and
+summary.csv. Read by the sweep (its end-of-sweep summary.csv), the tuner (the grid's losses) and the report
+(:mod:`hf_optbench.report.analysis`), so it sits with the sweep, below the report.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +55,122 @@ def cell_label(size: Any, tpp: float | None) -> str:
     return str(size) if tpp is None else f"{size} @ {ratio_label(tpp)}"
 
 
-def cell_of(rec: Mapping[str, Any]) -> str:
-    """A record's cell (:func:`cell_label`): what the report groups seeds by, where it used to group by size."""
-    return str(rec.get("cell") or cell_label(rec.get("model_size"), rec.get("budget_tpp")))
+@dataclass(frozen=True)
+class Cell:
+    """What the report groups seeds by: a model size at a data ratio (``ratio`` None in a sweep with one ratio,
+    where the cell is the size itself)."""
+
+    size: str
+    ratio: float | None = None
+
+    @property
+    def label(self) -> str:
+        """The cell as tables and file captions write it (:func:`cell_label`)."""
+        return cell_label(self.size, self.ratio)
+
+
+# The record's typed fields: its matrix point, where it ran and how it ended. Every other column of summary.csv
+# (and each figure the report derives) is a named figure, read by key, since tables and the verdict address
+# metrics by their names.
+_FIELDS = ("run_id", "run_dir", "optimizer", "model_size", "seed", "lr_multiplier", "wd_multiplier",
+           "budget_multiple", "budget_tpp", "max_steps", "status", "error", "attempts", "job_id")
+# The two keys of the dict form that are no column: the cell's label and summary.json whole.
+_CELL_KEY, _SUMMARY_KEY = "cell", "_summary"
+
+
+@dataclass(frozen=True, eq=False)
+class RunRecord(Mapping[str, Any]):
+    """One run directory, read once (:func:`load_records`): its matrix point, final status and summary.json's figures.
+
+    The study and the report read its fields as attributes (``rec.cell``, ``rec.summary``). It is also a read-only
+    mapping with the keys of the flat dict form (summary.csv's columns, ``cell``, summary.json whole under
+    ``_summary``), so the code that addresses figures by name (tables, the verdict's metrics, the tuner's metric)
+    reads it as it reads a row. Figures derived later (the report's time to target, speedup) make a new record
+    (:meth:`with_columns`): a record never changes under a reader.
+    """
+
+    run_id: str
+    run_dir: str = ""
+    optimizer: str | None = None
+    model_size: str | None = None
+    seed: Any = None
+    lr_multiplier: float | None = None
+    wd_multiplier: float | None = None
+    budget_multiple: float | None = None
+    budget_tpp: float | None = None
+    max_steps: Any = None
+    status: str | None = None
+    error: str | None = None
+    attempts: int | None = None
+    job_id: Any = None
+    figures: dict[str, Any] = field(default_factory=dict)  # every other column by name (None: not recorded)
+    summary: dict[str, Any] = field(default_factory=dict)  # summary.json whole ({}: none, or unreadable)
+
+    @property
+    def cell(self) -> Cell:
+        """The (size, data ratio) cell the report groups this run's seed in."""
+        return Cell(str(self.model_size), self.budget_tpp)
+
+    def figure(self, key: str) -> Any:
+        """A column of the record, else summary.json's key of that name (a report table can show any summary
+        figure without adding it to summary.csv); None where neither has it."""
+        return self[key] if key in self else self.summary.get(key)
+
+    def recorded(self, key: str) -> Any:
+        """summary.json's own ``key``, else (missing, or 0) the record's column: what the run itself wrote first, a
+        planned value (max_steps from the manifest) only where the run wrote none."""
+        return self.summary.get(key) or self.get(key)
+
+    def with_columns(self, values: Mapping[str, Any]) -> RunRecord:
+        """A copy with ``values`` set (fields by name, every other key as a figure)."""
+        typed = {k: v for k, v in values.items() if k in _FIELDS}
+        extra = {k: v for k, v in values.items() if k not in _FIELDS and k not in (_CELL_KEY, _SUMMARY_KEY)}
+        return dataclasses.replace(self, **typed, figures={**self.figures, **extra})
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RunRecord:
+        """A record from its flat dict form (a row built by hand, or read back): the inverse of ``dict(record)``."""
+        if isinstance(row, RunRecord):
+            return row
+        return cls(**{k: row.get(k) for k in _FIELDS if k != "run_id"}, run_id=str(row.get("run_id") or ""),
+                   figures={k: v for k, v in row.items() if k not in _FIELDS and k not in (_CELL_KEY, _SUMMARY_KEY)},
+                   summary=dict(row.get(_SUMMARY_KEY) or {}))
+
+    # -- the mapping (the flat dict form)
+    def __getitem__(self, key: str) -> Any:
+        if key in _FIELDS:
+            return getattr(self, key)
+        if key in self.figures:
+            return self.figures[key]
+        if key == _CELL_KEY:
+            return self.cell.label
+        if key == _SUMMARY_KEY:
+            return self.summary
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        columns = [k for k in SUMMARY_COLUMNS if k in _FIELDS or k in self.figures]
+        yield from columns
+        yield from (k for k in _FIELDS if k not in SUMMARY_COLUMNS)
+        yield from (_CELL_KEY, _SUMMARY_KEY)
+        yield from (k for k in self.figures if k not in SUMMARY_COLUMNS)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def set_columns(lists: Iterable[list[RunRecord]], records: Iterable[RunRecord],
+                columns: Callable[[RunRecord], Mapping[str, Any]]) -> None:
+    """Give each of ``records`` the derived ``columns(record)`` in every one of ``lists`` that holds it (in place:
+    a record is frozen, so its copy with the columns set takes its place)."""
+    new = {id(r): r.with_columns(columns(r)) for r in records}
+    for held in lists:
+        held[:] = [new.get(id(r), r) for r in held]
+
+
+def cells_of(records: Iterable[RunRecord]) -> list[str]:
+    """The labels of the cells ``records`` fall in, sorted."""
+    return sorted({r.cell.label for r in records})
 
 
 def is_run_dir_name(name: str) -> bool:
@@ -71,8 +186,9 @@ def _run_dirs(sweep_dir: Path) -> list[Path]:
                        or (p / STDOUT_FILE).is_file()))
 
 
-def load_runs(sweep_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """One flat record per run directory: the matrix point, the final status, summary.json's figures."""
+def load_records(sweep_dir: str | os.PathLike[str]) -> list[RunRecord]:
+    """One record per run directory of a sweep (by run id): the matrix point, the final status, summary.json's
+    figures."""
     d = Path(sweep_dir)
     if not d.is_dir():
         raise OptBenchError(f"sweep directory not found: '{sweep_dir}'. Pass a sweep's output_dir.")
@@ -83,39 +199,41 @@ def load_runs(sweep_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return [_record(run_dir, manifest.get(run_dir.name, {}), rows) for run_dir in _run_dirs(d)]
 
 
-def _record(run_dir: Path, planned: Mapping[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def load_runs(sweep_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """:func:`load_records` in the flat dict form, for the code that builds on a record as a dict."""
+    return [dict(r) for r in load_records(sweep_dir)]
+
+
+def _record(run_dir: Path, planned: Mapping[str, Any], rows: Sequence[dict[str, Any]]) -> RunRecord:
     """A run's record: summary.json's figures, its matrix point (manifest, else its id), its status and error as
-    the state file has them, and the whole summary under ``_summary``."""
+    the state file has them, and the whole summary."""
     rid = run_dir.name
     summary = read_summary(run_dir) or {}
     point = {**parse_run_id(rid), **{k: v for k, v in planned.items()
                                       if k in ("optimizer", "model_size", "seed", "lr_multiplier", "max_steps",
                                                "budget_multiple", "budget_tpp")}}
-    rec: dict[str, Any] = {k: summary.get(k) for k in SUMMARY_COLUMNS}
-    rec.update({"run_id": rid, "run_dir": str(run_dir)})
-    for key in ("optimizer", "model_size", "seed"):
-        rec[key] = summary.get(key, point.get(key))
-    rec["lr_multiplier"] = point.get("lr_multiplier")
-    rec["budget_multiple"] = point.get("budget_multiple")
-    rec["wd_multiplier"] = point.get("wd_multiplier")
-    rec["budget_tpp"] = point.get("budget_tpp")
-    rec["cell"] = cell_label(rec.get("model_size"), rec["budget_tpp"])
-    rec["max_steps"] = summary.get("max_steps") or point.get("max_steps")
     ends = [r for r in rows if r.get("run_id") == rid and r.get("event") == "end"]
-    rec["attempts"] = sum(1 for r in rows if r.get("run_id") == rid and r.get("event") in ("start", "submitted"))
-    # the SLURM executor's job of the last attempt (None for a local run): the id the run recorded it ran under
-    # (summary.json's env), else the one the sweep submitted
-    rec["job_id"] = (summary.get("env") or {}).get("slurm_job_id") or (ends[-1].get("job_id") if ends else None)
-    status = finished_status(run_dir, rows, rid) if rows else summary.get("status")
-    rec["status"] = status or "running/unfinished"
-    if ends and ends[-1].get("status") == rec["status"] and ends[-1].get("error") and not rec.get("error"):
-        rec["error"] = ends[-1]["error"]
-    if rec["status"] == "failed" and ends and ends[-1].get("status") == "oom":
-        rec["status"] = "oom"
+    status = (finished_status(run_dir, rows, rid) if rows else summary.get("status")) or "running/unfinished"
+    error = summary.get("error")
+    if ends and ends[-1].get("status") == status and ends[-1].get("error") and not error:
+        error = ends[-1]["error"]
+    if status == "failed" and ends and ends[-1].get("status") == "oom":
+        status = "oom"
     if not summary and (run_dir / SUMMARY_FILE).is_file():  # there, but not readable: never counted as finished
-        rec["status"], rec["error"] = "failed", f"{run_dir / SUMMARY_FILE} is unreadable (not a JSON object)"
-    rec["_summary"] = summary
-    return rec
+        status, error = "failed", f"{run_dir / SUMMARY_FILE} is unreadable (not a JSON object)"
+    return RunRecord(
+        run_id=rid, run_dir=str(run_dir),
+        optimizer=summary.get("optimizer", point.get("optimizer")),
+        model_size=summary.get("model_size", point.get("model_size")),
+        seed=summary.get("seed", point.get("seed")),
+        lr_multiplier=point.get("lr_multiplier"), wd_multiplier=point.get("wd_multiplier"),
+        budget_multiple=point.get("budget_multiple"), budget_tpp=point.get("budget_tpp"),
+        max_steps=summary.get("max_steps") or point.get("max_steps"), status=status, error=error,
+        attempts=sum(1 for r in rows if r.get("run_id") == rid and r.get("event") in ("start", "submitted")),
+        # the SLURM executor's job of the last attempt (None for a local run): the id the run recorded it ran under
+        # (summary.json's env), else the one the sweep submitted
+        job_id=(summary.get("env") or {}).get("slurm_job_id") or (ends[-1].get("job_id") if ends else None),
+        figures={k: summary.get(k) for k in SUMMARY_COLUMNS if k not in _FIELDS}, summary=summary)
 
 
 def write_summary_csv(records: Sequence[Mapping[str, Any]], path: str | os.PathLike[str],

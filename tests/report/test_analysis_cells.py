@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hf_optbench.report.analysis import Analysis, _drop_leftover_tuning
+from hf_optbench.study.records import RunRecord
 
 
 def test_a_cell_s_file_key_never_holds_a_slash_or_a_space() -> None:
@@ -15,9 +16,10 @@ def test_a_cell_s_file_key_never_holds_a_slash_or_a_space() -> None:
 def test_tuning_runs_of_a_removed_ratio_are_named_and_left_out() -> None:
     an = Analysis(records=[])
     an.sizes = ["nano @ 2 tok/param"]
-    keep = {"model_size": "nano", "budget_tpp": 2.0, "lr_multiplier": 1.0}
-    gone = {"model_size": "nano", "budget_tpp": 38.4, "lr_multiplier": 2.0}
-    an.tuning = [keep, gone, dict(gone)]
+    keep = RunRecord("nano__s0__tpp2", model_size="nano", budget_tpp=2.0, lr_multiplier=1.0)
+    gone = [RunRecord(f"nano__s{seed}__tpp38.4__lrx2", model_size="nano", budget_tpp=38.4, lr_multiplier=2.0)
+            for seed in (0, 1)]
+    an.tuning = [keep, *gone]
     _drop_leftover_tuning(an)
     assert an.tuning == [keep]
     assert an.notes == ["2 tuning run(s) of cell(s) this sweep no longer has (nano @ 38.4 tok/param): listed under "

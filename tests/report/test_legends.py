@@ -15,7 +15,7 @@ from hf_optbench.measure.verdict import METRICS, confidence_text, grid_families,
 from hf_optbench.report import legends as L
 from hf_optbench.report.analysis import Analysis
 from hf_optbench.report.build import Doc, _verdict
-from hf_optbench.study.records import cell_label
+from hf_optbench.study.records import RunRecord, cell_label
 
 PARAMS = {"tiny": 100_096.0, "mini": 793_088.0}
 NOISE = (0.0, 0.03, -0.02, 0.01, -0.025)
@@ -42,7 +42,7 @@ def _records(sizes: tuple[str, ...], ratios: tuple[float | None, ...]) -> list[d
 
 
 def _analysis(sizes: tuple[str, ...], ratios: tuple[float | None, ...]) -> Analysis:
-    records = _records(sizes, ratios)
+    records = [RunRecord.from_row(r) for r in _records(sizes, ratios)]
     cells = [cell_label(s, t) for s in sizes for t in ratios]
     an = Analysis(records=records, model_sizes=list(sizes), ratios=[t for t in ratios if t is not None],
                   sizes=cells, optimizers=["adamw", "lion", "muon"], all_records=records)

@@ -14,6 +14,7 @@ import yaml
 from hf_optbench.report import plots
 from hf_optbench.report.analysis import analyse
 from hf_optbench.report.targets import merge_size_notes
+from hf_optbench.study.records import RunRecord
 
 from fixtures.sweep_fixture import build_fixture_sweep
 
@@ -67,7 +68,7 @@ def test_a_window_longer_than_the_run_reaches_is_named_with_the_setting_that_fit
     from hf_optbench.report.targets import baseline_targets
 
     train = [{"step": i, "loss": 5.0 - 0.01 * i} for i in range(1, 31)]
-    rec = {"run_id": "adamw__tiny__s0", "seed": 0, "_summary": {"max_steps": 30, "tokens_per_step": 256}}
+    rec = RunRecord("adamw__tiny__s0", seed=0, summary={"max_steps": 30, "tokens_per_step": 256})
     targets, notes = baseline_targets("tiny", [(rec, train, 20)], "adamw")
     assert [t.name for t in targets] == ["75%", "100%"]
     assert notes == ["tiny: no 25% / 50% target, so time to target is not answered (the verdict uses the 50% one): "

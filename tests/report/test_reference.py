@@ -18,18 +18,19 @@ from hf_optbench.data.pipeline import prepare_data
 from hf_optbench.report.analysis import Analysis
 from hf_optbench.report.build import Doc
 from hf_optbench.report.reference import PAST, TRANSIENT, reference_section, regime_line, regime_of
+from hf_optbench.study.records import RunRecord
 
 SYNTHETIC = {"data_source": "synthetic", "block_size": 16, "validation_blocks": 64, "synthetic_num_tokens": 16_000}
 THAI = {"data_source": "thai_sample", "tokenizer_name": "builtin:thai-bpe-2k", "block_size": 64,
         "validation_fraction": 0.1}
 
 
-def _record(tmp_path: Path, opt: str, size: str, loss: float, data: dict | None = None) -> dict:
+def _record(tmp_path: Path, opt: str, size: str, loss: float, data: dict | None = None) -> RunRecord:
     d = tmp_path / f"{opt}__{size}"
     d.mkdir()
     (d / "config.yaml").write_text(yaml.safe_dump({**(data or {}), "n_positions": 64}))
-    return {"run_id": d.name, "run_dir": str(d), "optimizer": opt, "model_size": size, "seed": 0,
-            "status": "completed", "final_eval_loss": loss}
+    return RunRecord(d.name, str(d), optimizer=opt, model_size=size, seed=0, status="completed",
+                     figures={"final_eval_loss": loss})
 
 
 def _analysis(tmp_path: Path, data: dict, losses: dict[tuple[str, str], float]) -> Analysis:

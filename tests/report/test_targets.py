@@ -55,7 +55,7 @@ def test_a_diverged_run_is_censored_at_its_planned_budget(tmp_path: Path) -> Non
     assert run["status"] == "diverged" and run["steps"] < STEPS
     final = run["to_target"]["100%"]  # the end-of-budget target lies beyond where the run stopped
     assert final == {"steps": STEPS, "tokens": STEPS * TOKENS_PER_STEP, "seconds": pytest.approx(
-        run["_summary"]["step_time_median_s"] * STEPS), "censored": True}
+        run.summary["step_time_median_s"] * STEPS), "censored": True}
     assert run["mean_loss_over_budget"] is None  # no mean loss for a diverged run (it counts under stability)
 
 
@@ -113,9 +113,10 @@ def test_a_target_the_baseline_reaches_out_of_order_is_refused() -> None:
     """AdamW's loss flat from 75 % to 100 % of its budget: the 100 % target is no time to quality (every ratio to it
     would read 1 [1, 1]), so it is left out with a note; the earlier ones stay."""
     from hf_optbench.report.targets import baseline_targets
+    from hf_optbench.study.records import RunRecord
 
-    def run(seed: int, losses: list[float]) -> tuple[dict, list[dict], int]:
-        rec = {"run_id": f"adamw__tiny__s{seed}", "seed": seed, "max_steps": len(losses), "tokens_per_step": 10}
+    def run(seed: int, losses: list[float]) -> tuple[RunRecord, list[dict], int]:
+        rec = RunRecord(f"adamw__tiny__s{seed}", seed=seed, max_steps=len(losses), figures={"tokens_per_step": 10})
         return rec, [{"step": i + 1, "loss": v} for i, v in enumerate(losses)], 1
 
     curve = [5.0 - 0.1 * i for i in range(6)] + [4.5, 4.5]  # steps 1-8: falls to step 6, flat after

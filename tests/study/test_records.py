@@ -27,9 +27,9 @@ def test_directories_moved_aside_or_hidden_are_no_runs() -> None:
 
 
 def test_a_runs_data_ratio_is_read_from_its_id_and_names_its_cell(tmp_path: Path) -> None:
-    """Issue 31: in a sweep with several data ratios the record carries its ratio (``budget_tpp``, from the id's
-    ``__tpp`` part) and the report's cell; a single-ratio run's cell is its size, as before."""
-    from hf_optbench.study.records import cell_of
+    """In a sweep with several data ratios the record carries its ratio (``budget_tpp``, from the id's ``__tpp``
+    part) and the report's cell; a single-ratio run's cell is its size."""
+    from hf_optbench.study.records import Cell
 
     for rid in ("adamw__tiny__s1__tpp0.5__dx2", "adamw__tiny__s1"):
         run = tmp_path / "runs" / rid
@@ -38,7 +38,7 @@ def test_a_runs_data_ratio_is_read_from_its_id_and_names_its_cell(tmp_path: Path
     single, ladder = load_runs(tmp_path)  # sorted by id
     assert (ladder["budget_tpp"], ladder["budget_multiple"], ladder["cell"]) == (0.5, 2.0, "tiny @ 0.5 tok/param")
     assert (single["budget_tpp"], single["cell"]) == (None, "tiny")
-    assert cell_of({"model_size": "mini", "budget_tpp": 2.0}) == "mini @ 2 tok/param"
+    assert Cell("mini", 2.0).label == "mini @ 2 tok/param" and Cell("mini").label == "mini"
 
 
 def test_the_tuned_files_of_a_sweep_are_found_per_ratio(tmp_path: Path) -> None:
@@ -51,3 +51,30 @@ def test_the_tuned_files_of_a_sweep_are_found_per_ratio(tmp_path: Path) -> None:
                                      2.0: tmp_path / "tuned_hparams__tpp2.yaml"}
     (tmp_path / "tuned_hparams.yaml").write_text("{}\n")
     assert list(tuned_files(tmp_path))[0] is None
+
+
+def test_a_record_reads_as_its_flat_row_and_derived_columns_make_a_new_record(tmp_path: Path) -> None:
+    """The record's dict form is the row summary.csv and the dict readers see (every column, the cell's label,
+    summary.json whole), and from_row reads it back; with_columns leaves the record it came from as it was."""
+    import dataclasses
+
+    import pytest
+
+    from hf_optbench.study.records import SUMMARY_COLUMNS, Cell, RunRecord, load_records
+
+    run = tmp_path / "runs" / "adamw__tiny__s1__tpp0.5"
+    run.mkdir(parents=True)
+    summary = {"status": "completed", "model_size": "tiny", "max_steps": 8, "final_eval_loss": 4.2, "env": {}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    (record,) = load_records(tmp_path)
+    row = dict(record)
+    assert list(row) == [*SUMMARY_COLUMNS, "wd_multiplier", "cell", "_summary"]
+    assert row["cell"] == "tiny @ 0.5 tok/param" and row["_summary"] == summary and row["final_eval_loss"] == 4.2
+    assert record.cell == Cell("tiny", 0.5) and record.summary == summary and record.figure("env") == {}
+    assert RunRecord.from_row(row) == record and dict(RunRecord.from_row(row)) == row
+    derived = record.with_columns({"speedup": 1.5, "final_eval_loss": None, "status": "diverged"})
+    assert (derived["speedup"], derived["final_eval_loss"], derived.status) == (1.5, None, "diverged")
+    assert "speedup" not in record and record["final_eval_loss"] == 4.2 and record.status == "completed"
+    assert list(derived)[-1] == "speedup"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.status = "failed"  # type: ignore[misc]
