@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar
 
-from hf_optbench.measure.intervals import Censor, censored_fit, t_interval, t_p_values
+from hf_optbench.measure.intervals import Censor, censored_fit, t_interval, t_p_values, t_quantile
 
 
 class Scale(Protocol):
@@ -247,9 +247,7 @@ class Trend:
 
     def interval(self, alpha: float) -> tuple[float, float]:
         """The slope's t interval at the two-sided level ``alpha / 2`` (the trend is one of a cell's two tests)."""
-        from scipy.stats import t as student_t
-
-        width = float(student_t.ppf(1 - alpha / 4, self.seeds - 1)) * self.sd / math.sqrt(self.seeds)
+        width = t_quantile(1 - alpha / 4, self.seeds - 1) * self.sd / math.sqrt(self.seeds)
         return self.slope - width, self.slope + width
 
 

@@ -59,3 +59,19 @@ def test_the_minimal_detectable_effect_has_exactly_the_stated_power() -> None:
     normal_approx = margin + (student_t.ppf(1 - alpha / 2, n - 1) + student_t.ppf(0.8, n - 1)) * sd / math.sqrt(n)
     assert power_at(normal_approx, sd, n, alpha, margin) < 0.79  # what the report used to call 80 %
     assert minimal_detectable_effect(sd, 1, alpha, margin) == math.inf
+
+
+def test_t_quantile_and_cdf_are_scipys_distribution_to_the_last_bit() -> None:
+    """The verdict calls scipy.special's kernels directly (the distribution object's checks were most of a table's
+    time): the same floats as scipy.stats.t, edges included."""
+    import numpy as np
+    from scipy.stats import t
+
+    from hf_optbench.measure.intervals import t_cdf, t_quantile
+
+    rng = np.random.default_rng(0)
+    for df in (1, 2, 3, 4, 5, 9, 19, 120, 1.5):
+        for q in [*rng.uniform(0, 1, 50), 0.0, 1.0, 0.5, 0.975, 0.9875, 1e-12, 1 - 1e-12]:
+            assert t_quantile(float(q), df) == float(t.ppf(q, df)), (q, df)
+        for x in [*rng.normal(0, 5, 50), 0.0, -math.inf, math.inf]:
+            assert t_cdf(float(x), df) == float(t.cdf(x, df)), (x, df)
