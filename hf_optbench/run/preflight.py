@@ -226,7 +226,7 @@ def check_light_optimizer_kwargs(values: dict[str, Any]) -> None:
     raw = values.get("optimizer_kwargs")
     try:
         kwargs = json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth: parse_args names it
         return
     if isinstance(kwargs, dict) and NS_KEY in kwargs and "muon" in str(values.get("optimizer") or "").lower():
         check_ns_precision(kwargs[NS_KEY])
