@@ -41,7 +41,7 @@ from hf_optbench.run.lock import RunLock, acquire_run_lock, check_not_busy, is_l
 
 # The keys read here; any other is left to parse_args.
 PREFLIGHT_KEYS = ("output_dir", "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "use_cpu", "torch_compile",
-                  "num_processes", "tokenizer_name", "push_to_hub")
+                  "num_processes", "tokenizer_name", "push_to_hub", "optimizer", "optimizer_kwargs")
 _TRUE = ("yes", "true", "t", "y", "1")  # HfArgumentParser's string_to_bool
 DATA_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DataArguments)}
 # The keys the size bounds read (config.bounds.check_run_bounds), read here as the keys above are.
@@ -209,9 +209,27 @@ def preflight(argv: list[str]) -> dict[str, Any] | None:
         check_num_processes(_int(values["num_processes"]), int(os.environ.get("WORLD_SIZE", "1")), recipe_path)
     recipe_path, cli_tokens = _split_argv(argv)
     check_keys(recipe or {}, cli_tokens, recipe_path)  # a misspelt key is named before what it would have set
+    check_light_optimizer_kwargs(values)
     if bounds.get("data_source") != "synthetic":  # offline and not cached, a file, custom code: refused now
         check_tokenizer_available(str(values.get("tokenizer_name") or DATA_DEFAULTS["tokenizer_name"]))
     return recipe
+
+
+def check_light_optimizer_kwargs(values: dict[str, Any]) -> None:
+    """The optimizer_kwargs values that need no optimizer built, refused before torch is imported: Muon's
+    ``ns_precision`` (optim.muon.check_ns_precision, the same line the build gives). A value that is not a JSON
+    object is left to parse_args, which names it."""
+    import json
+
+    from hf_optbench.optim.muon import NS_KEY, check_ns_precision
+
+    raw = values.get("optimizer_kwargs")
+    try:
+        kwargs = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError:
+        return
+    if isinstance(kwargs, dict) and NS_KEY in kwargs and "muon" in str(values.get("optimizer") or "").lower():
+        check_ns_precision(kwargs[NS_KEY])
 
 
 def _int(value: Any) -> int:
