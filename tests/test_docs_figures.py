@@ -36,7 +36,7 @@ STUDY_REPORT = REPO / "docs" / "results" / "cpu_study" / "report.md"
 STUDY_SOURCES = (STUDY_REPORT, STUDY_REPORT.with_name("evidence.md"), STUDY_REPORT.with_name("summary.csv"))
 # Characters, not lines: a line cap lets a document grow sideways. The caps sit a little above each document's size,
 # so a document grows only by a decision to raise its cap; method, results and history belong elsewhere.
-MAX_CHARS = {REPO / "README.md": 21_000, REPO / "docs" / "ARCHITECTURE.md": 23_500, REPO / "docs" / "METHOD.md": 29_000}
+MAX_CHARS = {REPO / "README.md": 21_000, REPO / "docs" / "ARCHITECTURE.md": 24_500, REPO / "docs" / "METHOD.md": 29_000}
 
 _FENCE = re.compile(r"^```.*?^```[ \t]*$", re.M | re.S)
 _COMMENT = re.compile(r"<!--.*?-->", re.S)

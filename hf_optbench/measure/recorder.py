@@ -266,7 +266,7 @@ class OptBenchRecorder(TrainerCallback):
             from hf_optbench.optim.held import held_record
 
             horizon = args.max_steps if args.max_steps and args.max_steps > 0 else None
-            self._held = held_record(optimizer, lr_scheduler, model=model, num_training_steps=horizon)
+            self._held = held_record(optimizer, lr_scheduler, model=model, num_training_steps=horizon, args=args)
             self._apply_to_args(args, self._held, optimizer, model)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -333,7 +333,8 @@ class OptBenchRecorder(TrainerCallback):
                 return
             from hf_optbench.optim.held import held_record
 
-            record = self._held = held_record(optimizer, scheduler, model=model, num_training_steps=max_steps)
+            record = self._held = held_record(optimizer, scheduler, model=model, num_training_steps=max_steps,
+                                              args=args)
             self._apply_to_args(args, record, optimizer, model)
         handler = self._handler() if self._handler is not None else None
         if handler is not None and not any(isinstance(cb, TrackerConfigCallback) for cb in handler.callbacks):

@@ -17,10 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from hf_optbench.optim.registry import (
-    CITATIONS,
-    cited_defaults,
+    built_sources,
     describe_optimizer,
-    model_size_class,
     spec_of,
 )
 from hf_optbench.optim.schedules import describe_scheduler
@@ -35,8 +33,15 @@ IMPLEMENTATION = frozenset({"foreach", "fused", "capturable", "differentiable", 
 # The source of a value a run did not set: hf_optbench's builder for the optimizer or the library's class chose it
 # (Adafactor's relative_step False, AdamW's amsgrad False).
 CONSTRUCTOR_SOURCE = "builder or library default"
-# The source of a value of an optimizer built outside a run's plan that differs from the registry's citation.
-CALLER_SOURCE = "set by the caller (not the cited default)"
+# The source of every value of an optimizer hf_optbench did not build and the Trainer did not build from its
+# arguments: the caller's object, whatever its values equal.
+OUTSIDE_SOURCE = "the caller's optimizer (a value they set, or its library's default)"
+# TrainingArguments' fields of the values of an optimizer the Trainer built from them (Trainer.get_optimizer_cls_and_
+# kwargs): its rate, decay, betas and eps.
+ARGUMENT_FIELDS = {"learning_rate": ("learning_rate",), "weight_decay": ("weight_decay",),
+                   "betas": ("adam_beta1", "adam_beta2"), "eps": ("adam_epsilon",)}
+# Muon's auxiliary AdamW holds betas and eps under these constructor names.
+_HEADLINE_NAMES = {"adamw_betas": "betas", "adamw_eps": "eps"}
 
 
 def plain(value: Any) -> Any:
@@ -81,25 +86,42 @@ def headline(groups: list[dict[str, Any]]) -> dict[str, Any]:
     return values
 
 
-def _cited_sources(spec: Any, model: Any, values: Mapping[str, Any]) -> dict[str, str]:
-    """Each value's citation where it equals the registry's cited value for the model's size class (read from its
-    parameter count), else :data:`CALLER_SOURCE`; keys the registry does not cite: :data:`CONSTRUCTOR_SOURCE`."""
-    if spec is None or model is None:
-        return {}
-    cited = cited_defaults(spec, model_size_class(model, None))
-    adamw = {"betas": "adamw_betas", "eps": "adamw_eps"}  # Muon's auxiliary AdamW cites them under these names
+def _built_value_sources(built: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, str]:
+    """The build's sources (:func:`~hf_optbench.optim.registry.built_sources`) under the record's headline keys."""
+    out = {_HEADLINE_NAMES.get(key, key): source for key, source in built.items()}
+    if "adamw_eps" in built:  # the headline eps is the AdamW group's (Muon's own eps is Newton-Schulz's)
+        out["eps"] = built["adamw_eps"]
+    return {k: out[k] for k in values if k in out}
+
+
+def _argument_sources(values: Mapping[str, Any], args: Any) -> dict[str, str]:
+    """Sources of an optimizer the Trainer built from ``args``: each value's TrainingArguments field, set by the
+    caller or at transformers' default."""
+    import dataclasses
+
+    defaults = {f.name: f.default for f in dataclasses.fields(type(args))}
     out = {}
-    for key, value in values.items():
-        ref = key if key in cited else adamw.get(key) if adamw.get(key) in cited else None
-        if ref is None:
-            continue
-        same = plain(cited[ref]) == plain(value) or (isinstance(value, float) and value == cited[ref])
-        out[key] = cited["sources"].get(ref, CITATIONS.get(ref, "")) if same else CALLER_SOURCE
+    for key, fields in ARGUMENT_FIELDS.items():
+        if key in values:
+            by = "transformers' default" if all(getattr(args, f) == defaults.get(f) for f in fields) \
+                else "set by the caller"
+            out[key] = f"TrainingArguments {', '.join(fields)} ({by})"
     return out
 
 
+def _sources(optimizer: Any, values: Mapping[str, Any], args: Any, model: Any) -> dict[str, str]:
+    """Where each value came from, decided by how the optimizer was made, never by what its value equals:
+    hf_optbench's builder recorded it; the Trainer built it from ``args``; else the caller's object."""
+    built = built_sources(optimizer)
+    if built is not None:
+        return _built_value_sources(built, values)
+    if args is not None and built_from_arguments(optimizer, args, model):
+        return _argument_sources(values, args)
+    return {k: OUTSIDE_SOURCE for k in values}
+
+
 def held_record(optimizer: Any, scheduler: Any = None, *, model: Any = None,
-                num_training_steps: int | None = None) -> dict[str, Any]:
+                num_training_steps: int | None = None, args: Any = None) -> dict[str, Any]:
     """The record of what an optimizer and scheduler built outside a run's plan hold: ``optimizer`` (registry name
     from its class, else module.Class), ``optimizer_impl``, ``hyperparameters`` ({key: {"value", "source"}}: the
     citation where the value is the registry's cited one for the model's size, else "set by the caller"),
@@ -110,7 +132,7 @@ def held_record(optimizer: Any, scheduler: Any = None, *, model: Any = None,
     spec = spec_of(inner)
     groups = [group_record(g) for g in inner.param_groups]
     values = headline(groups)
-    sources = _cited_sources(spec, model, values)
+    sources = _sources(optimizer, values, args, model)
     return {
         "optimizer": spec.name if spec is not None else f"{type(inner).__module__}.{type(inner).__qualname__}",
         "optimizer_impl": describe_optimizer(optimizer, model=model),

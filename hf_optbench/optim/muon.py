@@ -19,6 +19,7 @@ is part of the run's identity; ``benchmarks/bench_ns_precision.py`` shows what i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from hf_optbench.errors import OptBenchError
@@ -102,7 +103,7 @@ def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor:
         raise OptBenchError(f"{NONMATRIX_KEY} must be a finite number > 0, got {ratio!r}.")
     adamw_betas = ctor.pop("adamw_betas", (0.9, 0.95))
     adamw_eps = ctor.pop("adamw_eps", 1e-8)
-    # a run's plan resolved auto already (run.plan); a Python-API build resolves it here, for the model's device
+    # a run's plan resolved auto already (run.plan), build_optimizer too (resolve_auto); any other caller here
     hidden, _ = split_matrix_params(model)
     precision, _ = resolve_ns_precision(ctor.pop(NS_KEY, "auto"), next(iter(trainable_params(model))).device.type,
                                         shapes=[tuple(p.shape) for p in hidden])
@@ -145,11 +146,21 @@ GROUPS = (GroupLayout("muon", (MATRIX,), lr_kwarg="muon_lr"),
           GroupLayout("adamw_decay", (EMBEDDING,), lr_ratio_kwarg=NONMATRIX_KEY),
           GroupLayout("adamw_no_decay", (VECTOR,), decay=False, lr_ratio_kwarg=NONMATRIX_KEY))
 
+def resolve_auto(model: Any, ctor: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
+    """``ns_precision`` auto resolved over ``model``'s hidden matrices on its device, with why (as the builder would
+    resolve it, once): the Python API's record gives the reason, as a run's plan does."""
+    if ctor.get(NS_KEY, "auto") != "auto":
+        return {}
+    hidden, _ = split_matrix_params(model)
+    return {NS_KEY: resolve_ns_precision("auto", next(iter(trainable_params(model))).device.type,
+                                         shapes=[tuple(p.shape) for p in hidden])}
+
+
 SPECS = (
     OptimizerSpec("muon", "torch.optim.Muon+torch.optim.AdamW", build, defaults,
                   ("momentum", "nesterov", "ns_steps", "ns_coefficients", "adjust_lr_fn", NS_KEY, "muon_lr",
                    "adamw_betas", "adamw_eps", NONMATRIX_KEY),
                   "Muon (Jordan et al. 2024) on hidden 2-D matrices, AdamW on embeddings, head and 1-D tensors",
-                  LAYOUT, groups=GROUPS, zero_incompatible="ZeRO hands the optimizer 1-D flat partitions and Muon orthogonalises 2-D "
+                  LAYOUT, groups=GROUPS, resolve_auto=resolve_auto, zero_incompatible="ZeRO hands the optimizer 1-D flat partitions and Muon orthogonalises 2-D "
                   "matrices (measured: torch.optim.Muon fails at step 1, 'Param gradient must be a 2D matrix')"),
 )

@@ -37,6 +37,7 @@ import importlib.util
 import math
 import pkgutil
 import sys
+import weakref
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -305,12 +306,38 @@ def build_optimizer(
         return build_resolved(canonical, model, lr=lr, weight_decay=weight_decay, ctor=kwargs)[0]
     check_optimizer_kwargs(spec, kwargs)
     defaults = cited_defaults(spec, model_size_class(model, model_size))
+    given = {*kwargs, *(["learning_rate"] if lr is not None else []), *(["weight_decay"] if weight_decay is not None
+                                                                          else [])}
     lr = defaults["learning_rate"] if lr is None else float(lr)
     weight_decay = defaults["weight_decay"] if weight_decay is None else float(weight_decay)
     if not lr > 0:
         raise OptBenchError(f"learning_rate must be positive, got {lr}.")
-    return build_resolved(spec, model, lr=lr, weight_decay=weight_decay, ctor=constructor_kwargs(spec, defaults, kwargs),
-                          embedding_state_32bit=embedding_state_32bit)[0]
+    ctor = constructor_kwargs(spec, defaults, kwargs)
+    sources = {key: CALLER_SOURCE if key in given else defaults["sources"].get(key, CITATIONS.get(key, ""))
+               for key in ("learning_rate", "weight_decay", *ctor)}
+    for key, (value, why) in (spec.resolve_auto(model, ctor) if spec.resolve_auto is not None else {}).items():
+        ctor[key], sources[key] = value, f"{why} | {sources.get(key, '')}"
+    optimizer = build_resolved(spec, model, lr=lr, weight_decay=weight_decay, ctor=ctor,
+                               embedding_state_32bit=embedding_state_32bit)[0]
+    _BUILT_SOURCES[innermost_optimizer(optimizer)] = sources
+    return optimizer
+
+
+def built_sources(optimizer: Any) -> dict[str, str] | None:
+    """Where each value of an optimizer :func:`build_optimizer` made came from ({key: source}: the caller, the
+    cited default with its citation, or an ``auto`` with its reason), decided when it was built; None for an
+    optimizer it did not build (a Trainer's own, the caller's)."""
+    try:
+        return _BUILT_SOURCES.get(innermost_optimizer(optimizer))
+    except TypeError:  # an object that takes no weak reference was not built here
+        return None
+
+
+# The Python API's optimizers by object, weakly (never kept alive by this table): where their values came from,
+# read by optim.held.held_record. Nothing is stamped on the optimizer itself.
+_BUILT_SOURCES: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
+# The source of a value the caller gave (build_optimizer's arguments, an optimizer the caller made).
+CALLER_SOURCE = "set by the caller (not the cited default)"
 
 
 def spec_of(optimizer: Any) -> OptimizerSpec | None:

@@ -152,6 +152,9 @@ class OptimizerSpec:
     # the layouts, or a function of the constructor values giving them (AdamW splits its non-matrix parameters
     # into groups of their own only where their rate differs: optim.adamw.groups)
     groups: tuple[GroupLayout, ...] | Callable[[Mapping[str, Any]], tuple[GroupLayout, ...]] = GPT3_GROUPS
+    # constructor values an "auto" resolves over the model (Muon's ns_precision): (model, ctor) -> {key: (value,
+    # why)}; the Python API's build records why, as a run's plan does (registry.build_optimizer)
+    resolve_auto: Callable[[Any, Mapping[str, Any]], dict[str, tuple[Any, str]]] | None = None
 
     def group_layouts(self, constructor: Mapping[str, Any]) -> tuple[GroupLayout, ...]:
         """The parameter groups the builder makes with these constructor values."""

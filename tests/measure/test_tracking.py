@@ -155,7 +155,8 @@ def test_trackio_receives_the_flat_section() -> None:
 def test_tracker_config_of_a_built_optimizer_and_schedule() -> None:
     import torch
 
-    from hf_optbench.optim.held import CALLER_SOURCE, held_record
+    from hf_optbench.optim.held import held_record
+    from hf_optbench.optim.registry import CALLER_SOURCE
     from hf_optbench.optim.registry import build_optimizer
     from hf_optbench.optim.schedules import build_scheduler
 
