@@ -74,6 +74,8 @@ def rerun_config(plan: RunPlan, record: dict[str, Any]) -> dict[str, Any]:
         user_kwargs = {**user_kwargs, "ns_precision": ns.value}
     resolved["optimizer_kwargs"] = json.dumps(user_kwargs, sort_keys=True)
     resolved["num_processes"] = plan.batch.world_size  # a rerun on another number refuses (config.parse)
+    if "min_lr_ratio" not in plan.schedule and "min_lr_ratio" not in cfg.explicit:
+        resolved.pop("min_lr_ratio", None)  # a schedule without a floor (transformers' cosine): it had no effect
     return json.loads(json.dumps(resolved, default=str))
 
 

@@ -174,5 +174,6 @@ def test_the_trl_style_recipe_runs_and_records_what_its_keys_became(tmp_path: Pa
     assert "cache_path" not in s["data"] and s["data"]["cache_entry"].startswith("data/")
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert config["max_steps"] == s["max_steps"] and not set(config) & set(SPELLINGS)
+    assert "min_lr_ratio" not in config  # transformers' cosine has no floor: the key had no effect, so not recorded
     rerun = parse_args([str(out / "config.yaml"), "--output_dir", str(tmp_path / "again")])
     assert resolve_plan(rerun).plan_hash == s["plan_hash"]  # config.yaml reruns the same plan, in steps
