@@ -12,6 +12,7 @@ The names of the two sibling modules that callers used to import from here are r
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -207,12 +208,40 @@ def _rebuild(build: Any, path: str, rebuilt_because: str | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- text sources
+# A split's DatasetInfo.description: what prepare_data read, as JSON after this prefix. It travels with the
+# dataset into a Trainer (remove_columns, select and with_format copy it), so the Python API's record names the data
+# it was given (measure.recorder), not only "the Trainer's train_dataset".
+DESCRIPTION_PREFIX = "hf_optbench data: "
+
+
+def described_source(dataset: Any) -> dict[str, Any] | None:
+    """{"data_source", "source"} of a split :func:`prepare_data` made (read from its description), else None."""
+    text = getattr(getattr(dataset, "info", None), "description", None)
+    if not isinstance(text, str) or not text.startswith(DESCRIPTION_PREFIX):
+        return None
+    try:
+        found = json.loads(text[len(DESCRIPTION_PREFIX):])
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def prepare_data(data_args: DataArguments, *, n_positions: int) -> DatasetBundle:
     """Load the tokenizer (not for synthetic), read the source, tokenize, pack, split and cache.
 
     Raises :class:`OptBenchError` for bad input (block_size > n_positions, empty/binary files, a missing text
     column, a validation split larger than the data, token ids outside the tokenizer's vocabulary).
     """
+    bundle = _prepare(data_args, n_positions=n_positions)
+    text = DESCRIPTION_PREFIX + json.dumps({"data_source": data_args.data_source,
+                                            "source": bundle.info.get("source") or data_args.data_source})
+    for split in (bundle.train, bundle.eval, bundle.tuning):
+        if split is not None:
+            split.info.description = text
+    return bundle
+
+
+def _prepare(data_args: DataArguments, *, n_positions: int) -> DatasetBundle:
     check_block_size(data_args.block_size, n_positions)
     cache_root = data_args.resolved_cache_dir()
     make_cache_root(cache_root, from_env=not data_args.data_cache_dir)  # a file there: exit 2 naming the key

@@ -532,7 +532,15 @@ def _loader_sizes(train: Any, evaluation: Any) -> dict[str, Any] | None:
         batches = len(train)
     except TypeError:
         batches = None
-    return {"source": "the Trainer's train_dataset and eval_dataset (Python API)", "train_examples": examples(train),
+    from hf_optbench.data.pipeline import described_source
+
+    given = described_source(getattr(train, "dataset", None))  # made by prepare_data: say what it read
+    if given is None:
+        source = {"source": "the Trainer's train_dataset and eval_dataset (Python API)"}
+    else:
+        source = {"data_source": given.get("data_source"),
+                  "source": f"{given.get('source')} (prepare_data, given to the Trainer)"}
+    return {**source, "train_examples": examples(train),
             "train_batches_per_epoch": batches, "eval_examples": examples(evaluation) if evaluation else None}
 
 

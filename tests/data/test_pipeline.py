@@ -376,3 +376,22 @@ def test_no_progress_bars_off_a_terminal(tmp_path, capfd):
         assert not datasets.are_progress_bars_disabled()  # restored for the caller
     finally:
         datasets.enable_progress_bars()
+
+
+def test_each_split_says_what_prepare_data_read_and_keeps_it_through_a_trainer_s_copies(tmp_path):
+    """The Python API's record names the data a Trainer was given when prepare_data made it: the description
+    travels with the split through remove_columns / select / with_format (the Trainer's own copies)."""
+    import torch
+
+    from hf_optbench.measure.recorder import _loader_sizes
+
+    bundle = prepare_data(_args(tmp_path), n_positions=128)
+    for split in (bundle.train, bundle.eval):
+        assert data_mod.described_source(split) == {"data_source": "thai_sample", "source": bundle.info["source"]}
+    copied = bundle.train.remove_columns(["labels"]).select(range(4)).with_format("torch")
+    assert data_mod.described_source(copied)["data_source"] == "thai_sample"
+    loader = torch.utils.data.DataLoader(copied, batch_size=2)
+    data = _loader_sizes(loader, None)
+    assert data["data_source"] == "thai_sample" and data["source"].startswith(bundle.info["source"])
+    plain = torch.utils.data.DataLoader([{"input_ids": [1, 2]}], batch_size=1)  # not prepare_data's: as before
+    assert _loader_sizes(plain, None)["source"] == "the Trainer's train_dataset and eval_dataset (Python API)"
