@@ -111,10 +111,7 @@ def training_fields_help(names: tuple[str, ...] | None = None) -> dict[str, tupl
             out[stmt.target.id] = (_literal(stmt.value), "")
             continue
         kw = {k.arg: k.value for k in stmt.value.keywords}
-        try:
-            default = ast.literal_eval(kw["default"]) if "default" in kw else None
-        except ValueError:  # a non-literal default (a call): show it as written
-            default = ast.unparse(kw["default"])
+        default = _literal(kw.get("default"))
         try:
             help_ = ast.literal_eval(kw["metadata"]).get("help", "") if "metadata" in kw else ""
         except ValueError:
@@ -124,7 +121,7 @@ def training_fields_help(names: tuple[str, ...] | None = None) -> dict[str, tupl
 
 
 def _literal(node: ast.expr | None) -> Any:
-    """A field's default as written in the source: its value when it is a literal, else its text."""
+    """A field's default as written in the source: its value when it is a literal, else its text (a call)."""
     if node is None:
         return None
     try:

@@ -105,8 +105,7 @@ def build(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float, ctor:
     adamw_eps = ctor.pop("adamw_eps", 1e-8)
     # a run's plan resolved auto already (run.plan), build_optimizer too (resolve_auto); any other caller here
     hidden, _ = split_matrix_params(model)
-    precision, _ = resolve_ns_precision(ctor.pop(NS_KEY, "auto"), next(iter(trainable_params(model))).device.type,
-                                        shapes=[tuple(p.shape) for p in hidden])
+    precision, _ = _resolve_on(model, ctor.pop(NS_KEY, "auto"))
     if ctor.get("adjust_lr_fn") in (None, "original") and muon_lr is None:
         raise OptBenchError(
             "muon with adjust_lr_fn 'original' takes its LR in spectral units (Keller Jordan's README: 0.02), not "
@@ -146,14 +145,17 @@ GROUPS = (GroupLayout("muon", (MATRIX,), lr_kwarg="muon_lr"),
           GroupLayout("adamw_decay", (EMBEDDING,), lr_ratio_kwarg=NONMATRIX_KEY),
           GroupLayout("adamw_no_decay", (VECTOR,), decay=False, lr_ratio_kwarg=NONMATRIX_KEY))
 
-def resolve_auto(model: Any, ctor: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
-    """``ns_precision`` auto resolved over ``model``'s hidden matrices on its device, with why (as the builder would
-    resolve it, once): the Python API's record gives the reason, as a run's plan does."""
-    if ctor.get(NS_KEY, "auto") != "auto":
-        return {}
+def _resolve_on(model: torch.nn.Module, value: Any) -> tuple[str, str]:
+    """:func:`resolve_ns_precision` of ``value`` over ``model``'s hidden matrices, on the device they are on."""
     hidden, _ = split_matrix_params(model)
-    return {NS_KEY: resolve_ns_precision("auto", next(iter(trainable_params(model))).device.type,
-                                         shapes=[tuple(p.shape) for p in hidden])}
+    return resolve_ns_precision(value, next(iter(trainable_params(model))).device.type,
+                                shapes=[tuple(p.shape) for p in hidden])
+
+
+def resolve_auto(model: Any, ctor: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
+    """``ns_precision`` auto resolved over ``model``, with why (once, before the build): the Python API's record
+    gives the reason, as a run's plan does."""
+    return {NS_KEY: _resolve_on(model, "auto")} if ctor.get(NS_KEY, "auto") == "auto" else {}
 
 
 SPECS = (

@@ -217,18 +217,18 @@ def preflight(argv: list[str]) -> dict[str, Any] | None:
 
 def check_light_optimizer_kwargs(values: dict[str, Any]) -> None:
     """The optimizer_kwargs values that need no optimizer built, refused before torch is imported: Muon's
-    ``ns_precision`` (optim.muon.check_ns_precision, the same line the build gives). A value that is not a JSON
-    object is left to parse_args, which names it."""
-    import json
-
+    ``ns_precision`` (optim.muon.check_ns_precision, the same line the build gives). Read as parse_args reads it
+    (config.optim_args.parse_json_mapping); a value that is not a JSON object is left to parse_args, which names it
+    in its own order."""
+    from hf_optbench.config.optim_args import parse_json_mapping
     from hf_optbench.optim.muon import NS_KEY, check_ns_precision
 
     raw = values.get("optimizer_kwargs")
     try:
-        kwargs = json.loads(raw) if isinstance(raw, str) else raw
-    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth: parse_args names it
+        kwargs = parse_json_mapping("optimizer_kwargs", raw) if isinstance(raw, (str, dict)) else {}
+    except OptBenchError:
         return
-    if isinstance(kwargs, dict) and NS_KEY in kwargs and "muon" in str(values.get("optimizer") or "").lower():
+    if NS_KEY in kwargs and "muon" in str(values.get("optimizer") or "").lower():
         check_ns_precision(kwargs[NS_KEY])
 
 
