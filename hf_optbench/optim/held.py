@@ -124,10 +124,11 @@ def held_record(optimizer: Any, scheduler: Any = None, *, model: Any = None,
                 num_training_steps: int | None = None, args: Any = None) -> dict[str, Any]:
     """The record of what an optimizer and scheduler built outside a run's plan hold: ``optimizer`` (registry name
     from its class, else module.Class), ``optimizer_impl``, ``hyperparameters`` ({key: {"value", "source"}}: the
-    citation where the value is the registry's cited one for the model's size, else "set by the caller"),
+    source decided by how the optimizer was made, :func:`_sources`),
     ``param_groups`` (each group's values) and ``schedule`` (:func:`~hf_optbench.optim.schedules.describe_scheduler`).
     The same keys as a run's plan record, so trackers and summary.json read both alike. ``num_training_steps``:
-    the horizon over which a scheduler that holds none is measured (the Trainer's max_steps)."""
+    the horizon over which a scheduler that holds none is measured (the Trainer's max_steps); ``args``: the
+    Trainer's TrainingArguments, which name the values of an optimizer the Trainer built from them."""
     inner = innermost_optimizer(optimizer)
     spec = spec_of(inner)
     groups = [group_record(g) for g in inner.param_groups]

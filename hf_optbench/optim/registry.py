@@ -306,8 +306,8 @@ def build_optimizer(
         return build_resolved(canonical, model, lr=lr, weight_decay=weight_decay, ctor=kwargs)[0]
     check_optimizer_kwargs(spec, kwargs)
     defaults = cited_defaults(spec, model_size_class(model, model_size))
-    given = {*kwargs, *(["learning_rate"] if lr is not None else []), *(["weight_decay"] if weight_decay is not None
-                                                                          else [])}
+    explicit = {"learning_rate": lr, "weight_decay": weight_decay}
+    given = {*kwargs, *(key for key, value in explicit.items() if value is not None)}  # the caller's values
     lr = defaults["learning_rate"] if lr is None else float(lr)
     weight_decay = defaults["weight_decay"] if weight_decay is None else float(weight_decay)
     if not lr > 0:
@@ -336,7 +336,7 @@ def built_sources(optimizer: Any) -> dict[str, str] | None:
 # The Python API's optimizers by object, weakly (never kept alive by this table): where their values came from,
 # read by optim.held.held_record. Nothing is stamped on the optimizer itself.
 _BUILT_SOURCES: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
-# The source of a value the caller gave (build_optimizer's arguments, an optimizer the caller made).
+# The source of a value the caller passed to build_optimizer.
 CALLER_SOURCE = "set by the caller (not the cited default)"
 
 

@@ -156,8 +156,7 @@ def test_tracker_config_of_a_built_optimizer_and_schedule() -> None:
     import torch
 
     from hf_optbench.optim.held import held_record
-    from hf_optbench.optim.registry import CALLER_SOURCE
-    from hf_optbench.optim.registry import build_optimizer
+    from hf_optbench.optim.registry import CALLER_SOURCE, build_optimizer
     from hf_optbench.optim.schedules import build_scheduler
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))

@@ -4,10 +4,10 @@ an optimizer the Trainer built from TrainingArguments names their fields; any ot
 
 from __future__ import annotations
 
-from fixtures.models import tiny_model
-
 from hf_optbench.optim.held import OUTSIDE_SOURCE, held_record
 from hf_optbench.optim.registry import CALLER_SOURCE, build_optimizer, built_sources
+
+from fixtures.models import tiny_model
 
 
 def _sources(record: dict) -> dict[str, str]:
