@@ -15,12 +15,23 @@ import yaml
 from hf_optbench.config.data_args import DataArguments
 from hf_optbench.data.ngram import reference_losses, regime, trained_reference_losses
 from hf_optbench.data.pipeline import prepare_data
+from hf_optbench.data.synthetic import HMMSource
 from hf_optbench.report.analysis import Analysis
 from hf_optbench.report.build import Doc
-from hf_optbench.report.reference import PAST, TRANSIENT, reference_section, regime_line, regime_of
+from hf_optbench.report.reference import (
+    OPTIMUM,
+    PAST,
+    TRANSIENT,
+    gap_closed,
+    reference_section,
+    regime_line,
+    regime_of,
+)
 from hf_optbench.study.records import RunRecord
 
 SYNTHETIC = {"data_source": "synthetic", "block_size": 16, "validation_blocks": 64, "synthetic_num_tokens": 16_000}
+# the CPU sweeps' source S1: sharper graph rows and 8 document topics
+S1 = {**SYNTHETIC, "synthetic_alpha_x": 0.02, "synthetic_topics": 8, "synthetic_topic_weight": 0.5}
 THAI = {"data_source": "thai_sample", "tokenizer_name": "builtin:thai-bpe-2k", "block_size": 64,
         "validation_fraction": 0.1}
 
@@ -59,7 +70,7 @@ def test_references_fitted_on_the_training_split_and_the_transient_named(tmp_pat
     assert reg.trained == trained_reference_losses(train, eval_blocks, vocab)
     assert reg.eval_only == reference_losses(eval_blocks, vocab)
     assert (reg.train_tokens, reg.eval_tokens, reg.vocab) == (train.size, 1_024, 32)
-    assert reg.header == ["size", "adamw final eval loss (where)", "muon final eval loss (where)", "regime"]
+    assert reg.header == ["size", "adamw final eval loss (where)", "muon final eval loss (where)", OPTIMUM, "regime"]
     where = [cell.split("(")[1].rstrip(")") for cell in reg.rows[0][1:3]]
     assert where == [regime(3.6, reg.trained), regime(2.6, reg.trained)]
     # the baseline at or above the trained bigram: transient; far below it: past the bigram
@@ -70,7 +81,7 @@ def test_references_fitted_on_the_training_split_and_the_transient_named(tmp_pat
     assert reg.agree and all(regime(x, reg.eval_only) == regime(x, reg.trained) for x in (3.6, 2.6, 1.0))
     text = _markdown(an, tmp_path)
     assert "| eval split alone, leave-one-out |" in text and "place every loss alike" in text
-    assert text.rstrip().endswith(regime_line(reg))
+    assert f"\n\n{regime_line(reg)}\n\n" in text
 
 
 def test_on_a_real_vocabulary_the_report_says_which_references_it_used_and_why(tmp_path: Path) -> None:
@@ -95,6 +106,42 @@ def test_on_a_real_vocabulary_the_report_says_which_references_it_used_and_why(t
     assert f"{differ:.4f} ({regime(differ, trained)})" in text  # the cell reads the trained references
     same = _analysis(tmp_path / "b", data, {("adamw", "tiny"): 0.5, ("muon", "tiny"): 0.4})
     assert regime_of(same).agree and "| eval split alone, leave-one-out |" in _markdown(same, tmp_path)
+    # real text has no known optimum: the column says so, and no share of a gap to it is given
+    assert reg.optimum is None and reg.closed == {} and [r[-2] for r in reg.rows] == ["not known"]
+    assert f"The {OPTIMUM} column says not known" in text and "% of the gap" not in text
+
+
+@pytest.mark.parametrize("data", [SYNTHETIC, S1], ids=["default graph", "S1"])
+def test_the_optimum_is_the_source_s_own_loss_on_the_eval_blocks(tmp_path: Path, data: dict) -> None:
+    """On synthetic data the table's optimum is the source's exact loss on the very eval blocks the runs were scored
+    on, and it lies below the trigram reference: a perfect model knows more than any table of token triples."""
+    data = {**data, "data_cache_dir": str(tmp_path / "cache")}
+    reg = regime_of(_analysis(tmp_path, data, {("adamw", "tiny"): 3.0}))
+    eval_blocks, _, _ = _splits(data)
+    assert reg.optimum == HMMSource.from_data_args(DataArguments(**data)).optimal_loss(eval_blocks)
+    assert reg.rows[0][-2] == f"{reg.optimum:.4f}"
+    assert 0.0 < reg.optimum < reg.trained[3] < reg.trained[2] < reg.trained[1]
+
+
+def test_the_share_of_the_gap_closed(tmp_path: Path) -> None:
+    """(unigram - loss) / (unigram - optimum) as a percentage, by hand and in the report's table."""
+    assert gap_closed(3.0, 2.5, 2.0) == 50.0  # half of the 1-nat gap
+    assert gap_closed(3.0, 3.5, 2.0) == -50.0  # above the unigram: a negative share
+    assert gap_closed(2.0, 1.5, 2.0) is None  # no gap to close
+    data = {**SYNTHETIC, "data_cache_dir": str(tmp_path / "cache")}
+    first = regime_of(_analysis(tmp_path / "a", data, {("adamw", "tiny"): 3.0}))
+    unigram, optimum = first.trained[1], first.optimum
+    # losses a quarter and three quarters of the way from the unigram reference to the optimum
+    losses = {("adamw", "tiny"): unigram - 0.25 * (unigram - optimum), ("muon", "tiny"): optimum + 0.25 * (unigram - optimum),
+              ("adamw", "mini"): unigram + 0.1}
+    an = _analysis(tmp_path / "b", data, losses)
+    reg = regime_of(an)
+    assert reg.closed == pytest.approx({("tiny", "adamw"): 25.0, ("tiny", "muon"): 75.0,
+                                        ("mini", "adamw"): -100 * 0.1 / (unigram - optimum)})
+    text = _markdown(an, tmp_path)
+    table = text.split("learnable structure each optimizer got")[1]
+    assert "| size | adamw (% of the gap) | muon (% of the gap) |" in table
+    assert "| tiny | 25.0 % | 75.0 % |" in table and f"| mini | {reg.closed[('mini', 'adamw')]:.1f} % | – |" in table
 
 
 def test_a_run_whose_data_cannot_be_rebuilt_gets_a_note(tmp_path: Path) -> None:
