@@ -6,25 +6,32 @@ end of every sweep (after the comparison and the attribution, before it returns)
 measures each compared (optimizer, model_size, shape) alone, one at a time, nothing else in flight, interleaved over
 rounds (A B C D, B C D A, ...: a drift of the machine spreads over every entry alike), the first steps of every round
 dropped (allocator and caches warming), and writes ``<sweep_dir>/step_calibration.json`` (schema below, read by the
-report's time-to-quality table). The sweep's ETA (:mod:`hf_optbench.study.eta`) uses the same measurement, short, in
-process (:func:`quick_step_times`) for the relative cost of optimizers no run has measured yet.
+report's time-to-quality table). After its first rounds it goes on, up to twice as many, while an optimizer's
+step-time ratio to the baseline is not within the tolerance of :mod:`hf_optbench.measure.step_ratio` (its interval
+from the rounds' pooled spread): a noisy machine gets more rounds, a quiet one no more than before. The sweep's ETA
+(:mod:`hf_optbench.study.eta`) uses the same measurement, short, in process (:func:`quick_step_times`) for the
+relative cost of optimizers no run has measured yet.
 
 What one step is here: the Trainer's work per optimizer step without the Trainer: ``gradient_accumulation_steps``
 forward and backward passes of the run's micro-batch (random token ids of the run's vocabulary: the cost does not
 depend on the values), gradient clipping at the run's ``max_grad_norm``, the optimizer's step (built from the run's
-own resolved plan, Muon's Newton-Schulz precision included) and ``zero_grad``, the loss read back each step (as the
-Trainer's logging does). One process: under a multi-process launcher it is one rank's step without the all-reduce.
+own resolved plan) and ``zero_grad``, the loss read back each step (as the Trainer's logging does). One process: under
+a multi-process launcher it is one rank's step without the all-reduce. Muon's Newton-Schulz precision is the one its
+runs recorded (``hyperparameters.ns_precision`` of a finished run's summary.json) where one has: ``auto`` is timed and
+cached per machine, and a calibration that resolved it afresh could time another precision than the runs trained in.
 
 Schema (``schema`` 1; keep it: the report reads it)::
 
     {"schema": 1, "machine": {"cpu_model", "cpu_capability", "bf16_native", "torch", "device": "cpu"|"cuda:NAME",
-     "threads"}, "measured_at": ISO time, "rounds": int, "steps_per_round": int,
+     "threads"}, "measured_at": ISO time, "rounds": int (measured), "steps_per_round": int,
+     "first_rounds": int, "max_rounds": int, "tolerance": float (the ratios' stable half-width),
      "entries": [{"optimizer", "model_size", "tokens_per_step", "ns_precision": str|null, "step_time_median_s",
-                  "step_time_round_medians_s": [...], "spread": [min, max] of the round medians}]}
+                  "step_time_round_medians_s": [...] in round order, "spread": [min, max] of the round medians}]}
 
-A sweep file turns it off with ``calibration: false`` (test sweeps) or sizes it with ``calibration: {rounds: 3,
-steps_per_round: 12}``; it is skipped where the sweep cannot measure what its runs ran (``launcher.type: command``).
-Under the SLURM executor it runs as one more job of the sweep, with the runs' launcher.slurm parameters: measured on
+(``first_rounds``, ``max_rounds`` and ``tolerance`` are absent from files written before rounds were added: their
+``rounds`` were all they measured.) A sweep file turns it off with ``calibration: false`` (test sweeps) or sizes it
+with ``calibration: {rounds: 3, steps_per_round: 12}`` (``rounds``: the first rounds); it is skipped where the sweep
+cannot measure what its runs ran (``launcher.type: command``). Under the SLURM executor it runs as one more job of the sweep, with the runs' launcher.slurm parameters: measured on
 the cluster's nodes, where the runs ran, not on the machine that submitted them.
 """
 
@@ -42,23 +49,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hf_optbench.machine import cpu_model, slurm_job_id
-from hf_optbench.rundir import STATE_FILE, read_summary, write_json_atomic
+from hf_optbench.rundir import BASELINE, STATE_FILE, read_summary, write_json_atomic
 from hf_optbench.study.sweep_spec import SweepSpec
 from hf_optbench.study.sweep_state import launcher_environ, plan_slots
 
 CALIBRATION_FILE = "step_calibration.json"
 SCHEMA = 1
 # A few dozen steps per entry and round: 3 rounds of 30 measured steps after 10 dropped ones (120 steps; at the
-# demo's shape ~7 ms each, about 1 s per optimizer). Three rounds give a spread. Each round builds its entry afresh,
-# and its first steps run cold (allocator, oneDNN's kernel choice): with fewer dropped steps the plain step reads up
-# to 1.7x a whole run's, more for some optimizers than others, which would distort their ratios to AdamW's
-# (docs/notes/study_measurements.md).
+# demo's shape ~7 ms each, about 1 s per optimizer), then up to 3 more while a ratio is not stable
+# (measure.step_ratio.more_rounds). Each round builds its entry afresh, and its first steps run cold (allocator,
+# oneDNN's kernel choice): with fewer dropped steps the plain step reads up to 1.7x a whole run's, more for some
+# optimizers than others, which would distort their ratios to AdamW's (docs/notes/study_measurements.md).
 ROUNDS, STEPS_PER_ROUND, WARMUP_STEPS = 3, 30, 10
 # The vocabulary assumed for a text source before any run has reported its own (the GPT-2 tokenizer's): only the
 # ETA's first estimate uses it; the end-of-sweep calibration reads each run's summary.json.
@@ -70,13 +77,14 @@ TIMEOUT_S = 900
 
 @dataclass(frozen=True)
 class Entry:
-    """One thing to measure: a run's arguments (without --output_dir) and its vocabulary (None: from the data
-    settings)."""
+    """One thing to measure: a run's arguments (without --output_dir), its vocabulary (None: from the data
+    settings) and the Newton-Schulz precision its runs recorded (None: as the arguments resolve it)."""
 
     optimizer: str
     model_size: str
     args: tuple[str, ...]
     vocab_size: int | None = None
+    ns_precision: str | None = None
 
 
 @dataclass
@@ -128,7 +136,8 @@ def _local_tokenizer_vocab(name: str | None) -> int | None:
 
 def build_case(entry: Entry, scratch: Path) -> Case:
     """The entry's model (its size and vocabulary, seeded), its optimizer as the run's plan resolves it (tuned file,
-    cited values, Newton-Schulz precision) and one step's random inputs. ``scratch``: an output_dir never created."""
+    cited values; the Newton-Schulz precision its runs recorded, else as resolved) and one step's random inputs.
+    ``scratch``: an output_dir never created."""
     import torch
 
     from hf_optbench.config.parse import parse_args
@@ -145,8 +154,11 @@ def build_case(entry: Entry, scratch: Path) -> Case:
                         attn_implementation=cfg.model.attn_implementation,
                         pad_vocab_to_multiple_of=cfg.model.pad_vocab_to_multiple_of, dropout=cfg.model.dropout).to(device)
     model.train()
+    ctor = opt.constructor_values()
+    if entry.ns_precision and "ns_precision" in ctor:
+        ctor["ns_precision"] = entry.ns_precision
     optimizer, _ = build_resolved(opt.spec or opt.name, model, lr=opt.learning_rate.value,
-                                  weight_decay=opt.weight_decay.value, ctor=opt.constructor_values(),
+                                  weight_decay=opt.weight_decay.value, ctor=ctor,
                                   embedding_state_32bit=opt.embedding_state_32bit)
     if callable(getattr(optimizer, "train", None)):
         optimizer.train()  # schedule-free optimizers step in train mode
@@ -156,10 +168,10 @@ def build_case(entry: Entry, scratch: Path) -> Case:
                for _ in range(t.gradient_accumulation_steps)]
     dtype = torch.bfloat16 if t.bf16 else torch.float16 if t.fp16 else None
     autocast = (lambda: torch.autocast(device, dtype=dtype)) if dtype is not None else contextlib.nullcontext
-    ns = opt.constructor.get("ns_precision")
+    ns = ctor.get("ns_precision")
     return Case(entry, model, optimizer, batches, float(mgn.value or 0.0),
                 t.per_device_train_batch_size * t.gradient_accumulation_steps * cfg.data.block_size,
-                None if ns is None else str(ns.value), autocast)
+                None if ns is None else str(ns), autocast)
 
 
 def _sync(case: Case) -> None:
@@ -199,12 +211,6 @@ def time_steps(case: Case, steps: int) -> list[float]:
 
 
 # ------------------------------------------------------------------------------------------------ measuring
-def _interleaved(n: int, rounds: int) -> Iterator[tuple[int, list[int]]]:
-    """(round, the entries' order in it): each round starts one entry later (A B C, B C A, C A B)."""
-    for r in range(rounds):
-        yield r, [(r + i) % n for i in range(n)]
-
-
 @contextlib.contextmanager
 def torch_threads(threads: int | None) -> Iterator[None]:
     """torch's intra-op threads set to ``threads`` (the runs' count) for the block, then put back."""
@@ -222,34 +228,53 @@ def torch_threads(threads: int | None) -> Iterator[None]:
 def measure(entries: Sequence[Entry], *, rounds: int = ROUNDS, steps: int = STEPS_PER_ROUND,
             warmup: int = WARMUP_STEPS, scratch: Path | None = None,
             say: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
-    """Each entry's step times, interleaved over ``rounds`` (every round builds each entry afresh, drops its first
-    ``warmup`` steps and keeps ``steps``): the schema's ``entries``, in the given order. Entries that build to the
-    same optimizer, size, shape and Newton-Schulz precision are measured once."""
+    """Each entry's step times, interleaved over ``rounds`` first rounds and then more, up to twice as many, while a
+    ratio to the baseline is not stable (``measure.step_ratio.more_rounds``); every round builds each entry afresh,
+    drops its first ``warmup`` steps and keeps ``steps``. The schema's ``entries``, in the given order. Entries that
+    build to the same optimizer, size, shape and Newton-Schulz precision are measured once."""
     import gc
+
+    from hf_optbench.measure.step_ratio import more_rounds
 
     scratch = scratch or Path(tempfile.gettempdir()) / "hf_optbench-calibration-never-created"
     kept: dict[int, list[list[float]]] = {i: [] for i in range(len(entries))}
     meta: dict[int, tuple[Any, ...]] = {}
-    for r, order in _interleaved(len(entries), rounds):
-        for i in order:
+    done = 0
+    while done == 0 or more_rounds(_shapes(kept, meta), BASELINE, done, rounds):
+        for i in [(done + k) % len(entries) for k in range(len(entries))]:  # each round starts one entry later
             case = build_case(entries[i], scratch)
             meta[i] = (case.entry.optimizer, case.entry.model_size, case.tokens_per_step, case.ns_precision)
             times = time_steps(case, warmup + steps)[warmup:]
             kept[i].append(times)
             del case
             gc.collect()
-        say(f"calibration round {r + 1}/{rounds} done")
-    out, seen = [], set()
-    for i in range(len(entries)):
-        if meta[i] in seen:
-            continue
-        seen.add(meta[i])
+        done += 1
+        say(f"calibration round {done} done ({rounds} first, up to {2 * rounds})")
+    out = []
+    for i in _distinct(meta):
         medians = [statistics.median(ts) for ts in kept[i]]
         opt, size, tokens, ns = meta[i]
         out.append({"optimizer": opt, "model_size": size, "tokens_per_step": int(tokens), "ns_precision": ns,
                     "step_time_median_s": statistics.median([t for ts in kept[i] for t in ts]),
                     "step_time_round_medians_s": medians, "spread": [min(medians), max(medians)]})
     return out
+
+
+def _distinct(meta: dict[int, tuple[Any, ...]]) -> list[int]:
+    """The first entry of each distinct (optimizer, size, shape, Newton-Schulz precision), in order."""
+    first: dict[tuple[Any, ...], int] = {}
+    for i in sorted(meta):
+        first.setdefault(meta[i], i)
+    return list(first.values())
+
+
+def _shapes(kept: dict[int, list[list[float]]], meta: dict[int, tuple[Any, ...]]) -> list[dict[str, list[float]]]:
+    """The round medians measured so far, one {optimizer: medians} per size and shape (what the ratios pair)."""
+    out: dict[tuple[Any, ...], dict[str, list[float]]] = {}
+    for i in _distinct(meta):
+        opt, size, tokens, _ = meta[i]
+        out.setdefault((size, tokens), {})[opt] = [statistics.median(ts) for ts in kept[i]]
+    return list(out.values())
 
 
 def quick_step_times(entries: Sequence[Entry], threads: int | None, steps: int = 30,
@@ -285,11 +310,14 @@ def machine_record() -> dict[str, Any]:
 
 def calibrate(entries: Sequence[Entry], *, rounds: int = ROUNDS, steps: int = STEPS_PER_ROUND,
               warmup: int = WARMUP_STEPS, say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-    """The whole ``step_calibration.json`` document for ``entries``."""
+    """The whole ``step_calibration.json`` document for ``entries`` (``rounds``: the first rounds)."""
+    from hf_optbench.measure.step_ratio import TOLERANCE
+
     rows = measure(entries, rounds=rounds, steps=steps, warmup=warmup, say=say)
     return {"schema": SCHEMA, "machine": machine_record(),
             "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "rounds": rounds, "steps_per_round": steps, "entries": rows}
+            "rounds": len(rows[0]["step_time_round_medians_s"]) if rows else 0, "steps_per_round": steps,
+            "first_rounds": rounds, "max_rounds": 2 * rounds, "tolerance": TOLERANCE, "entries": rows}
 
 
 # ------------------------------------------------------------------------------------------------ the sweep's
@@ -314,16 +342,27 @@ def skip_reason(spec: SweepSpec) -> str | None:
 
 def compared_entries(spec: SweepSpec) -> list[Entry]:
     """One entry per compared optimizer x size (its runs share their batch shape: base, overrides and the per-point
-    keys; rungs and the attribution runs step alike), with the vocabulary a finished run of it reported."""
+    keys; rungs and the attribution runs step alike), with the vocabulary and the Newton-Schulz precision a finished
+    run of it reported."""
     out: dict[tuple[str, str], Entry] = {}
     for run in spec.runs:
         if run.phase != "compare" or run.budget_multiple is not None:
             continue
         key = (run.optimizer, run.model_size)
-        vocab = (read_summary(spec.run_dir(run)) or {}).get("vocab_size")
+        summary = read_summary(spec.run_dir(run)) or {}
+        vocab, ns = summary.get("vocab_size"), recorded_ns_precision(summary)
         if key not in out or (vocab and not out[key].vocab_size):
-            out[key] = Entry(run.optimizer, run.model_size, _runnable(run.args), int(vocab) if vocab else None)
+            out[key] = Entry(run.optimizer, run.model_size, _runnable(run.args), int(vocab) if vocab else None, ns)
     return list(out.values())
+
+
+def recorded_ns_precision(summary: Mapping[str, Any]) -> str | None:
+    """The Newton-Schulz precision a run's summary.json records it trained with (``hyperparameters.ns_precision``,
+    resolved from ``auto``), None for a run without one (not Muon, or not finished)."""
+    hyper = summary.get("hyperparameters")
+    entry = hyper.get("ns_precision") if isinstance(hyper, Mapping) else None
+    value = entry.get("value") if isinstance(entry, Mapping) else None
+    return str(value) if value in ("bf16", "fp32") else None
 
 
 def _runnable(args: Sequence[str]) -> tuple[str, ...]:
@@ -382,7 +421,8 @@ def run_sweep_calibration(spec: SweepSpec, say: Callable[[str], None]) -> Path |
         request = Path(tmp) / "entries.json"
         _write_request(request, entries, cfg)
         say(f"step-time calibration: {len(entries)} optimizer x size entries, {cfg['rounds']} interleaved rounds "
-            f"of {cfg['steps']} steps each, alone on cores {','.join(map(str, cores))}")
+            f"of {cfg['steps']} steps each (up to {2 * cfg['rounds']} while a ratio is unstable), alone on cores "
+            f"{','.join(map(str, cores))}")
         t0 = time.monotonic()
         try:
             proc = subprocess.run([sys.executable, "-m", "hf_optbench.study.calibration", str(request), str(out),
@@ -437,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cores:  # before torch starts its threads
         os.sched_setaffinity(0, [int(c) for c in args.cores.split(",")])
     request = json.loads(Path(args.request).read_text(encoding="utf-8"))
-    entries = [Entry(e["optimizer"], e["model_size"], tuple(e["args"]), e.get("vocab_size"))
+    entries = [Entry(e["optimizer"], e["model_size"], tuple(e["args"]), e.get("vocab_size"), e.get("ns_precision"))
                for e in request["entries"]]
     doc = calibrate(entries, rounds=request["rounds"], steps=request["steps"], warmup=request["warmup"])
     write_json_atomic(args.output, doc)

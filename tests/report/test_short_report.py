@@ -10,9 +10,16 @@ import re
 import numpy as np
 import pytest
 
+from hf_optbench.measure.step_ratio import step_ratios
 from hf_optbench.report.build import MAX_CELL, MAX_COLUMNS, build_report
 
-from fixtures.study_fixture import add_calibration, add_second_draw, add_tuned_files, grid_sweep
+from fixtures.study_fixture import (
+    add_calibration,
+    add_second_draw,
+    add_tuned_files,
+    grid_sweep,
+    round_medians,
+)
 
 SPEEDUPS = {1.0: {"lion": 1.0, "muon": 2.0}, 2.0: {"lion": 1.0, "muon": 2.0}, 4.0: {"lion": 1.0, "muon": 2.0}}
 # tuned rates: AdamW's the same everywhere; Muon's falls with data; Lion's halves from tiny to mini
@@ -116,12 +123,22 @@ def test_the_tuning_draws_shift_stands_beside_each_interval_and_widens_it(study:
 def test_time_to_quality_divides_the_token_speedup_by_the_step_time_ratio(study: dict[str, str]) -> None:
     section = study["evidence.md"].split("## Time to quality")[1].split("\n## ")[0]
     assert "Fixture CPU 9000 (AVX512, bf16 not native), device cpu, 1 thread(s), torch 2.13.0+cpu" in section
-    assert "| muon | tiny | 256 | 18 [17.1, 18.9] | 1.8 [1.63, 1.99] | bf16 |" in section
+    # the ratio paired by round, its interval from the spread pooled over the optimizers at each size
+    rounds = round_medians(STEP_MS)
+    ratio = {size: step_ratios({o: rounds[(o, s)] for o, s in STEP_MS if s == size}, "adamw")["muon"]
+             for size in ("tiny", "mini")}
+    assert ratio["tiny"].value == pytest.approx(1.8) and ratio["tiny"].low < 1.8 < ratio["tiny"].high
+    assert f"| muon | tiny | 256 | 18 [17.1, 18.9] | {ratio['tiny'].text()} | bf16 |" in section
+    assert "| adamw | tiny | 256 | 10 [9.5, 10.5] | 1 (the reference) | – |" in section
+    assert "Stable: within ±10% of the ratio" in section
     row = next(r for h, rows in tables(section) if h[0] == "optimizer" and h[1] == "cell" for r in rows
                if r[:2] == ["muon", "mini @ 2 tok/param"])
-    token = float(row[2].split(" [")[0])
-    assert row[3].startswith("2 [1.81, 2.21]")
+    token, (low, high) = float(row[2].split(" [")[0]), map(float, row[2].split(" [")[1].split("]")[0].split(", "))
+    assert row[3] == ratio["mini"].text()
     assert float(row[4].split(" [")[0]) == pytest.approx(token / 2.0, rel=0.01)
+    t_low, t_high = map(float, row[4].split(" [")[1].split("]")[0].split(", "))
+    assert (t_low, t_high) == (pytest.approx(low / ratio["mini"].high, rel=0.01),
+                               pytest.approx(high / ratio["mini"].low, rel=0.01))
     assert "not measurable here" in section  # the runs' own seconds keep their word
 
 

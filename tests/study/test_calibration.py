@@ -35,12 +35,21 @@ def test_entries_are_measured_interleaved_and_written_in_the_report_s_schema(mon
         order.append(entry.optimizer)
         return real(entry, scratch)
 
+    real_steps = cal.time_steps
+
+    def steps(case: cal.Case, n: int) -> list[float]:  # steady step times: every ratio stable after the first rounds
+        real_steps(case, n)
+        return [0.015 if case.entry.optimizer == "muon" else 0.01] * n
+
     monkeypatch.setattr(cal, "build_case", build)
+    monkeypatch.setattr(cal, "time_steps", steps)
     entries = [_entry("adamw"), _entry("muon", "--optimizer_kwargs", '{"ns_precision": "fp32"}'), _entry("adamw")]
     doc = cal.calibrate(entries, rounds=2, steps=3, warmup=1)
     assert order == ["adamw", "muon", "adamw", "muon", "adamw", "adamw"]
-    assert set(doc) == {"schema", "machine", "measured_at", "rounds", "steps_per_round", "entries"}
-    assert (doc["schema"], doc["rounds"], doc["steps_per_round"]) == (1, 2, 3)
+    assert set(doc) == {"schema", "machine", "measured_at", "rounds", "steps_per_round", "first_rounds", "max_rounds",
+                        "tolerance", "entries"}
+    assert (doc["schema"], doc["rounds"], doc["steps_per_round"], doc["first_rounds"], doc["max_rounds"]) == \
+        (1, 2, 3, 2, 4)
     assert set(doc["machine"]) == {"cpu_model", "cpu_capability", "bf16_native", "torch", "device", "threads", "host",
                                    "slurm_job_id"}
     assert doc["machine"]["device"] == "cpu" and isinstance(doc["machine"]["bf16_native"], bool)
@@ -52,6 +61,49 @@ def test_entries_are_measured_interleaved_and_written_in_the_report_s_schema(mon
         assert row["spread"] == [min(row["step_time_round_medians_s"]), max(row["step_time_round_medians_s"])]
         assert row["spread"][0] <= row["step_time_median_s"] <= row["spread"][1]
     json.dumps(doc)  # plain JSON
+
+
+class _Fake:
+    """What measure() reads of a built case, without a model."""
+
+    def __init__(self, entry: cal.Entry) -> None:
+        self.entry, self.tokens_per_step, self.ns_precision = entry, 256, None
+
+
+def _noisy(sigma: float, seed: int = 0):  # noqa: ANN202 - a time_steps stand-in
+    """Step times whose round median moves by ``sigma`` (log scale) from round to round, Muon's 1.5x AdamW's."""
+    import math
+    import random
+
+    rng = random.Random(seed)
+    return lambda case, n: [(0.015 if case.entry.optimizer == "muon" else 0.01) * math.exp(rng.gauss(0, sigma))] * n
+
+
+@pytest.mark.parametrize(("sigma", "rounds"), [(0.0, 3), (0.3, 6)])
+def test_rounds_go_on_while_a_ratio_is_unstable_up_to_twice_the_first(monkeypatch, sigma: float,
+                                                                      rounds: int) -> None:
+    """A quiet machine is measured over the first rounds only; a noisy one over twice as many, no more, and the file
+    says so (measure.step_ratio.more_rounds)."""
+    monkeypatch.setattr(cal, "build_case", lambda entry, scratch: _Fake(entry))
+    monkeypatch.setattr(cal, "time_steps", _noisy(sigma))
+    said: list[str] = []
+    doc = cal.calibrate([_entry("adamw"), _entry("muon")], rounds=3, steps=4, warmup=1, say=said.append)
+    assert doc["rounds"] == rounds and (doc["first_rounds"], doc["max_rounds"]) == (3, 6)
+    assert all(len(e["step_time_round_medians_s"]) == rounds for e in doc["entries"])
+    assert len(said) == rounds and said[-1] == f"calibration round {rounds} done (3 first, up to 6)"
+
+
+def test_muon_is_timed_in_the_precision_its_runs_recorded(tmp_path: Path) -> None:
+    """A run's summary.json names the Newton-Schulz precision it trained in; the calibration builds Muon in it
+    whatever its arguments would resolve (auto is timed per machine and could choose the other)."""
+    case = cal.build_case(cal.Entry("muon", "tiny", _entry("muon", "--optimizer_kwargs",
+                                                           '{"ns_precision": "fp32"}').args, None, "bf16"),
+                          Path("/nonexistent"))
+    assert case.ns_precision == "bf16"
+    assert {g.get("ns_precision") for g in case.optimizer.param_groups if "ns_precision" in g} == {"bf16"}
+    assert cal.recorded_ns_precision({"hyperparameters": {"ns_precision": {"value": "fp32", "source": "auto"}}}) == \
+        "fp32"
+    assert cal.recorded_ns_precision({"hyperparameters": {}}) is None and cal.recorded_ns_precision({}) is None
 
 
 def test_a_step_is_the_run_s_step(monkeypatch) -> None:
@@ -87,6 +139,12 @@ def test_the_sweep_file_sizes_it_or_turns_it_off(tmp_path: Path) -> None:
     assert cal.settings(spec) == {"rounds": cal.ROUNDS, "steps": cal.STEPS_PER_ROUND, "warmup": cal.WARMUP_STEPS}
     assert cal.skip_reason(spec) is None
     assert [(e.optimizer, e.model_size) for e in cal.compared_entries(spec)] == [("adamw", "tiny"), ("muon", "tiny")]
+    muon = next(r for r in spec.runs if r.optimizer == "muon" and r.phase == "compare")
+    spec.run_dir(muon).mkdir(parents=True)
+    (spec.run_dir(muon) / "summary.json").write_text(json.dumps({
+        "vocab_size": 32, "hyperparameters": {"ns_precision": {"value": "fp32", "source": "auto: measured"}}}))
+    assert [(e.optimizer, e.vocab_size, e.ns_precision) for e in cal.compared_entries(spec)] == \
+        [("adamw", None, None), ("muon", 32, "fp32")]
     spec = load_sweep(_sweep(tmp_path, calibration={"rounds": 2, "steps_per_round": 5}))
     assert cal.settings(spec) == {"rounds": 2, "steps": 5, "warmup": cal.WARMUP_STEPS}
     off = load_sweep(_sweep(tmp_path, calibration=False))
@@ -119,7 +177,8 @@ def test_the_sweep_s_calibration_runs_alone_in_a_child_and_is_kept_until_a_run_e
     out = cal.run_sweep_calibration(spec, said.append)
     assert out == spec.output_dir / cal.CALIBRATION_FILE, said
     doc = json.loads(out.read_text())
-    assert doc["machine"]["threads"] == 1 and doc["rounds"] == 2 and doc["steps_per_round"] == 2
+    assert doc["machine"]["threads"] == 1 and doc["first_rounds"] == 2 and doc["steps_per_round"] == 2
+    assert 2 <= doc["rounds"] <= 4  # more while a ratio is unstable: this machine's noise decides
     assert {r["optimizer"] for r in doc["entries"]} == {"adamw", "muon"}
     first = out.stat().st_mtime
     assert cal.run_sweep_calibration(spec, said.append) == out and "kept" in said[-1]

@@ -6,6 +6,12 @@ at the same tuned matrix rate with that group at the baseline's tuned rate for i
 tuned one and as a paired ratio per seed, separates what the matrix optimizer gains from what the group's rate
 gains. This module computes both speedups (each at the level of the fully tuned speedup's verdict cell), writes
 the table and its legend for evidence.md, and the one line report.md gives it.
+
+The intervals: the fully tuned speedup is the answer table's own verdict point, its interval widened where the
+second tuning draw widened it (``report.draw_shift``). The attributed speedup gets the same draw shift (the draw
+reran no attribution run, so the fully tuned speedup's shift at the cell is the tuning noise it is borrowed from)
+under the same rule (``measure.tuning_noise.widen_point``: widened where the shift exceeds a third of its own
+half-width). The paired ratio is not widened: a shift borrowed alike by both speedups leaves their ratio as it is.
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ class Attribution:
     optimizer: str
     cell: str
     full: Any  # measure.verdict.SizeComparison of the fully tuned speedup, or None
-    attributed: Any  # the same for the attribution runs, or None
+    attributed: Any  # the same for the attribution runs (widened by the full one's draw shift), or None
     paired: str
+    shift: float | None = None  # the tuning draw's shift the attributed point was given (None: no draw measured)
 
 
 def attributions(an: Any, baseline: str) -> list[Attribution]:
@@ -50,7 +57,7 @@ def attributions(an: Any, baseline: str) -> list[Attribution]:
                     if r.optimizer == opt and r.cell.label == size]
             attributed = verdict(mine + [r for r in an.ok() if r.optimizer == baseline and r.cell.label == size],
                                  baseline=baseline, metrics=(spec,), alpha=level)
-            p_attr = next((p for v in attributed for p in v.points), None)
+            p_attr, shift = _widened(an, opt, size, next((p for v in attributed for p in v.points), None))
             ratios = [math.log(a["speedup"]) - math.log(f["speedup"])
                       for a in mine for f in an.records if f.cell.label == size
                       and f.optimizer == opt and f.seed == a.seed and a.get("speedup")
@@ -59,8 +66,21 @@ def attributions(an: Any, baseline: str) -> list[Attribution]:
             if len(ratios) >= 2:
                 mean, _, low, high = t_interval(ratios, level / 2)
                 paired = f"{math.exp(mean):.3g} [{math.exp(low):.3g}, {math.exp(high):.3g}] ({len(ratios)} seeds)"
-            out.append(Attribution(opt, size, p_full, p_attr, paired))
+            out.append(Attribution(opt, size, p_full, p_attr, paired, shift))
     return out
+
+
+def _widened(an: Any, optimizer: str, cell: str, p: Any) -> tuple[Any, float | None]:
+    """(``p``, the attributed speedup's point, widened by the second tuning draw's shift that the fully tuned
+    speedup got at ``cell`` under the same rule; that shift), or (``p``, None) where the draw measured none."""
+    from hf_optbench.measure.tuning_noise import widen_point
+
+    noise = an.tuning_noise
+    shift = next((a.point.shift for a in (noise.applied if noise is not None else [])
+                  if a.optimizer == optimizer and a.key == "speedup" and a.cell == cell), None)
+    if p is None or shift is None:
+        return p, shift
+    return widen_point(p, shift)[0], shift
 
 
 def attribution_table(an: Any, baseline: str) -> tuple[list[str], list[list[str]]]:
@@ -94,12 +114,19 @@ def speedup_estimate(p: Any) -> str:
 
 def attribution_levels(an: Any) -> str:
     """The attribution table's sentence on its intervals: at the confidence of the fully tuned speedup's intervals
-    in its verdict cell (half that cell's Holm level)."""
+    in its verdict cell (half that cell's Holm level), the fully tuned one the answer table's, both widened alike
+    by the tuning draw (module doc)."""
     optimizers = sorted({str(r.optimizer) for r in an.attribution})
     conf = confidence_range(an.point(o, "speedup", c)[1] for o in optimizers for c in an.sizes)
-    return ("Intervals at the confidence of the fully tuned speedup's intervals in its verdict cell (two-sided, at half "
+    text = ("Intervals at the confidence of the fully tuned speedup's intervals in its verdict cell (two-sided, at half "
             f"the cell's Holm level{f': {conf} here' if conf else ''}); the paired ratio is attributed / fully tuned "
             "per seed.")
+    if an.tuning_noise is None:
+        return text
+    return text + (" The fully tuned speedup is the answer table's, with its interval; the attributed one is widened "
+                   "by the same tuning draw's shift under the same rule (where the shift exceeds a third of its "
+                   "half-width), the draw having rerun no attribution run; the paired ratio, which a shift shared by "
+                   "both leaves as it is, is not.")
 
 
 def attribution_section(doc: Any, an: Any, baseline: str) -> None:
