@@ -24,10 +24,10 @@ from typing import Any
 from hf_optbench.errors import OptBenchError
 from hf_optbench.report import legends as L
 from hf_optbench.report import tables as T
-from hf_optbench.report import tables_targets as TT
 from hf_optbench.report.analysis import DERIVED_COLUMNS, Analysis, analyse
 from hf_optbench.report.plots import write_plots
 from hf_optbench.report.reference import reference_section
+from hf_optbench.report.sections import convergence as TT
 from hf_optbench.report.sections.attribution import attribution_line, attribution_section
 from hf_optbench.report.speedups import rung_rates_section
 from hf_optbench.rundir import BASELINE, write_text_atomic
@@ -362,7 +362,7 @@ def _convergence(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
 
 
 def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
-    from hf_optbench.report.sensitivity import sensitivity_section, tuned_values_section
+    from hf_optbench.report.sections.hyperparameters import sensitivity_section, tuned_values_section
     from hf_optbench.report.tuning_curves import sources_cell, tuned_bracketing
 
     doc.h(2, "Hyperparameters: where each came from, and the tuning curves")
@@ -389,7 +389,7 @@ def _hyperparameters(doc: Doc, an: Analysis, files: dict[str, Path]) -> None:
         doc.img(files[name], name)
     doc.h(3, "Sensitivity: the learning-rate range within 1 % of the best tuning loss, and bracketing")
     sensitivity_section(doc, an.tuning, tuned_bracketing(an.sweep_dir))
-    from hf_optbench.report.sensitivity import tuned_ratio_table
+    from hf_optbench.report.sections.hyperparameters import tuned_ratio_table
 
     header, rows = tuned_ratio_table(an.ok(), BASELINE)
     if rows:
@@ -474,9 +474,14 @@ def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[st
     the evidence collapsed), summary.csv, runs.parquet and the PNG plots; returns their paths by name.
     ``tuning_dir``: a tuning sweep whose runs give the tuning curves; ``include_transient``: transient cells back in
     the trends (:func:`report.analysis.analyse`)."""
-    from hf_optbench.report.draw_shift import noise_section, tuning_noise_line
     from hf_optbench.report.export import write_runs_parquet
-    from hf_optbench.report.rate_transfer import plot_transfer, transfer_line, transfer_rows, transfer_section
+    from hf_optbench.report.sections.rate_transfer import (
+        plot_transfer,
+        transfer_line,
+        transfer_rows,
+        transfer_section,
+    )
+    from hf_optbench.report.sections.tuning_noise import noise_section, tuning_noise_line
     from hf_optbench.report.short_report import answer_tables, plot_and_link
     from hf_optbench.report.time_to_quality import time_line, time_section
 

@@ -163,7 +163,7 @@ def test_the_verdict_table_says_when_a_tuned_optimum_is_not_bracketed(tmp_path: 
 
 
 def test_tuned_ratios_to_adamw_beside_the_lion_papers_band() -> None:
-    from hf_optbench.report.sensitivity import tuned_ratio_table
+    from hf_optbench.report.sections.hyperparameters import tuned_ratio_table
 
     recs = [{"optimizer": "adamw", "model_size": "tiny", "learning_rate": 4e-3, "weight_decay": 0.1},
             {"optimizer": "lion", "model_size": "tiny", "learning_rate": 1e-3, "weight_decay": 0.9},
