@@ -2,7 +2,8 @@
 (the tuning draw's shift beside each interval), the regime, the attribution, the tuning noise, the time and the rate
 transfer each in one line (written by the module of that section: ``report.reference``,
 ``report.sections.attribution``, ``report.sections.tuning_noise``, ``report.time_to_quality``,
-``report.sections.rate_transfer``), and one plot. Everything else is evidence.md (``report.build``), and report.html holds both.
+``report.sections.rate_transfer``), and one plot. Everything else is evidence.md (``report.build``), and report.html
+holds both.
 
 Why: a report that holds every table puts its headline far down, after the wide verdict tables; a reader who wants
 the answer reads this page, one who wants to check it opens the evidence.

@@ -92,7 +92,7 @@ def test_a_loss_beyond_the_ladder_is_censored_and_the_fixed_budget_warns(tmp_pat
     assert all(r["speedup_censored"] and r["speedup_bound"] == "above" for r in lion)
     assert all(r["speedup"] == pytest.approx(4.0, rel=1e-3) for r in lion)
     assert "9 pair(s) include a loss beyond the ladder's range" in _verdict(an, "lion", "speedup").evidence
-    from hf_optbench.report.speedups import budget_table
+    from hf_optbench.report.sections.speedup import budget_table
 
     _, rows, warnings = budget_table(an)
     assert len(rows) == 3 and warnings and "differ in tokens per parameter" in warnings[0]
