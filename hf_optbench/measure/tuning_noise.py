@@ -22,7 +22,7 @@ difference in nats; ``measure.verdict``). The rule, per point (a size, or a data
   levels stay as they were: the widening moves intervals, not the order of the cells' p-values.
 
 Which shift a point gets (its own cell's, or one borrowed from a drawn cell of the same size) is the caller's
-choice (``report.draw_shift`` says it in the table).
+choice (``report.sections.tuning_noise`` says it in the table).
 """
 
 from __future__ import annotations

@@ -92,7 +92,8 @@ class Analysis:
     predicted: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     sweep_dir: Path | None = None
-    tuning_noise: Any = None  # report.draw_shift.TuningNoise: the second tuning draw's shifts, where the sweep ran one
+    # report.sections.tuning_noise.TuningNoise: the second tuning draw's shifts, where the sweep ran one
+    tuning_noise: Any = None
     report_spec: Any = None  # measure.primary.ReportSpec: the sweep's primary questions, transient cells in or out
     regime: Any = None  # report.reference.Regime, computed once before the verdicts (None: not computed)
     regime_text: str = ""  # its one line for report.md
@@ -238,10 +239,10 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     otherwise decides; default no)."""
     from hf_optbench.measure.verdict import grid_families, verdict, verdict_table
     from hf_optbench.report.comparability import check_comparable
-    from hf_optbench.report.draw_shift import apply_tuning_noise
     from hf_optbench.report.noise import unmeasurable
     from hf_optbench.report.planned import planner_state, predicted_ratios
     from hf_optbench.report.reference import regime_summary
+    from hf_optbench.report.sections.tuning_noise import apply_tuning_noise
     from hf_optbench.report.speedups import derive_speedups
     from hf_optbench.study.comparison_runs import attribution_dir
 

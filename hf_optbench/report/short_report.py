@@ -1,8 +1,9 @@
 """report.md, the report that opens with the answer: the question, the speedup table with its verdicts
 (the tuning draw's shift beside each interval), the regime, the attribution, the tuning noise, the time and the rate
 transfer each in one line (written by the module of that section: ``report.reference``,
-``report.sections.attribution``, ``report.draw_shift``, ``report.time_to_quality``, ``report.rate_transfer``), and
-one plot. Everything else is evidence.md (``report.build``), and report.html holds both.
+``report.sections.attribution``, ``report.sections.tuning_noise``, ``report.time_to_quality``,
+``report.sections.rate_transfer``), and one plot. Everything else is evidence.md (``report.build``), and report.html
+holds both.
 
 Why: a report that holds every table puts its headline far down, after the wide verdict tables; a reader who wants
 the answer reads this page, one who wants to check it opens the evidence.
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.measure.verdict import ADVANTAGE_SIGN
-from hf_optbench.report.draw_shift import beside
+from hf_optbench.report.sections.tuning_noise import beside
 from hf_optbench.rundir import BASELINE
 from hf_optbench.study.records import Cell
 

@@ -13,8 +13,8 @@ After the comparison, in ``<output_dir>/second_draw/``:
 * :data:`CHANGES_FILE`: which tuned values changed, per optimizer, cell and ladder rung, and which runs ran again.
 
 Cost: per drawn cell, its tuning runs once more (every tuning run of the cell, at one seed) and, per changed pick,
-the compared seeds of that optimizer (or that ladder rung). The report (``report.draw_shift``) composes each drawn
-cell's comparison from the main runs and these, and states the shift.
+the compared seeds of that optimizer (or that ladder rung). The report (``report.sections.tuning_noise``) composes
+each drawn cell's comparison from the main runs and these, and states the shift.
 """
 
 from __future__ import annotations

@@ -83,11 +83,12 @@ def test_one_size_at_several_ratios_shows_the_data_axis_alone(tmp_path: Path) ->
 
 def test_the_data_axis_plot_reads_as_ratios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hf_optbench.report import plots
+    from hf_optbench.report.sections import verdict
 
     figures: list = []
-    monkeypatch.setattr(plots, "save", lambda fig, path, rect=None: figures.append(fig) or path)
+    monkeypatch.setattr(verdict, "save", lambda fig, path, rect=None: figures.append(fig) or path)
     an = analyse(grid_sweep(tmp_path, SHRINKING))
-    assert plots.plot_data_axis(an, tmp_path / "data_axis.png") is not None
+    assert verdict.plot_data_axis(an, tmp_path / "data_axis.png") is not None
     (fig,) = figures
     fig.canvas.draw()
     (ax,) = [a for a in fig.axes if a.get_visible()]

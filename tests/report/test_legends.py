@@ -12,9 +12,11 @@ import pytest
 
 from hf_optbench.measure.intervals import t_interval
 from hf_optbench.measure.verdict import METRICS, confidence_text, grid_families, verdict_table
-from hf_optbench.report import legends as L
 from hf_optbench.report.analysis import Analysis
-from hf_optbench.report.build import Doc, _verdict
+from hf_optbench.report.build import Doc
+from hf_optbench.report.legends import holm_range
+from hf_optbench.report.sections.ratios import ratio_legend
+from hf_optbench.report.sections.verdict import data_legend, evidence_legend, verdict_legend, verdict_section
 from hf_optbench.study.records import RunRecord, cell_label
 
 PARAMS = {"tiny": 100_096.0, "mini": 793_088.0}
@@ -68,7 +70,7 @@ def _margins(legend: str) -> dict[str, str]:
 @pytest.mark.parametrize("shape", [MAIN_JOB, SIZE_ONLY])
 def test_the_ratio_legend_states_each_column_s_margin_and_the_intervals_confidence(shape) -> None:  # noqa: ANN001
     an = _analysis(*shape)
-    legend = L.ratio_legend(an)
+    legend = ratio_legend(an)
     margins = _margins(legend)
     points = []
     for spec in (s for s in METRICS if s.mode == "ratio"):
@@ -106,7 +108,7 @@ def test_the_confidence_stated_is_the_one_the_interval_was_computed_at() -> None
     assert f"intervals {confidence_text(v.level / 2)}" in v.evidence
     shown = [q for w in an.verdicts if w.axis == "data" for q in w.points]
     assert p.level == v.level / 2 and p in shown
-    assert _stated_range(L.data_legend(an)) == _range(q.level for q in shown)
+    assert _stated_range(data_legend(an)) == _range(q.level for q in shown)
     _, _, low_holm, _ = t_interval(diffs, v.level)  # the interval the old legend described: narrower
     assert low_holm > low
 
@@ -114,7 +116,7 @@ def test_the_confidence_stated_is_the_one_the_interval_was_computed_at() -> None
 @pytest.mark.parametrize("shape", [MAIN_JOB, SIZE_ONLY])
 def test_the_verdict_legends_state_the_margins_and_holm_levels_their_cells_used(shape) -> None:  # noqa: ANN001
     an = _analysis(*shape)
-    legend = L.data_legend(an) if an.multi else L.verdict_legend(an)
+    legend = data_legend(an) if an.multi else verdict_legend(an)
     judged = [v for v in an.verdicts if v.axis == ("data" if an.multi else "size") and v.points]
     margins = _margins(legend)
     for v in judged:
@@ -122,8 +124,8 @@ def test_the_verdict_legends_state_the_margins_and_holm_levels_their_cells_used(
                     else f"{v.metric.margin:g}" + (f" {v.metric.unit}" if v.metric.unit else ""))
         assert margins[v.metric.label] == expected and all(p.margin == v.metric.margin for p in v.points)
     levels = [v.level for v in judged if v.p_value is not None]
-    assert L.holm_range(judged) in legend
-    assert f"{min(levels):.2g}" in L.holm_range(judged) and f"{max(levels):.2g}" in L.holm_range(judged)
+    assert holm_range(judged) in legend
+    assert f"{min(levels):.2g}" in holm_range(judged) and f"{max(levels):.2g}" in holm_range(judged)
 
 
 @pytest.mark.parametrize("shape", [MAIN_JOB, SIZE_ONLY])
@@ -131,7 +133,7 @@ def test_p_is_defined_in_every_report_that_prints_one(shape, tmp_path: Path) -> 
     """The main job's report (one size: no size-axis legend) printed p in every Evidence row and defined it nowhere."""
     an = _analysis(*shape)
     doc = Doc()
-    _verdict(doc, an, {})
+    verdict_section(doc, an, {})
     text = doc.markdown(tmp_path)
     evidence = text.split("### Evidence", 1)[1]
     assert "cell p " in evidence
@@ -149,7 +151,7 @@ def test_legend_lines_of_the_main_job_shape(capsys: pytest.CaptureFixture[str]) 
     """Prints the legends of a report in the main job's shape (run with -s to read them): the lead pastes the real
     ones after rerunning the demo."""
     an = _analysis(*MAIN_JOB)
-    for legend in (L.data_legend(an), L.evidence_legend(an.verdicts), L.ratio_legend(an)):
+    for legend in (data_legend(an), evidence_legend(an.verdicts), ratio_legend(an)):
         print(legend, end="\n\n")
     out = capsys.readouterr().out
     assert "Margins: 3 % for speedup (AdamW-equivalent data); 0.01 nats for final eval loss" in out

@@ -13,6 +13,7 @@ import pytest
 
 from hf_optbench.report import plots
 from hf_optbench.report.analysis import analyse
+from hf_optbench.report.sections import ratios, verdict
 
 from fixtures.study_fixture import grid_sweep
 
@@ -20,7 +21,7 @@ from fixtures.study_fixture import grid_sweep
 @pytest.fixture(scope="module")
 def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The data-axis and scaling figures of a two-size, three-ratio sweep (Lion's speedup falling with data), kept
-    open: ``plots.save`` is wrapped to hand each figure over before it is closed."""
+    open: ``save`` is wrapped (where each section's module calls it) to hand each figure over before it is closed."""
     an = analyse(grid_sweep(tmp_path_factory.mktemp("legends"), {1.0: 2.0, 2.0: 1.6, 4.0: 1.3}))
     kept: dict[str, Any] = {}
     real = plots.save
@@ -30,13 +31,13 @@ def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         fig.canvas.draw()
         return path
 
-    plots.save = keep
+    verdict.save = ratios.save = keep
     try:
         out = tmp_path_factory.mktemp("out")
-        plots.plot_data_axis(an, out / "data_axis.png")
-        plots.plot_scaling(an, out / "scaling__tpp2.png", "2 tok/param")
+        verdict.plot_data_axis(an, out / "data_axis.png")
+        ratios.plot_scaling(an, out / "scaling__tpp2.png", "2 tok/param")
     finally:
-        plots.save = real
+        verdict.save = ratios.save = real
     return {"an": an, **kept}
 
 

@@ -13,6 +13,7 @@ import yaml
 
 from hf_optbench.report import plots
 from hf_optbench.report.analysis import analyse
+from hf_optbench.report.sections import convergence, ratios
 from hf_optbench.report.targets import merge_size_notes
 from hf_optbench.study.records import RunRecord
 
@@ -83,9 +84,9 @@ def test_notes_merge_by_size_and_keep_the_rest() -> None:
 
 def test_the_scaling_plot_draws_no_empty_panel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     figures: list[Any] = []
-    monkeypatch.setattr(plots, "save", lambda fig, path, rect=None: figures.append(fig) or path)
+    monkeypatch.setattr(ratios, "save", lambda fig, path, rect=None: figures.append(fig) or path)
     an = analyse(_short_runs(tmp_path), target_loss={"midi": 1.0})  # a target for no size run: no time to target
-    assert plots.plot_scaling(an, tmp_path / "scaling.png") is not None
+    assert ratios.plot_scaling(an, tmp_path / "scaling.png") is not None
     (fig,) = figures
     fig.canvas.draw()
     shown = [ax for ax in fig.axes if ax.get_visible()]
@@ -104,9 +105,9 @@ def test_the_scaling_caption_names_the_level_it_draws_and_fits_the_figure(tmp_pa
     """Issue 39: the caption said "97.5 % paired t interval" for bars drawn at the level Holm's procedure gave each
     cell, and the one-line title ran past the figure's edges (clipped in scaling__tpp0.15.png)."""
     figures: list[Any] = []
-    monkeypatch.setattr(plots, "save", lambda fig, path, rect=None: figures.append(fig) or path)
+    monkeypatch.setattr(ratios, "save", lambda fig, path, rect=None: figures.append(fig) or path)
     an = analyse(_short_runs(tmp_path))
-    plots.plot_scaling(an, tmp_path / "scaling.png")
+    ratios.plot_scaling(an, tmp_path / "scaling.png")
     (fig,) = figures
     from hf_optbench.measure.verdict import confidence_text
 
@@ -131,7 +132,7 @@ def test_target_labels_a_few_hundredths_apart_do_not_print_over_each_other() -> 
     ax.set_ylim(1.85, 2.8)
     targets = [SimpleNamespace(name=n, loss=v) for n, v in (("25%", 2.27), ("50%", 2.13), ("75%", 2.04),
                                                               ("100%", 2.01))]
-    plots._label_targets(ax, targets)
+    convergence._label_targets(ax, targets)
     fig.canvas.draw()
     boxes = {t.get_text(): t.get_window_extent() for t in ax.texts}
     assert not boxes["75%"].overlaps(boxes["100%"]), (boxes["75%"], boxes["100%"])

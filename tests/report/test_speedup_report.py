@@ -92,7 +92,7 @@ def test_a_loss_beyond_the_ladder_is_censored_and_the_fixed_budget_warns(tmp_pat
     assert all(r["speedup_censored"] and r["speedup_bound"] == "above" for r in lion)
     assert all(r["speedup"] == pytest.approx(4.0, rel=1e-3) for r in lion)
     assert "9 pair(s) include a loss beyond the ladder's range" in _verdict(an, "lion", "speedup").evidence
-    from hf_optbench.report.speedups import budget_table
+    from hf_optbench.report.sections.speedup import budget_table
 
     _, rows, warnings = budget_table(an)
     assert len(rows) == 3 and warnings and "differ in tokens per parameter" in warnings[0]
@@ -163,7 +163,7 @@ def test_the_verdict_table_says_when_a_tuned_optimum_is_not_bracketed(tmp_path: 
 
 
 def test_tuned_ratios_to_adamw_beside_the_lion_papers_band() -> None:
-    from hf_optbench.report.sensitivity import tuned_ratio_table
+    from hf_optbench.report.sections.hyperparameters import tuned_ratio_table
 
     recs = [{"optimizer": "adamw", "model_size": "tiny", "learning_rate": 4e-3, "weight_decay": 0.1},
             {"optimizer": "lion", "model_size": "tiny", "learning_rate": 1e-3, "weight_decay": 0.9},

@@ -21,7 +21,7 @@ from hf_optbench.config.parse import parse_args
 from hf_optbench.errors import OptBenchError
 from hf_optbench.optim.registry import OPTIMIZERS, optimizer_defaults
 from hf_optbench.optim.tuned import lookup_tuned
-from hf_optbench.report.sensitivity import lr_sensitivity, sensitivity_table
+from hf_optbench.report.sections.hyperparameters import lr_sensitivity, sensitivity_table
 from hf_optbench.report.tuning_curves import bracketed_optima
 from hf_optbench.run.plan import resolve_hyperparameters
 from hf_optbench.rundir import parse_run_id, read_state

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from hf_optbench.report.rate_transfer import RATIO, SIZE, Cost, Row, curve_loss, transfer_line
+from hf_optbench.report.sections.rate_transfer import RATIO, SIZE, Cost, Row, curve_loss, transfer_line
 
 from fixtures.study_fixture import curve
 

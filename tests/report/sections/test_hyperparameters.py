@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from hf_optbench.report.analysis import analyse
-from hf_optbench.report.sensitivity import sensitivity_table
+from hf_optbench.report.sections.hyperparameters import sensitivity_table
 from hf_optbench.report.tuning_curves import bracketed_from_records, tuned_bracketing
 
 from fixtures.sweep_fixture import build_fixture_sweep

@@ -207,7 +207,7 @@ def apply_tuning_noise(an: Any, baseline: str) -> TuningNoise | None:
                    for p in v.points}
         new, records = widen_verdict(v, {label: s for label, (s, _) in sources.items()})
         cells = {p.model_size: point_cell(an, v, p) for p in v.points}
-        along = v.axis + (f", at {v.at}" if v.at else "")  # as report.tables.along writes it
+        along = v.axis + (f", at {v.at}" if v.at else "")  # as report.sections.verdict.along writes it
         noise.applied += [Applied(v.optimizer, v.metric.key, along, cells[r.label], sources[r.label][1], r,
                                   v.word, new.word) for r in records]
         out.append(new)

@@ -248,7 +248,7 @@ def transfer_section(doc: Any, rows: Sequence[Row], files: Mapping[str, Path]) -
           "data ratio) or at the next smaller data ratio (same size): read on the grid, interpolated in log-rate "
           "between two grid points (said), or not measured beyond the grid. The speedup factor adds the cost to the "
           "optimizer's mean final eval loss and reads both off the baseline's mean ladder at the cell (x0.9: a tenth "
-          "of the speedup lost; the tuning and eval splits come from one source). hf_optbench/report/rate_transfer.py.")
+          "of the speedup lost; the tuning and eval splits come from one source). hf_optbench/report/sections/rate_transfer.py.")
     doc.table(*transfer_table(rows), keep=2)
     doc.p(transfer_line(rows))
     if files.get("rate_transfer.png"):

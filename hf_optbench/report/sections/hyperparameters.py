@@ -1,5 +1,10 @@
-"""Sensitivity as a result: how forgiving each optimizer is to its learning rate, read from the tuning runs.
+"""The hyperparameters section: where each run's learning rate, weight decay and clipping came from, the tuned values
+of every parameter group, the tuning curves, the sensitivity to the learning rate and the tuned values as ratios to
+the baseline's; and the note under the verdict (and in report.md) on whether every tuned optimum was bracketed.
+The sources and the curves are read by :mod:`hf_optbench.report.tuning_curves` (the Runs table reads the sources
+too); the tuning plots are drawn here.
 
+Sensitivity as a result: how forgiving each optimizer is to its learning rate, read from the tuning runs.
 Per optimizer and size, the width (a factor: "8x") of the learning-rate range whose tuning loss is within 1 % of the
 best (a robustness figure users ask for and the published comparisons do not report). The range is the
 contiguous run of grid points around the best whose mean loss is at most ``best + 1 % x |best|``; at each end the
@@ -14,8 +19,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from hf_optbench.report.analysis import Analysis
+from hf_optbench.report.plots import colors, plt_, save
+from hf_optbench.report.tables import fmt_mean_sd
 from hf_optbench.rundir import BASELINE
 from hf_optbench.study.records import Cell, RunRecord
 
@@ -221,3 +230,111 @@ def tuned_values_section(doc: Any, an: Any) -> None:
           "choice to its nearest neighbour; noise: the seed-to-seed sd of the final tuning loss; where the margin was "
           "within the noise the choice was decided over more seeds, and \"within the noise\" says the neighbours "
           "stayed equivalent even then. Every compared run's summary.json records each value with its source.")
+
+
+# ------------------------------------------------------------------------------------------------ the section
+def bracketing_note(doc: Any, an: Analysis) -> None:
+    """Under the verdict table and in report.md (``doc``: report.build.Doc): whether every tuned optimum was
+    bracketed (the loss rises on both sides of it)."""
+    from hf_optbench.report.tuning_curves import bracketed_optima
+    from hf_optbench.study.tuning_phase import lost_tuning_points
+
+    lost = lost_tuning_points(an.sweep_dir) if an.sweep_dir else []
+    if lost:
+        doc.p(f"**Warning: tuning points lost to failed runs: {'; '.join(lost)}.** Each counted as a rise of the "
+              "loss, so these tuned values were chosen without them (missing_points in tuned_hparams.yaml).")
+    found = {k: v for k, v in bracketed_optima(an.sweep_dir).items() if k[0] in an.optimizers} if an.sweep_dir else {}
+    if not found:
+        return
+    edge = sorted(f"{o}/{s}" for (o, s), ok in found.items() if not ok)
+    if edge:
+        doc.p(f"**Warning: {len(edge)} tuned optimum(s) not bracketed: {', '.join(edge)}.** The best tuning point is "
+              "still at an edge of the grid after the tuner's extensions (tuned_hparams.yaml), so these "
+              "comparisons start from a rate that may not be the optimizer's best, and their verdicts may understate "
+              "it.")
+    else:
+        doc.p(f"Every tuned optimum compared here is bracketed ({len(found)} optimizer x size pairs): the tuning "
+              "loss rises on both sides of the chosen learning rate (and weight decay, the non-matrix group's rate and "
+              "each ladder rung's rate, where tuned).")
+
+
+def hyperparameters_section(doc: Any, an: Analysis, files: dict[str, Path]) -> None:
+    """The evidence's hyperparameters section (``doc``: report.build.Doc): the sources, the tuned values, the tuning
+    curves with their plots, the sensitivity and the tuned values as ratios to the baseline's."""
+    from hf_optbench.report.tuning_curves import sources_cell, tuned_bracketing
+
+    doc.h(2, "Hyperparameters: where each came from, and the tuning curves")
+    seen: dict[tuple[str, str], set[str]] = {}
+    for r in an.records:
+        seen.setdefault((r.optimizer, r.cell.label), set()).add(sources_cell(r.summary.get("hyperparameter_sources")))
+    doc.table(["optimizer", "size", "learning rate, weight decay, clipping from"],
+              [[o, s, " / ".join(sorted(seen[(o, s)]))] for o in an.optimizers for s in an.sizes if (o, s) in seen])
+    doc.p("cited: the optimizer registry's default for the size, with its citation (`hf-optbench optimizers`); tuned: "
+          "the tuned_hparams_file that gave it; user: set in the recipe or on the command line. Per run: the Runs table.")
+    tuned_values_section(doc, an)
+    header, rows, key = tuning_table(an)
+    if not rows:
+        doc.p("No tuning runs (runs at learning-rate multipliers) in this sweep: pass a tuning sweep with "
+              "`--tuning-dir` to show the tuning curves.")
+        return
+    doc.p(f"Tuning curves: {key.replace('_', ' ')} "
+          + ("(the held-out tuning split, not the reported eval split)" if key == "final_tuning_loss" else
+             "(the reported eval split: these runs have no final_tuning_loss, so selection and report share a split)")
+          + " per learning rate, mean ± sd over seeds; best: the lowest mean among learning rates with no diverged or "
+          "failed seed (the rule of `hf-optbench tune`).")
+    doc.table(header, rows)
+    for name in sorted(k for k in files if k.startswith("tuning_")):
+        doc.img(files[name], name)
+    doc.h(3, "Sensitivity: the learning-rate range within 1 % of the best tuning loss, and bracketing")
+    sensitivity_section(doc, an.tuning, tuned_bracketing(an.sweep_dir))
+    header, rows = tuned_ratio_table(an.ok(), BASELINE)
+    if rows:
+        doc.h(3, f"Tuned values as ratios to {BASELINE}'s, beside the published bands")
+        doc.table(header, rows)
+
+
+def tuning_table(an: Analysis) -> tuple[list[str], list[list[str]], str]:
+    """(header, rows, loss key) of the tuning curve: one row per optimizer, size and multiplier."""
+    from hf_optbench.report.tuning_curves import curve_frame
+
+    frame, key = curve_frame(an.tuning)
+    header = ["optimizer", "size", "lr multiplier", "learning rate", key.replace("_", " "), "completed seeds",
+              "diverged/failed", "best"]
+    if frame.empty:
+        return header, [], key
+    rows = [[r.optimizer, r.model_size, f"{r.lr_multiplier:g}", f"{r.learning_rate:.3g}",
+             fmt_mean_sd(r.loss, r.loss_sd, int(r.seeds), "{:.4f}"), str(int(r.seeds)), str(int(r.bad)),
+             "best" if r.best else ""] for r in frame.itertuples()]
+    return header, rows, key
+
+
+# ------------------------------------------------------------------------------------------------ figures
+def plot_tuning(an: Analysis, size: str, path: Path) -> Path | None:
+    """Final loss (mean over seeds, bar = sd) against learning rate (log x) per optimizer at one size; the best
+    learning rate starred, the cited default (multiplier 1) ringed. None when the size has no tuning point."""
+    from hf_optbench.report.tuning_curves import curve_frame
+
+    frame, key = curve_frame([r for r in an.tuning if r.cell.label == size])
+    if frame.empty or frame["loss"].notna().sum() == 0:
+        return None
+    plt = plt_()
+    col = colors(sorted(frame["optimizer"].unique(), key=lambda o: (o != BASELINE, o)))
+    fig, ax = plt.subplots(figsize=(6.5, 4.4))
+    for opt, part in frame.groupby("optimizer"):
+        part = part.sort_values("learning_rate")
+        ax.errorbar(part["learning_rate"], part["loss"], yerr=part["loss_sd"].fillna(0.0), fmt="o-", color=col[opt],
+                    capsize=3, ms=4, lw=1, label=str(opt))
+        best = part[part["best"]]
+        ax.plot(best["learning_rate"], best["loss"], "*", color=col[opt], ms=14, mec="black", mew=0.6)
+        default = part[part["lr_multiplier"] == 1.0]
+        ax.plot(default["learning_rate"], default["loss"], "o", ms=13, mfc="none", mec=col[opt], mew=1.2)
+        for row in part[part["bad"] > 0].itertuples():
+            ax.annotate(f"{int(row.bad)} diverged/failed", (row.learning_rate, row.loss if row.loss == row.loss
+                        else part["loss"].max()), fontsize=6, color=col[opt])
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate (log)")
+    ax.set_ylabel(key.replace("_", " "))
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title(f"{size}: {key.replace('_', ' ')} vs learning rate (star = best, ring = cited default)", fontsize=9)
+    return save(fig, path)
