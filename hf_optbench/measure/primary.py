@@ -12,7 +12,7 @@ labelled so (ICH E9, "Statistical Principles for Clinical Trials", 1998, section
 separately, over the rest.
 
 Why transient cells leave the trend: where the baseline ends at or above the data's bigram reference loss
-(``report.reference``) training is still in its first moments, the budget ladder is noise (a 30-step run whose x1
+(``report.sections.regime``) training is still in its first moments, the budget ladder is noise (a 30-step run whose x1
 rung has a seed spread of 0.1 nats), and one seed's speedup there can carry most of a slope's spread. Such cells are
 shown, marked transient, and left out of every trend unless ``report.include_transient`` says otherwise.
 

@@ -16,7 +16,7 @@ those two read Muon at x1.40 [1.29, 1.67] and x1.56 [0.997, 1.83] by it (x1.42 a
 speedup in time whose word rests on such a range changes it with the calibration. The t interval's width follows the
 estimate's own standard error, which is what differs from one calibration to the next; drawn from that noise, two
 calibrations give the main job's Muon cell the same word in at least 90 % of pairs, the range in under 70 %
-(tests/report/test_time_to_quality.py).
+(tests/report/sections/test_time_to_quality.py).
 
 Stable: the interval's half-width within :data:`TOLERANCE` of the ratio. A calibration that is not stable after
 its first rounds measures more, up to twice as many (:func:`more_rounds`), and a shape still outside it is reported

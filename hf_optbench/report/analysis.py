@@ -95,7 +95,7 @@ class Analysis:
     # report.sections.tuning_noise.TuningNoise: the second tuning draw's shifts, where the sweep ran one
     tuning_noise: Any = None
     report_spec: Any = None  # measure.primary.ReportSpec: the sweep's primary questions, transient cells in or out
-    regime: Any = None  # report.reference.Regime, computed once before the verdicts (None: not computed)
+    regime: Any = None  # report.sections.regime.Regime, computed once before the verdicts (None: not computed)
     regime_text: str = ""  # its one line for report.md
 
     def ok(self) -> list[RunRecord]:
@@ -208,7 +208,7 @@ def report_spec_of(sweep_dir: str | os.PathLike[str], include_transient: bool | 
 
 def transient_cells(an: Analysis) -> frozenset[tuple[str, float | None]]:
     """(size, ratio) of every cell the regime calls transient, unless the report spec puts them back in."""
-    from hf_optbench.report.reference import TRANSIENT
+    from hf_optbench.report.sections.regime import TRANSIENT
 
     if an.regime is None or (an.report_spec is not None and an.report_spec.include_transient):
         return frozenset()
@@ -241,7 +241,7 @@ def analyse(sweep_dir: str | os.PathLike[str], target_loss: float | dict[str, fl
     from hf_optbench.report.comparability import check_comparable
     from hf_optbench.report.noise import unmeasurable
     from hf_optbench.report.planned import planner_state, predicted_ratios
-    from hf_optbench.report.reference import regime_summary
+    from hf_optbench.report.sections.regime import regime_summary
     from hf_optbench.report.sections.tuning_noise import apply_tuning_noise
     from hf_optbench.report.speedups import derive_speedups
     from hf_optbench.study.comparison_runs import attribution_dir

@@ -1,7 +1,7 @@
 """report.md, the report that opens with the answer: the question, the speedup table with its verdicts
 (the tuning draw's shift beside each interval), the regime, the attribution, the tuning noise, the time and the rate
-transfer each in one line (written by the module of that section: ``report.reference``,
-``report.sections.attribution``, ``report.sections.tuning_noise``, ``report.time_to_quality``,
+transfer each in one line (written by the module of that section: ``report.sections.regime``,
+``report.sections.attribution``, ``report.sections.tuning_noise``, ``report.sections.time_to_quality``,
 ``report.sections.rate_transfer``), and one plot. Everything else is evidence.md (``report.build``), and report.html
 holds both.
 

@@ -102,7 +102,7 @@ def test_the_data_axis_plot_reads_as_ratios(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_the_regime_table_has_a_row_per_size_and_ratio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hf_optbench.report import reference
+    from hf_optbench.report.sections import regime as reference
 
     blocks = np.array([[0, 1, 2, 3, 1, 2, 3, 0]] * 8)
     monkeypatch.setattr(reference, "splits", lambda rec: (blocks, blocks, 4))

@@ -32,7 +32,7 @@ STEP_MS = {("adamw", "tiny"): 10.0, ("lion", "tiny"): 10.0, ("muon", "tiny"): 18
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from hf_optbench.report import reference
+    from hf_optbench.report.sections import regime as reference
 
     tmp = tmp_path_factory.mktemp("study")
     root = grid_sweep(tmp, SPEEDUPS)

@@ -16,7 +16,7 @@ import pytest
 
 from hf_optbench.measure.step_ratio import StepRatio, more_rounds, step_ratios
 from hf_optbench.measure.verdict import SizeComparison
-from hf_optbench.report.time_to_quality import (
+from hf_optbench.report.sections.time_to_quality import (
     CALIBRATION_FILE,
     read_calibration,
     step_ratio,

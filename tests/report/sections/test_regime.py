@@ -18,7 +18,7 @@ from hf_optbench.data.pipeline import prepare_data
 from hf_optbench.data.synthetic import HMMSource
 from hf_optbench.report.analysis import Analysis
 from hf_optbench.report.build import Doc
-from hf_optbench.report.reference import (
+from hf_optbench.report.sections.regime import (
     OPTIMUM,
     PAST,
     TRANSIENT,
@@ -154,12 +154,12 @@ def test_a_run_whose_data_cannot_be_rebuilt_gets_a_note(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # load_sweep counts each size's parameters for the budget: ~10 s on 2 shared cores
 def test_the_thai_regime_sweep_runs_the_main_job_s_shape_on_the_bundled_sample() -> None:
-    """benchmarks/thai_regime.yaml (the run behind issue 44's regime table on a real vocabulary) still loads: the
+    """benchmarks/thai_regime.yaml (the regime table on a real vocabulary) still loads: the
     bundled Thai sample with the 1,835-token tokenizer, adamw and muon at tiny, 1 token per parameter, 3 paired
     seeds, tuned on held-out documents."""
     from hf_optbench.study.sweep_spec import load_sweep
 
-    spec = load_sweep(Path(__file__).resolve().parents[2] / "benchmarks" / "thai_regime.yaml")
+    spec = load_sweep(Path(__file__).resolve().parents[3] / "benchmarks" / "thai_regime.yaml")
     base = yaml.safe_load(spec.base.read_text())
     assert (base["data_source"], base["tokenizer_name"]) == ("thai_sample", THAI["tokenizer_name"])
     assert {(r.optimizer, r.model_size) for r in spec.runs} == {("adamw", "tiny"), ("muon", "tiny")}
