@@ -25,13 +25,13 @@ from typing import Any
 from hf_optbench.errors import OptBenchError
 from hf_optbench.report.analysis import DERIVED_COLUMNS, analyse
 from hf_optbench.report.figures import write_plots
-from hf_optbench.report.sections.regime import reference_section
 from hf_optbench.report.sections.attribution import attribution_line
 from hf_optbench.report.sections.convergence import convergence_section
 from hf_optbench.report.sections.hyperparameters import bracketing_note, hyperparameters_section
 from hf_optbench.report.sections.memory import memory_section
 from hf_optbench.report.sections.overview import overview_section
 from hf_optbench.report.sections.ratios import ratios_section
+from hf_optbench.report.sections.regime import reference_section
 from hf_optbench.report.sections.runs import runs_section
 from hf_optbench.report.sections.speedup import speedup_section
 from hf_optbench.report.sections.throughput_stability import throughput_stability_section
@@ -227,9 +227,9 @@ def build_report(sweep_dir: str | os.PathLike[str], output: str | os.PathLike[st
         transfer_rows,
         transfer_section,
     )
+    from hf_optbench.report.sections.time_to_quality import time_line, time_section
     from hf_optbench.report.sections.tuning_noise import noise_section, tuning_noise_line
     from hf_optbench.report.short_report import answer_tables, plot_and_link
-    from hf_optbench.report.sections.time_to_quality import time_line, time_section
 
     sweep = Path(sweep_dir)
     out = Path(output) if output else sweep / "report"
