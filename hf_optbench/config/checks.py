@@ -78,17 +78,21 @@ def _non_finite(value: Any) -> bool:
     return False
 
 
+def check_finite_value(key: str, value: Any) -> None:
+    """``value`` (of the key ``key`` the user set) holds no inf or nan: ``max_grad_norm nan`` would turn clipping
+    off, ``learning_rate inf`` diverge at step 1."""
+    if _non_finite(value):
+        raise OptBenchError(f"{key} must be a finite number, got {value!r}. Set a finite --{key}, or drop the key to "
+                            "use the default.")
+
+
 def check_finite(parts: tuple[Any, ...], explicit: set[str], mappings: dict[str, dict[str, Any]]) -> None:
-    """Every number the user set (and every number inside ``mappings``, e.g. optimizer_kwargs) is finite:
-    ``max_grad_norm nan`` would turn clipping off, ``learning_rate inf`` diverge at step 1."""
+    """Every number the user set (:func:`check_finite_value`) and every number inside ``mappings`` (e.g.
+    optimizer_kwargs) is finite."""
     for part in parts:
         for f in dataclasses.fields(part):
-            value = getattr(part, f.name, None)
-            if f.name in explicit and _non_finite(value):
-                raise OptBenchError(
-                    f"{f.name} must be a finite number, got {value!r}. Set a finite --{f.name}, or drop the key to "
-                    "use the default."
-                )
+            if f.name in explicit:
+                check_finite_value(f.name, getattr(part, f.name, None))
     for key, mapping in mappings.items():
         for name, value in mapping.items():
             if _non_finite(value):
@@ -96,6 +100,21 @@ def check_finite(parts: tuple[Any, ...], explicit: set[str], mappings: dict[str,
                     f"{key} '{name}' must hold finite numbers, got {value!r}. Fix {key} (e.g. "
                     f"{{\"betas\": [0.9, 0.95]}}) in the recipe or on the command line."
                 )
+
+
+# TrainingArguments' rates that hf_optbench fills from the optimizer's cited defaults when unset: a value the user
+# sets is checked here, since the optimizer's own check fires only once it is built, after the data and the model.
+RATE_KEYS = ("learning_rate", "weight_decay", "max_grad_norm")
+
+
+def check_rate(key: str, value: float) -> None:
+    """A rate of :data:`RATE_KEYS` the user set: learning_rate > 0, the others >= 0 (checked after
+    :func:`check_finite_value`)."""
+    if key == "learning_rate" and not value > 0:
+        raise OptBenchError(f"learning_rate must be positive, got {value}. Set e.g. --learning_rate 6e-4.")
+    if value < 0:
+        raise OptBenchError(f"{key} must be >= 0, got {value}. Set --{key} to 0 or more, or drop the key to use the "
+                            "optimizer's cited default.")
 
 
 def check_optimizer_values(kwargs: dict[str, Any]) -> None:

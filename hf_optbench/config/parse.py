@@ -15,6 +15,7 @@ record of which keys the user set (so the optimizer registry's cited defaults fi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -28,6 +29,7 @@ from hf_optbench.config.bounds import SYNTHETIC_KEYS, check_run_bounds
 from hf_optbench.config.checks import (
     MAX_POSITIONS,
     MAX_VOCAB_PAD,
+    RATE_KEYS,
     REPLACED_TRAINING_KEYS,
     RUN_DIR_LONGEST_INSIDE,
     check_adam_arguments,
@@ -36,6 +38,7 @@ from hf_optbench.config.checks import (
     check_int_range,
     check_optimizer_values,
     check_positive_ints,
+    check_rate,
     check_writable_dir,
 )
 from hf_optbench.config.data_args import DataArguments
@@ -221,11 +224,11 @@ class RunConfig:
         return out
 
 
-def _training_fields_fast() -> set[str]:
-    """TrainingArguments' field names without importing transformers (which imports torch, ~5 s).
-
-    Read from the installed source with ``ast`` so that recipe validation stays under a second.
-    """
+@functools.cache
+def training_annotations() -> dict[str, str]:
+    """{field: its annotation as written} of TrainingArguments, without importing transformers (which imports torch,
+    ~5 s): read from the installed source with ``ast`` (once a process), so that recipe validation stays under a
+    second."""
     import ast
     import importlib.util
 
@@ -237,11 +240,16 @@ def _training_fields_fast() -> set[str]:
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "TrainingArguments":
             return {
-                stmt.target.id
+                stmt.target.id: ast.unparse(stmt.annotation)
                 for stmt in node.body
                 if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
             }
     raise OptBenchError(f"could not find TrainingArguments in {path}; is transformers installed correctly?")
+
+
+def _training_fields_fast() -> set[str]:
+    """TrainingArguments' field names (:func:`training_annotations`)."""
+    return set(training_annotations())
 
 
 def known_keys() -> dict[str, str]:
@@ -339,6 +347,12 @@ def read_keys(recipe: dict[str, Any], cli_tokens: list[str], recipe_path: str | 
     return recipe, cli_tokens, explicit, trainer
 
 
+def value_error(message: str) -> OptBenchError:
+    """The one line for argparse's ``message`` about a command-line value (``argument --max_steps/--max-steps:
+    invalid int value: 'ten'``): the parser's, and run.preflight's for the values it reads before transformers."""
+    return OptBenchError(f"{message}. Fix that value in the recipe or on the command line.")
+
+
 def _make_parser(**kwargs: Any) -> Any:
     from transformers import HfArgumentParser, TrainingArguments
 
@@ -346,7 +360,7 @@ def _make_parser(**kwargs: Any) -> Any:
         """argparse prints the whole usage (hundreds of lines) on a bad value; say only what is wrong."""
 
         def error(self, message: str) -> None:  # type: ignore[override]
-            raise OptBenchError(f"{message}. Fix that value in the recipe or on the command line.")
+            raise value_error(message)
 
     parser = _Parser((ModelArguments, RunArguments, DataArguments, OptimizerArguments, BenchArguments,
                       TrainingArguments), **kwargs)
@@ -417,13 +431,9 @@ def _validate(cfg: RunConfig) -> None:
     check_adam_arguments(cfg.optim, t, cfg.explicit)
     check_data_files(cfg.data.data_files)
     check_run_inputs(cfg)  # seeds, workers, betas length, dotted path, init_from, the tuned file
-    for key in ("learning_rate", "weight_decay", "max_grad_norm"):
+    for key in RATE_KEYS:
         if key in cfg.explicit:
-            value = getattr(t, key)
-            if key == "learning_rate" and not value > 0:
-                raise OptBenchError(f"learning_rate must be positive, got {value}. Set e.g. --learning_rate 6e-4.")
-            if value < 0:
-                raise OptBenchError(f"{key} must be >= 0, got {value}.")
+            check_rate(key, getattr(t, key))
     if cfg.trainer_keys.epochs is None and (t.max_steps is None or t.max_steps <= 0):
         raise OptBenchError(
             f"max_steps must be a positive number of optimizer steps, got {t.max_steps}: the benchmark compares "
@@ -476,17 +486,22 @@ def check_output_dir(cfg: RunConfig) -> None:
     an unfinished one is resumed only when asked and is never silently restarted. Files no hf_optbench run wrote
     (another tool's checkpoint, a user's README.md) are refused by name first, ``--overwrite_output_dir`` or not
     (:func:`hf_optbench.rundir.check_no_foreign_files`); a resume loads only a stamped checkpoint, unless forced."""
-    out = Path(cfg.training.output_dir)
+    check_run_dir(Path(cfg.training.output_dir), cfg.resume, cfg.run.overwrite_output_dir)
+
+
+def check_run_dir(out: Path, resume: ResumeRequest, overwrite: bool) -> None:
+    """:func:`check_output_dir` of the directory ``out``, given the run's resume request and
+    ``overwrite_output_dir``: what parse_args checks, and run.preflight before transformers is imported."""
     check_writable_dir(out, "output_dir", RUN_DIR_LONGEST_INSIDE)
-    if not cfg.resume.requested:
+    if not resume.requested:
         check_no_foreign_files(out)
-    if cfg.run.overwrite_output_dir and not cfg.resume.requested:
+    if overwrite and not resume.requested:
         return
     previous = previous_run(out)
     ways = "Choose a new --output_dir, or pass --overwrite_output_dir true to replace it."
     if previous.state == "damaged":
         raise OptBenchError(f"output_dir '{out}' holds a damaged run: {previous.why}. Nothing was written. {ways}")
-    if cfg.resume.requested or cfg.run.overwrite_output_dir:
+    if resume.requested or overwrite:
         return  # a finished run resumed is a no-op (run.output.finished_run_summary); the checkpoint is checked later
     if previous.state == "finished":
         raise OptBenchError(f"output_dir '{out}' already holds a finished run (status '{previous.status}'). {ways}")

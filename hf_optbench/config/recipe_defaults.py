@@ -15,6 +15,7 @@ tensorboard wandb``, ``--report_to tensorboard,wandb``); TrainingArguments itsel
 from __future__ import annotations
 
 import argparse
+from collections.abc import Collection
 from typing import Any
 
 from hf_optbench.errors import OptBenchError, suggest
@@ -47,11 +48,13 @@ def _convert(parser: argparse.ArgumentParser, action: argparse.Action, key: str,
     return converted
 
 
-def recipe_defaults(parser: argparse.ArgumentParser, mapping: dict[str, Any], where: str) -> dict[str, Any]:
+def recipe_defaults(parser: argparse.ArgumentParser, mapping: dict[str, Any], where: str,
+                    dict_fields: Collection[str] | None = None) -> dict[str, Any]:
     """``mapping`` (a recipe, or hf_optbench's own defaults) as typed parser defaults. Keys must be known (checked
-    by ``parse.check_keys``); None leaves a key at its default. A list for a one-value key, or a mapping for a key
-    that takes none, is an OptBenchError naming the key, ``where`` and the fix."""
-    dict_fields = _dict_fields()
+    by ``parse.check_keys``); None leaves a key at its default; a key ``parser`` has no option for is left out. A list
+    for a one-value key, or a mapping for a key that takes none (``dict_fields``; default: every key that takes one,
+    which imports transformers), is an OptBenchError naming the key, ``where`` and the fix."""
+    dict_fields = _dict_fields() if dict_fields is None else set(dict_fields)
     out: dict[str, Any] = {}
     for key, value in mapping.items():
         action = parser._option_string_actions.get(f"--{key}")

@@ -1,18 +1,21 @@
 """What a run checks before transformers is even imported: that its output_dir's names fit the filesystem, that no
 other run owns it, that its sizes and counts fit the machine (config.bounds), that the machine has the hardware
 the recipe's precision needs, that a recipe recorded by a run on N processes (config.yaml's ``num_processes``)
-runs on N, that push_to_hub has a Hub to reach, that every key is known, and that the tokenizer can be loaded
-(shipped, a local directory without custom code, or a Hub id in the cache when offline: an offline run of the
-default Hub tokenizer was refused only after 20 s of imports).
+runs on N, that push_to_hub has a Hub to reach, that every key is known, that every number is one of its type
+(``--max_steps ten``), that the values parse_args refuses with no model are refused here, through its own checks
+and in its words (a negative or non-finite weight_decay, an init_from directory holding no model, an output_dir
+holding another tool's checkpoint or a finished run, DataArguments' own checks), and that the tokenizer can be
+loaded (shipped, a local directory without custom code, or a Hub id in the cache when offline: an offline run of
+the default Hub tokenizer was refused only after 20 s of imports).
 
-Both must answer before ``parse_args`` (which builds ``TrainingArguments``: 5-6 s of imports on a loaded 2-core
+All must answer before ``parse_args`` (which builds ``TrainingArguments``: 5-6 s of imports on a loaded 2-core
 machine). A second run into a busy directory is refused in well under 2 s; a bf16 recipe on a machine without a
 bf16 GPU gets our one line naming the override, instead of transformers' ``Your setup doesn't support bf16/gpu``
 raised inside ``TrainingArguments.__post_init__``; where no GPU is visible at all (``hf_optbench.machine.gpu_visible``:
 device files, no CUDA initialisation) it answers without importing torch, also under ``accelerate launch``. The values are read from the recipe and the command line
-with the same precedence as :func:`hf_optbench.config.parse.parse_args` (CLI over recipe), for the few keys
-these checks need; parse_args still validates everything afterwards.
-"""
+with the same precedence as :func:`hf_optbench.config.parse.parse_args` (CLI over recipe), for the keys these
+checks need, numbers typed as HfArgumentParser types them (:mod:`hf_optbench.config.light_args`); parse_args still
+validates everything afterwards, for every caller that has no pre-flight (the Python API, a sweep's validation)."""
 
 from __future__ import annotations
 
@@ -23,41 +26,44 @@ from pathlib import Path
 from typing import Any
 
 from hf_optbench.config.argv import attach_negative_values
-from hf_optbench.config.bounds import SYNTHETIC_KEYS, check_run_bounds
-from hf_optbench.config.checks import RUN_DIR_LONGEST_INSIDE, check_path_fits
-from hf_optbench.config.data_args import DataArguments
+from hf_optbench.config.bounds import check_run_bounds
+from hf_optbench.config.checks import (
+    RATE_KEYS,
+    RUN_DIR_LONGEST_INSIDE,
+    check_finite_value,
+    check_init_from,
+    check_path_fits,
+    check_rate,
+)
+from hf_optbench.config.data_args import DATA_SOURCES, DataArguments
+from hf_optbench.config.light_args import TRUE_WORDS, light_parser, number_keys, read_flag, typed_values
 from hf_optbench.config.parse import (
+    _OWN_DATACLASSES,
     TRAINING_DEFAULTS,
     RunConfig,
     _split_argv,
-    check_keys,
     check_num_processes,
+    check_run_dir,
     load_recipe,
+    parse_resume,
+    read_keys,
 )
 from hf_optbench.data.tokenizers import check_tokenizer_available
 from hf_optbench.errors import OptBenchError
 from hf_optbench.publish.hub import check_hub_online
 from hf_optbench.run.lock import RunLock, acquire_run_lock, check_not_busy, is_launch_main_process
 
-# The keys read here; any other is left to parse_args.
+# The keys read as written (a bare --flag: true), with where each was set, for the hardware's messages; any other
+# key is read typed (:func:`typed_settings`) or left to parse_args.
 PREFLIGHT_KEYS = ("output_dir", "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "use_cpu", "torch_compile",
-                  "num_processes", "tokenizer_name", "push_to_hub", "optimizer", "optimizer_kwargs")
-_TRUE = ("yes", "true", "t", "y", "1")  # HfArgumentParser's string_to_bool
+                  "tokenizer_name", "push_to_hub", "optimizer", "optimizer_kwargs")
 DATA_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DataArguments)}
-# The keys the size bounds read (config.bounds.check_run_bounds), read here as the keys above are.
-BOUND_KEYS = ("max_steps", "logging_steps", "block_size", "data_source", "synthetic_num_tokens", *SYNTHETIC_KEYS)
+# The keys read typed beside every number (config.light_args.number_keys): the strings and the flag (typed None)
+# that the checks of :func:`check_typed_settings` need.
+TYPED_KEYS: dict[str, type | None] = {"data_source": str, "init_from": str, "resume_from_checkpoint": str,
+                                      "overwrite_output_dir": None}
 # Devices on which Accelerate allows fp16 mixed precision (accelerate 1.15, Accelerator.__init__).
 FP16_DEVICES = ("xpu", "cuda", "npu", "xla", "mlu", "musa", "hpu", "sdaa", "mps")
-
-
-def _light_parser(keys: tuple[str, ...] = PREFLIGHT_KEYS) -> argparse.ArgumentParser:
-    """argparse for ``keys`` only, with HfArgumentParser's spellings (``--key value``, ``--key=value``,
-    ``--key-with-hyphens``, a bare ``--flag`` for true); every other token is left for parse_args."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-    for key in keys:
-        names = [f"--{key}"] + ([f"--{key.replace('_', '-')}"] if "_" in key else [])
-        parser.add_argument(*names, dest=key, nargs="?", const="true", default=None)
-    return parser
 
 
 def light_settings(argv: list[str]) -> tuple[dict[str, Any], dict[str, str], dict[str, Any] | None]:
@@ -79,7 +85,7 @@ def light_settings(argv: list[str]) -> tuple[dict[str, Any], dict[str, str], dic
             if recipe.get(key) is not None:
                 values[key], where[key] = recipe[key], f"recipe '{recipe_path}'"
     try:
-        namespace, _ = _light_parser().parse_known_args(tokens)
+        namespace, _ = light_parser(dict.fromkeys(PREFLIGHT_KEYS)).parse_known_args(tokens)
     except argparse.ArgumentError:  # a malformed command line: parse_args says what is wrong
         return values, where, recipe
     for key, value in vars(namespace).items():
@@ -88,31 +94,45 @@ def light_settings(argv: list[str]) -> tuple[dict[str, Any], dict[str, str], dic
     return values, where, recipe
 
 
-def bound_settings(argv: list[str], recipe: dict[str, Any] | None) -> dict[str, Any]:
-    """The values of :data:`BOUND_KEYS` as parse_args will see them (defaults, the recipe, the command line on top),
-    as far as they can be read without it: a command-line value of the wrong type is left out (parse_args refuses
-    it), so only values the parser would accept are bounded here."""
-    values: dict[str, Any] = {k: v for k, v in DATA_DEFAULTS.items() if k in BOUND_KEYS}
-    values.update({k: TRAINING_DEFAULTS[k] for k in BOUND_KEYS if k in TRAINING_DEFAULTS})
-    values.update({k: v for k, v in (recipe or {}).items() if k in BOUND_KEYS})
-    tokens = argv[1:] if recipe is not None else list(argv)
-    try:
-        namespace, _ = _light_parser(BOUND_KEYS).parse_known_args(attach_negative_values(tokens))
-    except argparse.ArgumentError:
-        return values
-    for key, text in vars(namespace).items():
-        if text is not None:
-            kind = str if key == "data_source" else float if key == "logging_steps" else int
-            try:
-                values[key] = kind(text)
-            except ValueError:
-                values.pop(key, None)
-    return values
+def typed_settings(argv: list[str], recipe: dict[str, Any] | None) -> tuple[dict[str, Any], set[str]]:
+    """(the values of every number key and of :data:`TYPED_KEYS` as parse_args will parse them: its defaults, the
+    recipe, the command line on top; the keys the user set). The keys are checked first, as parse_args checks them
+    (``config.parse.read_keys``: a misspelt key named before what it would have set), then each value is converted
+    with its option's type (``config.light_args``): ``--max_steps ten`` is refused here in parse_args' words."""
+    recipe_path, cli_tokens = _split_argv(argv)
+    recipe, tokens, explicit, _ = read_keys(recipe or {}, attach_negative_values(cli_tokens), recipe_path)
+    keys = {**number_keys(), **TYPED_KEYS}
+    values = {f.name: f.default for cls in _OWN_DATACLASSES for f in dataclasses.fields(cls)
+              if f.name in keys and f.default is not dataclasses.MISSING}
+    values.update({k: v for k, v in TRAINING_DEFAULTS.items() if k in keys})
+    values.update(typed_values(recipe, tokens, recipe_path, keys))
+    return values, explicit
+
+
+def check_typed_settings(values: dict[str, Any], explicit: set[str], out: Path | None) -> None:
+    """The refusals parse_args makes from these values with no model, data or torch, through its own code and in
+    its order: DataArguments' own checks, a non-finite rate, a local init_from that is no model, a negative rate,
+    and an explicit output_dir whose contents a run may not write over (another tool's checkpoint, a finished
+    run...: ``config.parse.check_run_dir``)."""
+    source = values.get("data_source")
+    if source in DATA_SOURCES and source != "local":  # local needs data_files, left to parse_args
+        fields = {f.name for f in dataclasses.fields(DataArguments)}
+        DataArguments(**{k: v for k, v in values.items() if k in fields})
+    rates = [k for k in RATE_KEYS if k in explicit and k in values]
+    for key in rates:
+        check_finite_value(key, values[key])
+    if values.get("init_from"):
+        check_init_from(str(values["init_from"]))
+    for key in rates:
+        check_rate(key, values[key])
+    overwrite = read_flag(values.get("overwrite_output_dir", False))
+    if out is not None and overwrite is not None:  # a spelling string_to_bool refuses: parse_args names it
+        check_run_dir(out, parse_resume(values.get("resume_from_checkpoint")), overwrite)
 
 
 def as_bool(value: Any) -> bool:
     """A recipe bool or a command-line string, read as HfArgumentParser reads it."""
-    return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
+    return value if isinstance(value, bool) else str(value).strip().lower() in TRUE_WORDS
 
 
 def _accelerator() -> tuple[str | None, bool]:
@@ -188,9 +208,10 @@ def own_output_dir(cfg: RunConfig, held: RunLock | None = None) -> RunLock | Non
 
 def preflight(argv: list[str]) -> dict[str, Any] | None:
     """Before transformers is imported: refuse an output_dir (named by the recipe or command line) that a live run
-    holds, in well under 2 s, half precision this machine cannot run, push_to_hub with the Hub offline, a misspelt
-    key, and a tokenizer that cannot be loaded (offline and not cached, custom code). ``validate --full`` runs it
-    too. Touches nothing: the lock is taken by
+    holds, in well under 2 s, a misspelt key, a value of the wrong type, absurd sizes, half precision this machine
+    cannot run, push_to_hub with the Hub offline, what parse_args refuses of the values read here
+    (:func:`check_typed_settings`: a rate, init_from, what output_dir holds) and a tokenizer that cannot be loaded
+    (offline and not cached, custom code). ``validate --full`` runs it too. Touches nothing: the lock is taken by
     :func:`own_output_dir` once the arguments are valid. Returns the recipe's mapping (read once: parse_args takes
     it), or None without a recipe."""
     values, where, recipe = light_settings(argv)
@@ -199,18 +220,17 @@ def preflight(argv: list[str]) -> dict[str, Any] | None:
         check_path_fits(out, "output_dir", RUN_DIR_LONGEST_INSIDE)  # a name too long: refused in well under 1 s
     if out is not None and is_launch_main_process():
         check_not_busy(out)
-    bounds = bound_settings(argv, recipe)
-    check_run_bounds(bounds)  # absurd sizes and counts, before transformers is imported
+    typed, explicit = typed_settings(argv, recipe)
+    check_run_bounds(typed)  # absurd sizes and counts, before transformers is imported
     check_hardware(values, where)
     if as_bool(values.get("push_to_hub", False)):
         check_hub_online()  # HF_HUB_OFFLINE: nothing could be uploaded
-    if values.get("num_processes") is not None:  # torchrun / accelerate set WORLD_SIZE in every process they start
+    if typed.get("num_processes") is not None:  # torchrun / accelerate set WORLD_SIZE in every process they start
         recipe_path = argv[0] if recipe is not None else None
-        check_num_processes(_int(values["num_processes"]), int(os.environ.get("WORLD_SIZE", "1")), recipe_path)
-    recipe_path, cli_tokens = _split_argv(argv)
-    check_keys(recipe or {}, cli_tokens, recipe_path)  # a misspelt key is named before what it would have set
+        check_num_processes(typed["num_processes"], int(os.environ.get("WORLD_SIZE", "1")), recipe_path)
     check_light_optimizer_kwargs(values)
-    if bounds.get("data_source") != "synthetic":  # offline and not cached, a file, custom code: refused now
+    check_typed_settings(typed, explicit, out)
+    if typed.get("data_source") != "synthetic":  # offline and not cached, a file, custom code: refused now
         check_tokenizer_available(str(values.get("tokenizer_name") or DATA_DEFAULTS["tokenizer_name"]))
     return recipe
 
@@ -230,10 +250,3 @@ def check_light_optimizer_kwargs(values: dict[str, Any]) -> None:
         return
     if NS_KEY in kwargs and "muon" in str(values.get("optimizer") or "").lower():
         check_ns_precision(kwargs[NS_KEY])
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise OptBenchError(f"num_processes must be an integer, got {value!r}.") from None

@@ -335,11 +335,12 @@ def load_sweep(path: str | os.PathLike[str], output_dir: str | None = None) -> S
                   per_model_size=per_size, launcher=launcher, budget=budgets.parse_budget(raw, tables, sizes))
     spec = SweepSpec(output_dir=out, name=name, tune=tune, ladder=budgets.parse_ladder(raw, optimizers),
                      calibration=_calibration(raw), report=_report(raw), **common)
-    _budget_steps(spec, optimizers, sizes)
-    if tune is not None:
+    if tune is not None:  # the file's own structure, before the budget parses a run (transformers, torch: seconds)
         spec.second_draw = parse_second_draw(
             raw["tune"].get(SECOND_DRAW_KEY), tune_seeds=tune.seeds, confirm_seeds=tune.confirm_seeds,
             compared_seeds=seeds, sizes=sizes, budget=spec.budget)
+    _budget_steps(spec, optimizers, sizes)
+    if tune is not None:
         # Same base, overrides, per-point keys and budget as the comparison: the grid runs at the real horizon.
         spec.tuning = SweepSpec(output_dir=out / TUNING_DIR, name=f"{name}-tuning", steps=spec.steps, **common)
         _expand(spec.tuning, optimizers, sizes, tune.seeds, tune.multipliers, phase="tune")

@@ -1,9 +1,12 @@
 """What a run refuses before torch is imported (issue 39): bf16 on a machine without a GPU (a refusal through `run`
 took 16-35 s on a loaded machine where `validate` answered in 0.7 s: torch was imported to find no GPU), also under
-`accelerate launch`, and a recipe recorded by a 2-process run rerun on 1 process."""
+`accelerate launch`, and a recipe recorded by a 2-process run rerun on 1 process; and what parse_args refuses with
+no model (a value of the wrong type, a negative or non-finite rate, an init_from that holds no model, an output_dir
+holding another tool's checkpoint), refused by ``run`` and ``validate --full`` alike in parse_args' own words."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -74,3 +77,99 @@ def test_the_headline_command_through_accelerate_launch_says_one_line_of_its_own
     assert proc.returncode != 0 and len(ours) == 1 and "bf16 true" in ours[0], proc.stderr
     assert "--use_cpu true" in ours[0], ours[0]
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+# -- what parse_args refuses with no model, refused by the pre-flight in its words, before torch is imported --------
+QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
+# (id, argv ({T}: the test's directory), words the one line names: the problem, then the fix)
+REFUSED = [
+    ("weight-decay-minus-inf", ["--weight_decay", "-inf"],
+     ["weight_decay must be a finite number, got -inf", "Set a finite --weight_decay"]),
+    ("weight-decay-negative", ["--weight_decay", "-0.1"],
+     ["weight_decay must be >= 0, got -0.1", "Set --weight_decay to 0 or more"]),
+    ("learning-rate-nan", ["--learning_rate", "nan"], ["learning_rate must be a finite number, got nan",
+                                                       "Set a finite --learning_rate"]),
+    ("max-steps-ten", ["--max_steps", "ten"], ["--max_steps/--max-steps: invalid int value: 'ten'",
+                                               "Fix that value in the recipe or on the command line"]),
+    ("max-steps-ten-in-recipe", ["{T}/steps_ten.yaml"], ["max_steps in recipe '{T}/steps_ten.yaml': invalid int "
+                                                         "value: 'ten'", "Fix that value"]),
+    ("synthetic-num-tokens-1e13", ["--data_source", "synthetic", "--synthetic_num_tokens", "1e13"],
+     ["--synthetic_num_tokens/--synthetic-num-tokens: invalid int value: '1e13'", "Fix that value"]),
+    ("tuning-blocks-1e12", ["--tuning_blocks", "1e12"], ["--tuning_blocks/--tuning-blocks: invalid int value: "
+                                                         "'1e12'", "Fix that value"]),
+    ("tuning-blocks-negative", ["--tuning_blocks", "-1"], ["tuning_blocks must be an integer >= 0, got -1",
+                                                           "Use 0 for no tuning split"]),
+    ("init-from-missing", ["--init_from", "{T}/no_such_model"], ["init_from '{T}/no_such_model' is not a directory",
+                                                                 "Pass a directory holding config.json"]),
+    ("init-from-no-model", ["--init_from", "{T}/empty"], ["init_from '{T}/empty' holds no model",
+                                                          "Pass a directory holding config.json"]),
+    ("output-dir-foreign-checkpoint", ["--output_dir", "{T}/foreign"],
+     ["output_dir '{T}/foreign' holds files no hf_optbench run wrote (checkpoint-5/)",
+      "Move them out of it, or choose a new --output_dir"]),
+]
+
+
+def _workspace(tmp_path: Path) -> None:
+    """The files the cases of :data:`REFUSED` name: a recipe with a word for max_steps, an empty directory, and
+    an output_dir holding another tool's Trainer checkpoint (its trainer_state.json without hf_optbench's stamp)."""
+    recipe = Path(QUICK).read_text()
+    assert "\nmax_steps: 50\n" in recipe
+    (tmp_path / "steps_ten.yaml").write_text(recipe.replace("\nmax_steps: 50\n", "\nmax_steps: ten\n"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "foreign" / "checkpoint-5").mkdir(parents=True)
+    (tmp_path / "foreign" / "checkpoint-5" / "trainer_state.json").write_text('{"global_step": 5}')
+
+
+def _argv(case: list[str], tmp_path: Path) -> list[str]:
+    """The case's tokens after the quickstart recipe (or its own recipe), with an output_dir of its own unless the
+    case names one."""
+    args = [a.replace("{T}", str(tmp_path)) for a in case]
+    recipe = [] if args[0].endswith(".yaml") else [QUICK]
+    out = [] if "--output_dir" in args else ["--output_dir", str(tmp_path / "out")]
+    return [*recipe, *args, *out]
+
+
+@pytest.mark.parametrize(("argv", "words"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
+def test_run_and_validate_full_refuse_before_torch_in_parse_args_words(argv: list[str], words: list[str],
+                                                                      tmp_path: Path, monkeypatch, capsys) -> None:
+    """``run`` and ``validate --full`` give the same one line, exit 2, with torch and transformers unimportable
+    (a check that reached for either would fail here with an ImportError), and it is the line parse_args itself
+    gives for the same arguments (the check it keeps for the Python API and a sweep's validation)."""
+    from hf_optbench.cli import main as cli_main
+    from hf_optbench.config.parse import parse_args, training_annotations
+    from hf_optbench.errors import OptBenchError
+    from hf_optbench.run.train import main as run_main
+
+    _workspace(tmp_path)
+    args = _argv(argv, tmp_path)
+    training_annotations()  # transformers' source is found by its spec, which the block below hides (read once)
+    with monkeypatch.context() as blocked:
+        for name in ("torch", "transformers"):
+            blocked.setitem(sys.modules, name, None)
+        lines = []
+        for call in (lambda: run_main(args), lambda: cli_main(["validate", *args, "--full"])):
+            assert call() == 2
+            lines.append(capsys.readouterr().err.strip())
+    run_line, validate_line = lines
+    assert run_line == validate_line and len(run_line.splitlines()) == 1 and run_line.startswith("error: ")
+    for word in words:
+        assert word.replace("{T}", str(tmp_path)) in run_line, run_line
+    with pytest.raises(OptBenchError) as late:
+        parse_args(args)
+    assert run_line == f"error: {late.value}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_refusal_of_these_imports_torch(tmp_path: Path) -> None:
+    """Every case of :data:`REFUSED` through the installed command's entry point, ``run`` and ``validate --full``,
+    in one fresh interpreter: exit 2 each time, and torch is still not imported after the last."""
+    _workspace(tmp_path)
+    cases = [_argv(c[1], tmp_path) for c in REFUSED]
+    script = ("import json, sys\nfrom hf_optbench.cli import main\nrcs = []\n"
+              "for args in json.loads(sys.argv[1]):\n"
+              "    rcs += [main(['run', *args]), main(['validate', *args, '--full'])]\n"
+              "    rcs.append('torch' in sys.modules)\n"
+              "print(json.dumps(rcs))\n")
+    proc = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [2, 2, False] * len(cases), proc.stderr[-3000:]

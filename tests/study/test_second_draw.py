@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,38 @@ def test_a_bad_second_draw_is_refused_before_any_run(tmp_path: Path, draw: dict,
     with pytest.raises(OptBenchError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
                        .replace(")", r"\)").replace("{", r"\{").replace("}", r"\}")):
         _spec(tmp_path, draw)
+
+
+@pytest.mark.parametrize(("draw", "words"), [
+    ({"seed": 2, "cells": [{"model_size": "tiny"}]}, ["tune.second_draw.seed 2 is one of matrix seed [1, 2]",
+                                                      "Choose another, e.g. 6"]),
+    ({"seed": 6, "cells": [{"model_size": "mini"}]}, ["tune.second_draw cell model_size 'mini' is not in the matrix "
+                                                      "(tiny)", "Use one of those sizes"]),
+])
+def test_a_bad_second_draw_is_refused_before_the_budget_parses_a_run(tmp_path: Path, monkeypatch, draw: dict,
+                                                                      words: list[str]) -> None:
+    """A sweep with a budget parses a run per optimizer x size (transformers and torch: seconds) to size its steps;
+    the draw's own mistakes are the file's and answer first, with torch and transformers unimportable."""
+    from hf_optbench.study import sweep_spec
+
+    def no_parse(*_: object) -> None:
+        raise AssertionError("a run was parsed before the sweep file's second_draw was checked")
+
+    repo = Path(__file__).resolve().parents[2]
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({
+        "base": str(repo / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "out"),
+        "overrides": {"tuning_blocks": 4}, "budget": {"tokens_per_param": 0.5}, "launcher": {"type": "python"},
+        "matrix": {"optimizer": ["adamw"], "model_size": ["tiny"], "seed": [1, 2]},
+        "tune": {"seed": 0, "lr_multipliers": [0.5, 1, 2], "second_draw": draw}}))
+    monkeypatch.setattr(sweep_spec, "probe_run_config", no_parse)
+    with monkeypatch.context() as blocked:
+        for name in ("torch", "transformers"):
+            blocked.setitem(sys.modules, name, None)
+        with pytest.raises(OptBenchError) as refused:
+            sweep_spec.load_sweep(path)
+    for word in words:
+        assert word in str(refused.value)
 
 
 def test_a_draw_seed_among_the_confirm_seeds_is_refused(tmp_path: Path) -> None:
