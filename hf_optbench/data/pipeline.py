@@ -410,8 +410,19 @@ def planned_split_sizes(data_args: DataArguments) -> PlannedSplits | None:
 
 
 # ------------------------------------------------------------------------------------------- synthetic source
-def _prepare_synthetic(data_args: DataArguments, cache_root: str) -> DatasetBundle:
-    """The synthetic source's bundle: sizes checked, cache looked up, else generated (no tokenizer involved)."""
+@dataclass(frozen=True)
+class SyntheticEntry:
+    """The synthetic source's cache entry as the settings decide it: its splits' sizes, fingerprint and path."""
+
+    n_train: int
+    n_eval: int
+    fingerprint: str
+    path: str
+
+
+def synthetic_entry(data_args: DataArguments, cache_root: str) -> SyntheticEntry:
+    """The synthetic source's entry under ``cache_root``, its sizes checked (no more eval blocks than training
+    ones). Settings only: nothing is read or generated."""
     n_train, n_eval = _synthetic_sizes(data_args)
     if n_eval > n_train:
         raise OptBenchError(
@@ -424,19 +435,42 @@ def _prepare_synthetic(data_args: DataArguments, cache_root: str) -> DatasetBund
     if data_args.synthetic_topics:  # only when set: the default source keeps its fingerprint (and cache entries)
         knobs.update(synthetic_topics=data_args.synthetic_topics, synthetic_topic_weight=data_args.synthetic_topic_weight)
     fp = fingerprint({**_split_settings(data_args), "synthetic": knobs, "n_eval": n_eval})
-    final = os.path.join(cache_root, fp)
-    vocab = data_args.synthetic_vocab_size
-    cached, damaged = lookup(final, data_args.overwrite_data_cache)
-    if cached is not None:
-        return _bundle_from_cache(cached, None, vocab, True, final)
-    make_cache_root(cache_root, from_env=not data_args.data_cache_dir, build=True)  # an entry is built: writable
-    check_cache_room(cache_root, {"training": (n_train, "synthetic_num_tokens"),
-                                  "validation": (n_eval, "validation_blocks" if data_args.validation_blocks else
+    return SyntheticEntry(n_train, n_eval, fp, os.path.join(cache_root, fp))
+
+
+def _check_synthetic_room(data_args: DataArguments, cache_root: str, entry: SyntheticEntry) -> None:
+    """The entry ``entry``, to be built, fits on the disk of ``cache_root`` (config.bounds.check_cache_room)."""
+    check_cache_room(cache_root, {"training": (entry.n_train, "synthetic_num_tokens"),
+                                  "validation": (entry.n_eval, "validation_blocks" if data_args.validation_blocks else
                                                  "synthetic_num_tokens (validation_fraction of it)"),
                                   "tuning": (data_args.tuning_blocks, "tuning_blocks")}, data_args.block_size)
+
+
+def check_synthetic_room(data_args: DataArguments) -> None:
+    """Before anything is imported for the data (run.preflight, so ``validate --full`` too): the refusals
+    :func:`_prepare_synthetic` makes from the settings alone, in its words: more eval blocks than training ones, and
+    an entry that is not cached (or is to be rebuilt, ``overwrite_data_cache``) and cannot be written on the cache's
+    disk (``--synthetic_num_tokens 10000000000000``). An entry that is there is left to the run, which verifies it
+    (a damaged one is rebuilt and checked then). Reads the filesystem only."""
+    cache_root = data_args.resolved_cache_dir()
+    entry = synthetic_entry(data_args, cache_root)
+    if data_args.overwrite_data_cache or not os.path.isdir(entry.path):
+        _check_synthetic_room(data_args, cache_root, entry)
+
+
+def _prepare_synthetic(data_args: DataArguments, cache_root: str) -> DatasetBundle:
+    """The synthetic source's bundle: sizes checked, cache looked up, else generated (no tokenizer involved)."""
+    entry = synthetic_entry(data_args, cache_root)
+    vocab = data_args.synthetic_vocab_size
+    cached, damaged = lookup(entry.path, data_args.overwrite_data_cache)
+    if cached is not None:
+        return _bundle_from_cache(cached, None, vocab, True, entry.path)
+    make_cache_root(cache_root, from_env=not data_args.data_cache_dir, build=True)  # an entry is built: writable
+    _check_synthetic_room(data_args, cache_root, entry)
     from hf_optbench.data.synthetic import build_synthetic_entry  # numpy only when the source is synthetic
 
-    path = _rebuild(lambda: build_synthetic_entry(data_args, n_train, n_eval, cache_root, fp), final, damaged)
+    path = _rebuild(lambda: build_synthetic_entry(data_args, entry.n_train, entry.n_eval, cache_root,
+                                                  entry.fingerprint), entry.path, damaged)
     return _reload_fresh(path, None, vocab, damaged)
 
 

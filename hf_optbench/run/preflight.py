@@ -60,8 +60,8 @@ PREFLIGHT_KEYS = ("output_dir", "bf16", "fp16", "bf16_full_eval", "fp16_full_eva
 DATA_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DataArguments)}
 # The keys read typed beside every number (config.light_args.number_keys): the strings and the flag (typed None)
 # that the checks of :func:`check_typed_settings` need.
-TYPED_KEYS: dict[str, type | None] = {"data_source": str, "init_from": str, "resume_from_checkpoint": str,
-                                      "overwrite_output_dir": None}
+TYPED_KEYS: dict[str, type | None] = {"data_source": str, "data_cache_dir": str, "init_from": str,
+                                      "resume_from_checkpoint": str, "overwrite_output_dir": None}
 # Devices on which Accelerate allows fp16 mixed precision (accelerate 1.15, Accelerator.__init__).
 FP16_DEVICES = ("xpu", "cuda", "npu", "xla", "mlu", "musa", "hpu", "sdaa", "mps")
 
@@ -111,13 +111,18 @@ def typed_settings(argv: list[str], recipe: dict[str, Any] | None) -> tuple[dict
 
 def check_typed_settings(values: dict[str, Any], explicit: set[str], out: Path | None) -> None:
     """The refusals parse_args makes from these values with no model, data or torch, through its own code and in
-    its order: DataArguments' own checks, a non-finite rate, a local init_from that is no model, a negative rate,
+    its order: DataArguments' own checks (and, for the synthetic source, an entry the cache's disk cannot hold), a
+    non-finite rate, a local init_from that is no model, a negative rate,
     and an explicit output_dir whose contents a run may not write over (another tool's checkpoint, a finished
     run...: ``config.parse.check_run_dir``)."""
     source = values.get("data_source")
     if source in DATA_SOURCES and source != "local":  # local needs data_files, left to parse_args
         fields = {f.name for f in dataclasses.fields(DataArguments)}
-        DataArguments(**{k: v for k, v in values.items() if k in fields})
+        data_args = DataArguments(**{k: v for k, v in values.items() if k in fields})
+        if source == "synthetic":  # an entry too large for the cache's disk: refused from the settings alone
+            from hf_optbench.data.pipeline import check_synthetic_room
+
+            check_synthetic_room(data_args)
     rates = [k for k in RATE_KEYS if k in explicit and k in values]
     for key in rates:
         check_finite_value(key, values[key])

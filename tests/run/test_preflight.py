@@ -173,3 +173,33 @@ def test_no_refusal_of_these_imports_torch(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [2, 2, False] * len(cases), proc.stderr[-3000:]
+
+
+def test_a_synthetic_entry_too_large_for_the_disk_is_refused_before_torch(tmp_path: Path, monkeypatch,
+                                                                         capsys) -> None:
+    """``--synthetic_num_tokens 10000000000000`` (an integer: the type check passes) is refused by ``run`` and
+    ``validate --full`` alike, with torch and transformers unimportable, in the words the data pipeline itself uses
+    when it is about to build the entry (both call one room check)."""
+    from hf_optbench.cli import main as cli_main
+    from hf_optbench.config.parse import parse_args, training_annotations
+    from hf_optbench.data.pipeline import prepare_data
+    from hf_optbench.errors import OptBenchError
+    from hf_optbench.run.train import main as run_main
+
+    settings = {"data_source": "synthetic", "synthetic_num_tokens": 10**13, "data_cache_dir": str(tmp_path / "cache")}
+    args = [QUICK, *(f"--{k}={v}" for k, v in settings.items()), "--output_dir", str(tmp_path / "out")]
+    training_annotations()  # transformers' source is found by its spec, which the block below hides (read once)
+    (tmp_path / "cache").mkdir()  # the pipeline makes it before its check: both then name the same directory
+    with monkeypatch.context() as blocked:
+        for name in ("torch", "transformers"):
+            blocked.setitem(sys.modules, name, None)
+        lines = []
+        for call in (lambda: run_main(args), lambda: cli_main(["validate", *args, "--full"])):
+            assert call() == 2
+            lines.append(capsys.readouterr().err.strip())
+    assert lines[0] == lines[1] and lines[0].count("\n") == 0, lines
+    assert "the data cache entry would hold" in lines[0] and "Lower synthetic_num_tokens" in lines[0], lines[0]
+    with pytest.raises(OptBenchError) as late:  # parse_args accepts it: the data pipeline refuses it, in these words
+        prepare_data(parse_args(args).data, n_positions=1024)
+    assert lines[0] == f"error: {late.value}"
+    assert not (tmp_path / "out").exists()
