@@ -8,8 +8,8 @@ alone, the transient cells (named on the command line, as the study's regime lin
 the trends. What it cannot redo from the rows: the second tuning draw's widening (the study's report widened 23 of
 84 intervals by it), so its intervals are the compared seeds' alone, and it says so.
 
-    .venv/bin/python docs/notes/primary_from_summary.py docs/results/cpu_study/summary.csv \
-        --transient nano@0.15 nano@0.5 tiny@0.15 --output docs/results/cpu_study/primary_family.md
+    .venv/bin/python docs/notes/primary_from_summary.py docs/results/cpu_study_v1/summary.csv \
+        --transient nano@0.15 nano@0.5 tiny@0.15 --output docs/results/cpu_study_v1/primary_family.md
 """
 
 from __future__ import annotations

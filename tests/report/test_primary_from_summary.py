@@ -1,4 +1,4 @@
-"""docs/results/cpu_study/primary_family.md is what docs/notes/primary_from_summary.py computes from the committed
+"""docs/results/cpu_study_v1/primary_family.md is what docs/notes/primary_from_summary.py computes from the committed
 summary.csv: the study's primary family under today's rules, regenerated here and compared byte for byte."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hf_optbench.measure.primary import ReportSpec
 from hf_optbench.measure.verdict import grid_families, verdict_table
 
 ROOT = Path(__file__).resolve().parents[2]
-STUDY = ROOT / "docs" / "results" / "cpu_study"
+STUDY = ROOT / "docs" / "results" / "cpu_study_v1"
 TRANSIENT = ["nano@0.15", "nano@0.5", "tiny@0.15"]  # the committed report's regime line
 
 
