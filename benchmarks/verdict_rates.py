@@ -47,7 +47,7 @@ SPEC = MetricSpec("m", "convergence", "simulated metric")
 TREND_CLAIMS = ("grows", "gaining", "shrinks", "deficit vanishes")
 FOUND = ("holds", "ahead, trend unresolved")
 OPTIMIZERS = ("opt_a", "opt_b", "opt_c")
-# The CPU study's grid (recipes/sweeps/cpu_study.yaml): three sizes x three ratios, the largest size at the largest
+# The first CPU study's grid (docs/results/cpu_study_v1): three sizes x three ratios, the largest size at the largest
 # ratio left out.
 GRID_SIZES = {"nano": 25_088, "tiny": 100_352, "mini": 793_088}
 GRID_RATIOS = (0.15, 0.5, 2.0)
