@@ -127,14 +127,27 @@ def answer_sentences(an: Any, key: str) -> list[str]:
     return out
 
 
+def _tier_order(v: Any) -> int:
+    """Primary questions first, then secondary, then a sweep's single family."""
+    return {"primary": 0, "secondary": 1}.get(v.tier or "", 2)
+
+
+def _family_phrase(tier: str | None, cells: list[Any]) -> str:
+    """How one family of the opening sentences' cells was tested, naming the axes it holds: a sweep whose primary
+    questions are the data axis alone tests its size-axis trends as secondary ones, in a family of their own."""
+    family = max((v.family for v in cells), default=0)
+    axes = " and ".join(a for a in ("data", "size") if any(v.axis == a for v in cells))
+    holm = f"Holm's procedure over {family} cells at 5 %"
+    return f"the sweep's {tier} questions (along {axes}: {holm})" if tier else holm
+
+
 def _sentences_note(an: Any, key: str) -> str:
     """What the opening sentences' numbers are and which test they belong to."""
     cells = [v for v in an.verdicts if v.metric.key == key and v.p_value is not None]
-    tier = next((v.tier for v in cells if v.tier), "")
-    family = max((v.family for v in cells), default=0)
     unit = "ln(speedup)" if key == "speedup" else "the gap in nats"
-    control = (f"the sweep's {tier} questions, Holm's procedure over their {family} cells at 5 %" if tier
-               else f"Holm's procedure over {family} cells at 5 %")
+    control = " and ".join(_family_phrase(tier, [v for v in cells if v.tier == tier])
+                           for tier in dict.fromkeys(v.tier for v in sorted(cells, key=_tier_order))) \
+        or "Holm's procedure over 0 cells at 5 %"
     if an.report_spec is not None and an.report_spec.include_transient:
         transient = "; transient cells (at or above the bigram reference) included, as the sweep asked"
     elif an.regime is None:

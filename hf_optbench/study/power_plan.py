@@ -42,7 +42,8 @@ class PowerPlan:
         span = math.log10(max(self.ratios)) - math.log10(min(self.ratios))
         text = (f"power along data: ln(speedup) varies by sd {self.point_sd:.3g} between seeds (pooled over "
                 f"{self.cells} cells of {self.source}); over {', '.join(f'{r:g}' for r in self.ratios)} tokens/param "
-                f"({span:.2g} decades, trend threshold ±{self.threshold:.3g}) and {self.primary_cells} primary cells "
+                f"({span:.2g} decade{'' if span == 1 else 's'}, trend threshold ±{self.threshold:.3g}) and "
+                f"{self.primary_cells} primary cells "
                 f"(planned at Bonferroni's level {ALPHA / self.primary_cells:.2g}), {self.seeds} seeds detect a trend of "
                 f"±{self.mde:.3g} ln/decade with 80 % power")
         if self.target is not None:
@@ -78,9 +79,11 @@ def point_sd_from(source: str | Path) -> tuple[float, int]:
 
 
 def plan_power(ratios: tuple[float, ...], optimizers: int, sizes: int, seeds: int, source: str | Path,
-               target: float | None = None) -> PowerPlan:
+               target: float | None = None, size_cells: int | None = None) -> PowerPlan:
     """The power of the primary test along data for a design of ``ratios`` with ``optimizers`` compared (AdamW
-    aside) at ``sizes`` sizes and ``seeds`` seeds, and the seeds ``target`` needs, from ``source``'s spread."""
+    aside) at ``sizes`` sizes and ``seeds`` seeds, and the seeds ``target`` needs, from ``source``'s spread.
+    ``size_cells``: the primary family's cells along size (0 where the sweep's primary questions leave the size axis
+    out); by default one per optimizer and ratio when there are two sizes or more."""
     if len(ratios) < 2:
         raise OptBenchError("--target_trend needs a sweep over at least two data ratios (budget.tokens_per_param): "
                             "a trend along data needs two points.")
@@ -90,7 +93,8 @@ def plan_power(ratios: tuple[float, ...], optimizers: int, sizes: int, seeds: in
     xs = [math.log10(r) for r in ratios]
     threshold = SPEEDUP_MARGIN / (max(xs) - min(xs))
     spread = slope_sd(point_sd, xs)
-    primary_cells = max(1, optimizers * sizes + (optimizers * len(ratios) if sizes > 1 else 0))  # data + size axes
+    along_size = (optimizers * len(ratios) if sizes > 1 else 0) if size_cells is None else size_cells
+    primary_cells = max(1, optimizers * sizes + along_size)  # data + size axes
     level = ALPHA / primary_cells / 2
     return PowerPlan(point_sd, cells, str(source), tuple(ratios), primary_cells, seeds,
                      trend_mde(spread, seeds, level, threshold), target,

@@ -154,3 +154,23 @@ def test_rate_transfer_reads_each_borrowed_rate_on_the_cells_own_curve(study: di
     assert "adamw's rate transfers across sizes within 0 nats and transfers across data ratios within 0 nats" in line
     assert "lion's rate costs up to 0.02 nats across sizes" in line
     assert "muon's rate transfers across sizes within 0 nats and costs up to 0.02 nats across data ratios" in line
+
+
+def test_the_opening_note_names_each_family_and_its_axes() -> None:
+    """A sweep whose primary questions are the speedup along data alone: the note says the data-axis trends were
+    tested as primary questions in their family and the size-axis trends as secondary ones in theirs, not one tier
+    for both; a sweep without primary questions names one family."""
+    from types import SimpleNamespace as NS
+
+    from hf_optbench.report.short_report import _sentences_note
+
+    metric = NS(key="speedup")
+    cells = [NS(metric=metric, p_value=0.01, tier=t, family=f, axis=a)
+             for t, f, a in [("secondary", 110, "size"), ("primary", 10, "data"), ("primary", 10, "data")]]
+    an = NS(verdicts=cells, report_spec=None, regime=None)
+    note = _sentences_note(an, "speedup")
+    assert ("tested as the sweep's primary questions (along data: Holm's procedure over 10 cells at 5 %) and the "
+            "sweep's secondary questions (along size: Holm's procedure over 110 cells at 5 %)") in note, note
+    single = NS(verdicts=[NS(metric=metric, p_value=0.01, tier="", family=7, axis=a) for a in ("data", "size")],
+                report_spec=None, regime=None)
+    assert "tested as Holm's procedure over 7 cells at 5 %" in _sentences_note(single, "speedup")

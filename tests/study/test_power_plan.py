@@ -68,6 +68,11 @@ def test_the_plan_reads_the_seed_spread_and_gives_the_fewest_seeds(tmp_path: Pat
     assert plan.seeds_needed == seeds_for_trend(0.25, spread, level, plan.threshold)
     assert plan.mde == pytest.approx(trend_mde(spread, 5, level, plan.threshold))
     assert f"a trend of 0.25 needs {plan.seeds_needed} seeds" in plan.describe()
+    data_only = plan_power((1.0, 3.2, 10.0), optimizers=5, sizes=2, seeds=5, source=summary, target=0.25,
+                           size_cells=0)  # the primary questions leave the size axis out: a smaller family
+    assert data_only.primary_cells == 5 * 2 and data_only.seeds_needed <= plan.seeds_needed
+    assert data_only.mde == pytest.approx(trend_mde(spread, 5, 0.05 / 10 / 2, plan.threshold))
+    assert "(1 decade, trend threshold" in data_only.describe()
     with pytest.raises(OptBenchError, match="at least two data ratios"):
         plan_power((1.0,), 5, 2, 5, summary, 0.25)
     with pytest.raises(OptBenchError, match="no summary.csv there"):
