@@ -317,11 +317,13 @@ def test_ctrl_c_or_a_closed_terminal_ends_a_run_in_one_line_marked_interrupted(s
 
     out = tmp_path / "run"
     env = {**os.environ, "HF_OPTBENCH_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
-    # 120 steps: the signal comes at the first checkpoint (step 2), long before the end even when this test's own
-    # process waits for a core (at 40 steps a loaded machine let the run finish first); one checkpoint kept at a time
-    argv = [str(hf_optbench_command()), "run", QUICK, "--output_dir", str(out), "--max_steps", "120", "--save_steps",
-            "2", "--save_total_limit", "1", "--eval_steps", "60", "--write_model_card", "false"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    argv = [str(hf_optbench_command()), "run", QUICK, "--output_dir", str(out), "--max_steps", "40", "--save_steps",
+            "2", "--eval_steps", "20", "--write_model_card", "false"]
+    # A terminal's Ctrl-C reaches a process whose SIGINT is at its default. A pytest-xdist worker ignores SIGINT, and
+    # an ignored signal stays ignored across exec (Python then installs no KeyboardInterrupt handler): the run would
+    # never see the signal and finish with exit 0. The child starts with SIGINT at its default, as from a shell.
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 240
     while not list(out.glob("checkpoint-*/trainer_state.json")) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)

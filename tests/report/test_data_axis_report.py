@@ -46,7 +46,8 @@ def test_a_speedup_that_falls_with_data_gets_its_verdict_table_and_plot(tmp_path
     files = build_report(tmp_path / "sweep")
     short = files["report.md"].read_text()
     opening = short.split("## The answer: speedup over tuned adamw")[1].split("|")[0]
-    assert "(+: advantage grows, − shrinks)" in opening and "Holm's procedure over their 5 cells" in opening
+    assert "(+: advantage grows, − shrinks)" in opening and "Holm's procedure over 5 cells" in opening
+    assert "tested as the sweep's primary questions (along " in opening
     tiny = data["tiny"]
     assert (f"**lion**: along data {tiny.advantage_trend:+.3f} ln/decade [{tiny.advantage_ci[0]:+.3f}, "
             f"{tiny.advantage_ci[1]:+.3f}] at tiny (shrinks with data, smallest detectable ±") in opening
