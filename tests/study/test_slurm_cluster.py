@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -220,6 +221,10 @@ def test_ctrl_c_cancels_the_pending_jobs_and_names_the_running_ones(tmp_path: Pa
     # are suspended first (they stay in the queue, their CPUs held), so however fast they would have finished,
     # they are still there when it looks, and its new jobs pend
     assert cluster.run("scontrol", "suspend", *(jobs[r] for r in running)).returncode == 0
+    # and the node drained: a suspended job's CPUs were seen given to the new jobs on a loaded machine (they ran at
+    # once instead of pending); a draining node starts nothing new, whatever its CPUs
+    node = socket.gethostname().split(".")[0]
+    assert cluster.run("scontrol", "update", f"nodename={node}", "state=drain", "reason=test").returncode == 0
     log2 = tmp_path / "restart.log"
     proc = _start_sweep(path, log2)
     again = _wait("the cancelled runs submitted again", lambda: _submitted(out, 6)[4:], 120, proc, log2)
@@ -232,6 +237,7 @@ def test_ctrl_c_cancels_the_pending_jobs_and_names_the_running_ones(tmp_path: Pa
     assert proc.wait(timeout=60) == 130, log2.read_text()
     assert not [r for r in again if r["job_id"] in cluster.queue()]
 
+    assert cluster.run("scontrol", "update", f"nodename={node}", "state=resume").returncode == 0
     # the jobs left running are the user's to stop: scancel ends their runs' processes too (no orphan)
     assert cluster.run("scancel", *(jobs[r] for r in running)).returncode == 0
     dirs = {str(out / "runs" / r) for r in running}
