@@ -129,20 +129,12 @@ def _argv(case: list[str], tmp_path: Path) -> list[str]:
     return [*recipe, *args, *out]
 
 
-@pytest.mark.parametrize(("argv", "words"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
-def test_run_and_validate_full_refuse_before_torch_in_parse_args_words(argv: list[str], words: list[str],
-                                                                      tmp_path: Path, monkeypatch, capsys) -> None:
-    """``run`` and ``validate --full`` give the same one line, exit 2, with torch and transformers unimportable
-    (a check that reached for either would fail here with an ImportError), and it is the line parse_args itself
-    gives for the same arguments (the check it keeps for the Python API and a sweep's validation)."""
+def _refused_without_torch(args: list[str], monkeypatch, capsys) -> list[str]:
+    """The error lines of ``run`` and ``validate --full`` on ``args``, each asserted to exit 2, with torch and
+    transformers unimportable (a check that reached for either would fail with an ImportError)."""
     from hf_optbench.cli import main as cli_main
-    from hf_optbench.config.parse import parse_args, training_annotations
-    from hf_optbench.errors import OptBenchError
     from hf_optbench.run.train import main as run_main
 
-    _workspace(tmp_path)
-    args = _argv(argv, tmp_path)
-    training_annotations()  # transformers' source is found by its spec, which the block below hides (read once)
     with monkeypatch.context() as blocked:
         for name in ("torch", "transformers"):
             blocked.setitem(sys.modules, name, None)
@@ -150,7 +142,22 @@ def test_run_and_validate_full_refuse_before_torch_in_parse_args_words(argv: lis
         for call in (lambda: run_main(args), lambda: cli_main(["validate", *args, "--full"])):
             assert call() == 2
             lines.append(capsys.readouterr().err.strip())
-    run_line, validate_line = lines
+    return lines
+
+
+@pytest.mark.parametrize(("argv", "words"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
+def test_run_and_validate_full_refuse_before_torch_in_parse_args_words(argv: list[str], words: list[str],
+                                                                      tmp_path: Path, monkeypatch, capsys) -> None:
+    """``run`` and ``validate --full`` give the same one line, exit 2, with torch and transformers unimportable
+    (a check that reached for either would fail here with an ImportError), and it is the line parse_args itself
+    gives for the same arguments (the check it keeps for the Python API and a sweep's validation)."""
+    from hf_optbench.config.parse import parse_args, training_annotations
+    from hf_optbench.errors import OptBenchError
+
+    _workspace(tmp_path)
+    args = _argv(argv, tmp_path)
+    training_annotations()  # transformers' source is found by its spec, which the block below hides (read once)
+    run_line, validate_line = _refused_without_torch(args, monkeypatch, capsys)
     assert run_line == validate_line and len(run_line.splitlines()) == 1 and run_line.startswith("error: ")
     for word in words:
         assert word.replace("{T}", str(tmp_path)) in run_line, run_line
@@ -180,23 +187,15 @@ def test_a_synthetic_entry_too_large_for_the_disk_is_refused_before_torch(tmp_pa
     """``--synthetic_num_tokens 10000000000000`` (an integer: the type check passes) is refused by ``run`` and
     ``validate --full`` alike, with torch and transformers unimportable, in the words the data pipeline itself uses
     when it is about to build the entry (both call one room check)."""
-    from hf_optbench.cli import main as cli_main
     from hf_optbench.config.parse import parse_args, training_annotations
     from hf_optbench.data.pipeline import prepare_data
     from hf_optbench.errors import OptBenchError
-    from hf_optbench.run.train import main as run_main
 
     settings = {"data_source": "synthetic", "synthetic_num_tokens": 10**13, "data_cache_dir": str(tmp_path / "cache")}
     args = [QUICK, *(f"--{k}={v}" for k, v in settings.items()), "--output_dir", str(tmp_path / "out")]
     training_annotations()  # transformers' source is found by its spec, which the block below hides (read once)
     (tmp_path / "cache").mkdir()  # the pipeline makes it before its check: both then name the same directory
-    with monkeypatch.context() as blocked:
-        for name in ("torch", "transformers"):
-            blocked.setitem(sys.modules, name, None)
-        lines = []
-        for call in (lambda: run_main(args), lambda: cli_main(["validate", *args, "--full"])):
-            assert call() == 2
-            lines.append(capsys.readouterr().err.strip())
+    lines = _refused_without_torch(args, monkeypatch, capsys)
     assert lines[0] == lines[1] and lines[0].count("\n") == 0, lines
     assert "the data cache entry would hold" in lines[0] and "Lower synthetic_num_tokens" in lines[0], lines[0]
     with pytest.raises(OptBenchError) as late:  # parse_args accepts it: the data pipeline refuses it, in these words
