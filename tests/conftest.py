@@ -15,6 +15,7 @@ tests marked ``slow`` or ``distributed``. This file keeps that safe and determin
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -27,6 +28,12 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # also becomes: torch reads it at import); a test that passes its own environment value keeps that.
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
+# The environment's own commands first, as an activated virtual environment has them (the README's commands run
+# so). One `ninja` for every process: DeepSpeed builds its CPU shm op with torch.utils.cpp_extension under
+# ~/.cache/torch_extensions, and the system's ninja (1.11, MurmurHash) and the environment's (1.13, rapidhash)
+# record the build's command under different hashes, so each took the other's build for stale and rebuilt the op
+# (about 50 s of both cores each time, measured in the suite).
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 import pytest  # noqa: E402
 
@@ -34,7 +41,11 @@ import pytest  # noqa: E402
 # ~/.cache/torch_extensions behind a lock file that other processes wait on): run on one worker, one after
 # another, so they never compete with each other for the cores or wait on each other's build. Node ids without
 # parameters, or a file for all its tests. A test marked `distributed` that is missing here gets a warning.
+# The README's commands are here too: four of them are 2-rank launches. Measured on a 2-core AMD EPYC: its
+# DeepSpeed ZeRO-2 command took 10.9 s alone, 15.7 s beside one busy process, and 63 s in the suite when the
+# README's module and these tests ran at the same time on the two workers (two 2-rank jobs on two cores).
 ONE_WORKER = frozenset({
+    "tests/test_readme_commands.py",
     "tests/test_distributed.py",
     "tests/test_zero_planner.py",
     "tests/test_api.py::test_stock_trainer_keeps_lion_and_cosine_under_cpu_zero2",
@@ -43,7 +54,7 @@ ONE_WORKER = frozenset({
 })
 ONE_WORKER_SCOPE = "multi-process and DeepSpeed tests"
 # Started first (longest first), so that no long unit is left for the end of the run.
-FIRST = (ONE_WORKER_SCOPE, "tests/test_readme_commands.py")
+FIRST = (ONE_WORKER_SCOPE,)
 
 # Left out of `make test-fast` besides the tests marked slow or distributed in their files: each took over ~3 s
 # on 2 shared cores (a subprocess run, a sweep, a statistical rate check). Marked here rather than in their

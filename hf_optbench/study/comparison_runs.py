@@ -1,6 +1,6 @@
 """Runs a sweep's comparison phase adds beyond its matrix, each decided from runs that have finished:
 
-* **the ladder's extension** (:func:`extend_ladder`): while a compared run ends below its seed's ladder curve at
+* **the ladder's extension** (:func:`ladder_additions`): while a compared run ends below its seed's ladder curve at
   the top rung (its speedup would only be a bound), every seed of that size gets a baseline run at twice the top
   budget, up to the ladder's cap (``ladder.max_multiple``); the tuning phase first tunes that rung's own rate
   (``study.tuning``), so the new rung is as tuned as the others. The rule is ``study.budget.ladder_multiples``.
@@ -38,10 +38,11 @@ ATTRIBUTION_FILE = "tuned_hparams_attribution.yaml"
 
 
 # ------------------------------------------------------------------------------------------ the ladder
-def extend_ladder(spec: SweepSpec, say: Callable[[str], None]) -> list[RunSpec]:
-    """Add to ``spec.runs`` the baseline's runs at every ladder rung the extension rule calls for that the sweep
-    does not hold yet (every comparison seed of the size), validated; say each decision. The tuning phase picks up
-    the new rung from the same rule (``tuning_phase.setups``). Returns the runs added (none: the ladder is done)."""
+def ladder_additions(spec: SweepSpec, say: Callable[[str], None]) -> list[RunSpec]:
+    """The baseline's runs at every ladder rung the extension rule calls for that ``spec.runs`` does not hold yet
+    (every comparison seed of the size), validated; say each decision. The tuning phase picks up the new rung from
+    the same rule (``tuning_phase.setups``) once the planner (``study.sweep_plan``) has added them to the spec.
+    Returns them (none: the ladder is done) and changes nothing."""
     if spec.ladder is None:
         return []
     records = compared_records(spec)
@@ -69,7 +70,6 @@ def extend_ladder(spec: SweepSpec, say: Callable[[str], None]) -> list[RunSpec]:
         attach_tuned_file(scratch)
         if spec.launcher.get("validate", True):
             validate_runs(scratch)
-        spec.runs.extend(added)
     return added
 
 

@@ -4,7 +4,7 @@ After the comparison, in ``<output_dir>/second_draw/``:
 
 * ``tuning/``: the drawn cells' whole tuning protocol again at the draw's seed (:func:`draw_spec`): the same grids,
   extensions, later axes and ladder rungs (the main sweep's, extensions included: ``SweepSpec.ladder_dir``), decided
-  by the same rule (``study.tuning_phase.extend_tuning``), so the only difference from the main tuning is its seed;
+  by the same rule (``study.tuning_phase.tuning_additions``), so the only difference from the main tuning is its seed;
 * ``tuned_hparams[__tpp<ratio>].yaml``: its selection, written like the main one (``study.tuning_phase.tune_phase``);
 * ``runs/``: only the comparison and ladder runs whose tuned values the draw changed (:func:`draw_comparison`), under
   the main run's id and seed, reading the draw's tuned file. A run whose values did not change is not run again: at
@@ -91,9 +91,10 @@ def _with_file(run: RunSpec, path: Path) -> list[str]:
 
 
 def draw_comparison(spec: SweepSpec, draw: SweepSpec, say: Callable[[str], None]) -> list[RunSpec]:
-    """After the draw's tuned file is written: set ``draw.runs`` to the main sweep's comparison and ladder runs at
-    the drawn cells whose tuned values the draw changed (each reading the draw's file), validated, and write
-    :data:`CHANGES_FILE`; say what changed. Returns those runs."""
+    """After the draw's tuned file is written: the main sweep's comparison and ladder runs at the drawn cells whose
+    tuned values the draw changed (each reading the draw's file), validated; write :data:`CHANGES_FILE` and say what
+    changed. Returns those runs, the draw's comparison, and changes neither spec: the planner
+    (``study.sweep_plan``) sets them as ``draw.runs``."""
     assert spec.second_draw is not None
     changed: dict[tuple[str, str, float | None, float | None], dict[str, Any]] = {}
     runs: list[RunSpec] = []
@@ -113,7 +114,6 @@ def draw_comparison(spec: SweepSpec, draw: SweepSpec, say: Callable[[str], None]
         runs.append(new)
     if runs and spec.launcher.get("validate", True):
         validate_runs(dataclasses.replace(draw, runs=runs, tuning=None))
-    draw.runs = runs
     for c in changed.values():
         say(f"{_where(c)}: {_change_text(c)}: {len(c['runs'])} run(s) again")
     if not changed:

@@ -5,15 +5,18 @@ asking for the next (``while todo := next(planned, None): session.run(todo)``). 
 their own modules, in the protocol's order:
 
 1. **tuning** (:func:`tuning`): the grid, then what the tuning rule adds from the finished runs (extensions, confirm
-   seeds, later axes, rungs: ``study.tuning_phase.extend_tuning``), until it adds none; a run that failed on its only
+   seeds, later axes, rungs: ``study.tuning_phase.tuning_additions``), until it adds none; a run that failed on its only
    attempt runs once more first; then the tuned file (``tuning_phase.tune_phase``) and the comparison reads it;
 2. **comparison** and its **attribution runs** (``study.comparison_runs.attribution_phase``); while a compared run
-   beats the ladder's top rung (``comparison_runs.extend_ladder``), the new rung's tuning, then the comparison again;
+   beats the ladder's top rung (``comparison_runs.ladder_additions``), the new rung's tuning, then the comparison again;
 3. **second tuning draw** (``study.second_draw_phase``), once every run so far has ended: the drawn cells' tuning at
    the draw's seed, its tuned file, and the comparison runs whose tuned values it changed.
 
 A phase that stops short (``--max_runs``, a run left unfinished) ends the plan: a restart replays every decision from
 the finished runs and continues where it stopped.
+
+The rules only say which runs come next; this module is the one place that adds them to the :class:`SweepSpec`
+(whose run lists the sweep's ETA reads as they grow).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from hf_optbench.study.sweep_state import attempt_number
 
 def plan(spec: SweepSpec, session: SweepSession) -> Iterator[Batch]:
     """The sweep's batches in the protocol's order (the module doc); the counts of each land in ``session``."""
-    from hf_optbench.study.comparison_runs import attribution_phase, extend_ladder
+    from hf_optbench.study.comparison_runs import attribution_phase, ladder_additions
     from hf_optbench.study.eta import DRAW
 
     if spec.tuning is not None:
@@ -49,9 +52,11 @@ def plan(spec: SweepSpec, session: SweepSession) -> Iterator[Batch]:
         if attribution is not None:
             yield Batch(attribution, "attribution", session.retry_failed, before=before + len(spec.runs))
         session.predictor.settle("attribution")
-        if not session.finished("compare", "attribution") or not extend_ladder(spec, session.teller("ladder")):
+        rungs = ladder_additions(spec, session.teller("ladder")) if session.finished("compare", "attribution") else []
+        if not rungs:
             session.predictor.settle("compare")
             break
+        spec.runs.extend(rungs)
         if spec.tuning is not None:  # the new rung's own learning rate first, as every rung's
             if not (yield from tuning(spec, session)):
                 return
@@ -66,18 +71,18 @@ def plan(spec: SweepSpec, session: SweepSession) -> Iterator[Batch]:
         return
     session.predictor.settle(DRAW + "tune")
     tune_then_attach(draw, session)
-    draw_comparison(spec, draw, session.teller("second draw"))
+    draw.runs = draw_comparison(spec, draw, session.teller("second draw"))
     session.predictor.settle(DRAW + "compare")  # its reruns are known now
     yield Batch(draw, DRAW + "compare", session.retry_failed)
 
 
 def tuning(spec: SweepSpec, session: SweepSession, key: str = "tune") -> Generator[Batch, None, bool]:
     """The tuning phase as a loop: its pending runs, then the runs the tuner adds from their results
-    (study.tuning_phase.extend_tuning), until it adds none; whether it finished. A tuning run that failed (a crash, a
+    (study.tuning_phase.tuning_additions), until it adds none; whether it finished. A tuning run that failed (a crash, a
     killed worker) runs once more before its point counts; ``--retry_failed`` also applies to the first pass. A run
     that fails twice is final, its point counts as a rise of the loss, and the tuned file and the report say so
     (study.tuning_phase.tune_phase)."""
-    from hf_optbench.study.tuning_phase import extend_tuning
+    from hf_optbench.study.tuning_phase import tuning_additions
 
     assert spec.tuning is not None
     retry_failed = session.retry_failed
@@ -88,8 +93,10 @@ def tuning(spec: SweepSpec, session: SweepSession, key: str = "tune") -> Generat
         if failed_once(spec.tuning) and session.may_launch():
             session.say("retrying the run(s) that failed on their first attempt, once", "tuning")
             continue
-        if not extend_tuning(spec, session.teller("tuning")):
+        added = tuning_additions(spec, session.teller("tuning"))
+        if not added:
             return True
+        spec.tuning.runs.extend(added)
         retry_failed = False
 
 

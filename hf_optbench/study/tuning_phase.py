@@ -1,4 +1,4 @@
-"""A sweep's tuning phase and what it writes: the runs the tuning rule asks for next (:func:`extend_tuning`), and the
+"""A sweep's tuning phase and what it writes: the runs the tuning rule asks for next (:func:`tuning_additions`), and the
 tuned-values file, written by one function (:func:`write_tuned`) for the sweep (:func:`tune_phase`) and for
 ``hf-optbench tune`` (:func:`tune`) alike, from one selection (:func:`entries`).
 
@@ -200,10 +200,11 @@ def current_plan(spec: SweepSpec) -> TuningPlan:
     return plan_tuning(spec.tune, setups(spec), records)
 
 
-def extend_tuning(spec: SweepSpec, say: Callable[[str], None]) -> list[RunSpec]:
-    """Add to ``spec.tuning.runs`` every run the plan needs that it does not hold yet (extensions beyond an edge,
+def tuning_additions(spec: SweepSpec, say: Callable[[str], None]) -> list[RunSpec]:
+    """Every run the plan needs that ``spec.tuning.runs`` does not hold yet (extensions beyond an edge,
     confirmations, the later axes and the rungs, and on a restart the points an earlier sweep added), each resolved
-    like the initial grid; say each decision. Returns the runs added (none: the tuning is done)."""
+    like the initial grid; say each decision. Returns them (none: the tuning is done) and changes nothing: the
+    planner (``study.sweep_plan``) adds them to the spec."""
     assert spec.tuning is not None
     plan = current_plan(spec)
     known = {r.run_id for r in spec.tuning.runs}
@@ -221,7 +222,6 @@ def extend_tuning(spec: SweepSpec, say: Callable[[str], None]) -> list[RunSpec]:
     if added:
         scratch = dataclasses.replace(spec.tuning, runs=added)
         (validate_runs if spec.tuning.launcher.get("validate", True) else resolve_grid)(scratch)
-        spec.tuning.runs.extend(added)
     return added
 
 
@@ -474,7 +474,7 @@ def _check_unchanged(spec: SweepSpec, best: Mapping[float | None, Selection]) ->
 
 
 def tune_phase(spec: SweepSpec) -> tuple[list[Path], list[str]]:
-    """After a sweep's tuning phase (every run :func:`extend_tuning` asked for has run): select, check that every
+    """After a sweep's tuning phase (every run :func:`tuning_additions` asked for has run): select, check that every
     compared optimizer x size (x ratio) has a value (OptBenchError otherwise: never a silent fallback to the
     citation), and write ``spec.tuned_file`` (one per ratio in a sweep with several: ``tuned_file_for``)."""
     assert spec.tuning is not None and spec.tune is not None

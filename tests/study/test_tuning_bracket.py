@@ -28,7 +28,7 @@ from hf_optbench.rundir import parse_run_id, read_state
 from hf_optbench.study.sweep import run_sweep
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec
 from hf_optbench.study.tuning import Replay, replay_axis
-from hf_optbench.study.tuning_phase import extend_tuning, tune_phase
+from hf_optbench.study.tuning_phase import tune_phase, tuning_additions
 
 from fixtures.sweep_fixture import settle_tuning, tuning_spec
 
@@ -128,14 +128,16 @@ def test_best_at_the_upper_edge_adds_a_run_at_2x_beyond(tmp_path: Path) -> None:
     for run in spec.tuning.runs:
         _finish(spec, run, _bowl(16.0)("adamw", float(run.lr_multiplier or 0), None))
     said: list[str] = []
-    added = extend_tuning(spec, said.append)
+    added = tuning_additions(spec, said.append)
+    assert tuning_additions(spec, [].append) == added  # the rule changes nothing: the planner adds the runs
+    spec.tuning.runs.extend(added)
     assert [r.run_id for r in added] == ["adamw__tiny__s0__lrx8", "adamw__tiny__s1__lrx8"]
     argv = added[0].args
     assert float(argv[argv.index("--learning_rate") + 1]) == pytest.approx(8 * 1e-3)
     assert added[0].phase == "tune" and "--tuning_blocks=4" in argv and argv[argv.index("--run_name") + 1] == added[0].run_id
     assert said == ["adamw/tiny: best learning rate x4 is at the upper edge of [x1, x2, x4]: adding x8 (extension 1 "
                     "of at most 3)"]
-    assert extend_tuning(spec, said.append) == [] and len(said) == 1  # nothing new until x8 has finished
+    assert tuning_additions(spec, said.append) == [] and len(said) == 1  # nothing new until x8 has finished
 
 
 def test_loss_rising_on_both_sides_stops_and_is_bracketed(tmp_path: Path) -> None:
@@ -170,7 +172,7 @@ def test_weight_decay_is_tuned_after_the_learning_rate_for_lion_only(tmp_path: P
     for run in spec.tuning.runs:
         if run.optimizer == "adamw" or run.lr_multiplier != 2.0:  # lion's learning-rate grid not finished yet
             _finish(spec, run, loss(run.optimizer, float(run.lr_multiplier or 0), None))
-    assert extend_tuning(spec, print) == []  # no weight decay before its learning rate is settled
+    assert tuning_additions(spec, print) == []  # no weight decay before its learning rate is settled
     _settle(spec, loss)
     ids = sorted(r.run_id for r in spec.tuning.runs)
     assert [i for i in ids if "wdx" in i] == ["lion__tiny__s0__lrx1__wdx0.333333", "lion__tiny__s0__lrx1__wdx3",

@@ -16,7 +16,7 @@ import yaml
 
 from hf_optbench.report.build import build_report
 from hf_optbench.study.sweep_spec import RunSpec, SweepSpec, load_sweep, resolve_grid
-from hf_optbench.study.tuning_phase import extend_tuning, tune_phase
+from hf_optbench.study.tuning_phase import tune_phase, tuning_additions
 
 from fixtures.sweep_fixture import build_fixture_sweep
 
@@ -57,7 +57,8 @@ def test_a_choice_made_without_a_failed_point_says_so_in_the_tuned_file_and_the_
         for run in new:
             if not spec.tuning.run_dir(run).exists():
                 _finish(spec, run)
-        new = extend_tuning(spec, print)
+        new = tuning_additions(spec, print)
+        spec.tuning.runs.extend(new)
     (path,), warnings = tune_phase(spec)
     entry = yaml.safe_load(path.read_text())["adamw"]["tiny"]
     assert entry["multiplier"] != 1.0  # the lost best point moved the choice: which is why it must be said
