@@ -53,8 +53,10 @@ ONE_WORKER = frozenset({
     "tests/measure/test_metrics.py::test_deepspeed_zero2_partition_state_and_fp32_master_are_found",
 })
 ONE_WORKER_SCOPE = "multi-process and DeepSpeed tests"
-# Started first (longest first), so that no long unit is left for the end of the run.
-FIRST = (ONE_WORKER_SCOPE,)
+# Started first, longest first (each over 50 s of a worker in `make test` on the 2-core AMD EPYC), so that no long
+# unit is left for the end of the run while the other worker idles.
+FIRST = (ONE_WORKER_SCOPE, "tests/test_benchmarks.py", "tests/study/test_slurm_cluster.py",
+         "tests/test_checkpoint_resume.py", "tests/test_gpu_check.py")
 
 # Left out of `make test-fast` besides the tests marked slow or distributed in their files: each took over ~3 s
 # on 2 shared cores (a subprocess run, a sweep, a statistical rate check). Marked here rather than in their
