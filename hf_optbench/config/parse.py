@@ -396,8 +396,8 @@ def parse_args(argv: list[str] | None = None, *, recipe: dict[str, Any] | None =
     model, run, data, optim, bench, training = parts
     if optim.schedule in ("constant", "none") and "warmup_steps" not in explicit:
         training.warmup_steps = 0  # our default warmup (0.1) belongs to the warmup schedules only
-    if "output_dir" not in explicit:  # a readable, collision-free default instead of transformers' one
-        training.output_dir = str(Path("runs") / f"{optim.optimizer}_{model.model_size}_s{training.seed}")
+    if "output_dir" not in explicit:
+        training.output_dir = str(default_output_dir(optim.optimizer, model.model_size, training.seed))
     if trainer.epochs is not None:  # steps once the training split is known: hf_optbench.run.epochs
         training.num_train_epochs, training.max_steps = trainer.epochs, -1
     cfg = RunConfig(model=model, run=run, data=data, optim=optim, bench=bench, training=training,
@@ -405,6 +405,13 @@ def parse_args(argv: list[str] | None = None, *, recipe: dict[str, Any] | None =
                     trainer_keys=trainer)
     _validate(cfg)
     return cfg
+
+
+def default_output_dir(optimizer: str, model_size: str, seed: int) -> Path:
+    """A run's output_dir when neither the recipe nor the command line names one: readable and distinct per
+    optimizer, size and seed, instead of transformers' ``trainer_output``. The preflight derives it too, to refuse
+    a finished run's directory before torch is imported."""
+    return Path("runs") / f"{optimizer}_{model_size}_s{seed}"
 
 
 def _validate(cfg: RunConfig) -> None:

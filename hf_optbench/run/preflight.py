@@ -44,6 +44,7 @@ from hf_optbench.config.parse import (
     _split_argv,
     check_num_processes,
     check_run_dir,
+    default_output_dir,
     load_recipe,
     parse_resume,
     read_keys,
@@ -61,7 +62,8 @@ DATA_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DataArguments)}
 # The keys read typed beside every number (config.light_args.number_keys): the strings and the flag (typed None)
 # that the checks of :func:`check_typed_settings` need.
 TYPED_KEYS: dict[str, type | None] = {"data_source": str, "data_cache_dir": str, "init_from": str,
-                                      "resume_from_checkpoint": str, "overwrite_output_dir": None}
+                                      "resume_from_checkpoint": str, "overwrite_output_dir": None,
+                                      "optimizer": str, "model_size": str}
 # Devices on which Accelerate allows fp16 mixed precision (accelerate 1.15, Accelerator.__init__).
 FP16_DEVICES = ("xpu", "cuda", "npu", "xla", "mlu", "musa", "hpu", "sdaa", "mps")
 
@@ -193,6 +195,21 @@ def check_hardware(values: dict[str, Any], where: dict[str, str]) -> None:
         )
 
 
+def derived_output_dir(typed: dict[str, Any]) -> Path | None:
+    """The output_dir parse_args derives when none is named (``config.parse.default_output_dir``), from the typed
+    settings; the seed's default is TrainingArguments' own, read from transformers' source. None where a value is
+    not known here (parse_args then refuses or derives it)."""
+    from hf_optbench.config.help import training_fields_help
+
+    seed = typed.get("seed")
+    if seed is None:
+        seed = training_fields_help(("seed",)).get("seed", (None, ""))[0]
+    optimizer, size = typed.get("optimizer"), typed.get("model_size")
+    if not isinstance(seed, int) or not isinstance(optimizer, str) or not isinstance(size, str):
+        return None
+    return default_output_dir(optimizer, size, seed)
+
+
 def explicit_output_dir(values: dict[str, Any]) -> Path | None:
     """The output_dir the recipe or command line names, or None (parse_args then derives one)."""
     value = values.get("output_dir")
@@ -234,6 +251,10 @@ def preflight(argv: list[str]) -> dict[str, Any] | None:
         recipe_path = argv[0] if recipe is not None else None
         check_num_processes(typed["num_processes"], int(os.environ.get("WORLD_SIZE", "1")), recipe_path)
     check_light_optimizer_kwargs(values)
+    if out is None:  # the directory parse_args will derive: a live run in it, or its finished results, refused now
+        out = derived_output_dir(typed)
+        if out is not None and is_launch_main_process():
+            check_not_busy(out)
     check_typed_settings(typed, explicit, out)
     if typed.get("data_source") != "synthetic":  # offline and not cached, a file, custom code: refused now
         check_tokenizer_available(str(values.get("tokenizer_name") or DATA_DEFAULTS["tokenizer_name"]))

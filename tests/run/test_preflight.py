@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hf_optbench.machine import gpu_visible
 
@@ -202,3 +203,41 @@ def test_a_synthetic_entry_too_large_for_the_disk_is_refused_before_torch(tmp_pa
         prepare_data(parse_args(args).data, n_positions=1024)
     assert lines[0] == f"error: {late.value}"
     assert not (tmp_path / "out").exists()
+
+
+def _recipe_without(tmp_path: Path, *keys: str) -> str:
+    """The quickstart recipe without ``keys`` (top-level lines), written to the test's directory."""
+    lines = [ln for ln in Path(QUICK).read_text().splitlines() if not ln.startswith(tuple(f"{k}:" for k in keys))]
+    path = tmp_path / f"without_{'_'.join(keys)}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("extra", [[], ["--seed", "5"], ["--optimizer", "lion", "--model_size", "mini"]],
+                         ids=["defaults", "seed", "optimizer-and-size"])
+def test_the_derived_output_dir_is_the_one_parse_args_derives(extra: list[str], tmp_path: Path) -> None:
+    """With no output_dir named, the pre-flight derives the directory parse_args will use (the seed's default read
+    from transformers' source), so it can refuse that directory's contents before torch is imported."""
+    from hf_optbench.config.parse import parse_args
+    from hf_optbench.run.preflight import derived_output_dir, typed_settings
+
+    for recipe in (_recipe_without(tmp_path, "output_dir"), _recipe_without(tmp_path, "output_dir", "seed")):
+        argv = [recipe, *extra]
+        typed, _ = typed_settings(argv, yaml.safe_load(Path(recipe).read_text()))
+        assert derived_output_dir(typed) == Path(parse_args(argv).training.output_dir)
+
+
+def test_a_derived_output_dir_holding_another_tool_s_checkpoint_is_refused_before_torch(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """A recipe naming no output_dir: what its derived directory (runs/<optimizer>_<size>_s<seed>) holds is
+    refused by ``run`` and ``validate --full`` alike, with torch and transformers unimportable."""
+    from hf_optbench.config.parse import training_annotations
+
+    recipe = _recipe_without(tmp_path, "output_dir")
+    (tmp_path / "runs" / "adamw_tiny_s0" / "checkpoint-5").mkdir(parents=True)
+    (tmp_path / "runs" / "adamw_tiny_s0" / "checkpoint-5" / "trainer_state.json").write_text('{"global_step": 5}')
+    monkeypatch.chdir(tmp_path)
+    training_annotations()
+    run_line, validate_line = _refused_without_torch([recipe], monkeypatch, capsys)
+    assert run_line == validate_line
+    assert "output_dir 'runs/adamw_tiny_s0' holds files no hf_optbench run wrote (checkpoint-5/)" in run_line
