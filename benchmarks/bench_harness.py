@@ -49,6 +49,7 @@ from pinned_malloc import malloc_setting, reexec_pinned  # noqa: E402
 from run_path import (  # noqa: E402
     SyncClock,
     as_examples,
+    packed_split,
     per_step,
     plain_loop,
     plain_model,
@@ -90,7 +91,8 @@ def trainer_steps(
     with tempfile.TemporaryDirectory() as out:
         argv = run_args(size, batch, block, vocab, steps, logging_steps, out, device=device, bf16=bf16,
                         compile_=compile_, pad=pad)
-        trainer, _, _, built = project_trainer(argv, as_examples(blocks))
+        # the run's side reads the blocks as a run reads its data (a packed split through the block view)
+        trainer, _, _, built = project_trainer(argv, packed_split(blocks))
         if variant == "trainer":
             from hf_optbench.optim.schedules import build_scheduler
 
