@@ -342,8 +342,25 @@ def test_bench_study_step_measures_every_row_and_sets_an_older_run_beside_it(tmp
     assert all(r["step_time_median_s"] > 0 and r["optimizer_step_median_s"] > 0
                for res in doc["results"] for r in res["rows"])
     table = (tmp_path / "study_step.md").read_text()
-    assert "| native | tiny | soap | " in table and "| avx2 | tiny | muon fp32 | " in table
+    assert "| native | tiny | soap (study) | " in table and "| avx2 | tiny | muon fp32 (study) | " in table
+    assert "The CPU study's optimizers within 1.5x AdamW's training step at tiny: adamw x1.00" in table
+    assert doc["results"][0]["machine"]["lscpu"].keys() == {"model_name", "avx512", "avx2"}
     assert table.count("| native | tiny |") == 5 and "| avx2 | tiny | adamw | – | – | – | – |" in table
+
+
+def test_bench_study_step_takes_every_registry_optimizer_this_machine_runs():
+    """By default every registry entry, AdamW first; one needing CUDA skipped on a CPU with its reason, kept on a GPU."""
+    import bench_study_step
+
+    from hf_optbench.optim.registry import OPTIMIZERS
+
+    cpu, skipped = bench_study_step.registry_optimizers(cuda=False)
+    assert cpu[0] == "adamw" and set(cpu) | set(skipped) == set(OPTIMIZERS) and not set(cpu) & set(skipped)
+    assert set(skipped) == {n for n, spec in OPTIMIZERS.items() if spec.requires_cuda} == {"paged_adamw_8bit",
+                                                                                          "paged_lion_8bit"}
+    assert set(bench_study_step.STUDY) <= set(cpu)
+    gpu, none = bench_study_step.registry_optimizers(cuda=True)
+    assert set(gpu) == set(OPTIMIZERS) and none == {}
 
 
 def test_bench_study_step_interleaves_the_older_checkout_round_by_round(monkeypatch):
