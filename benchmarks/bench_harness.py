@@ -17,9 +17,9 @@ built by hand, no callback of ours, the same logging interval) separates the Tra
 Shapes: demo (the CPU demo's: tiny, micro-batch 4 x 64, 32-token vocabulary), tiny (8 x 128, vocab 4096),
 tiny-b1-s16 (almost no compute: what remains is the fixed cost per step), mini-b16-s256 (a step of >= 100 ms,
 where the ratio should reach 1). Targets: issue 8's ratio <= 1.03 where a step takes 100 ms or more, at most 1.10
-at the demo's shape: the report divides each speedup by a step-time ratio, so the
-harness's own share of a step must stay small beside the optimizers' differences. Differences between separate runs move by several ms on a shared CPU, so what
-hf_optbench adds on top of the Trainer is measured three ways: unpaired (median of the per-round differences
+at the demo's shape: the report divides each speedup by a step-time ratio, so the harness's own share of a step must
+stay small beside the optimizers' differences. Differences between separate runs move by several ms on a shared
+CPU, so what hf_optbench adds on top of the Trainer is measured three ways: unpaired (median of the per-round differences
 between whole runs, with their range); toggled (with --logging-steps 1: one run per round whose callbacks handle
 only every other step, so steps with and without them are neighbours under the same load); self (our callbacks'
 own time per step, timed around each of their event methods). The allocator's state moved step times more than

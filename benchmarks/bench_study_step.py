@@ -67,7 +67,7 @@ def registry_optimizers(cuda: bool) -> tuple[list[str], dict[str, str]]:
     from hf_optbench.optim.registry import OPTIMIZERS
 
     names = ["adamw", *(n for n in OPTIMIZERS if n != "adamw")]
-    skipped = {n: "needs CUDA (paged state in CUDA unified memory)" for n in names
+    skipped = {n: "needs CUDA: paged state in CUDA unified memory" for n in names
                if OPTIMIZERS[n].requires_cuda and not cuda}
     return [n for n in names if n not in skipped], skipped
 
