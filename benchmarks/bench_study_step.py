@@ -116,9 +116,39 @@ def _args(optimizer: str, size: str, precision: str | None) -> tuple[str, ...]:
 def _optimizer_step(entry: Any, steps: int, warmup: int) -> dict[str, Any]:
     """``optimizer.step()`` alone on one backward's gradients: median and mean seconds over ``steps`` after
     ``warmup`` (the mean carries SOAP's refresh every 10th step), and the Newton-Schulz precision it ran."""
-    kept, precision = optimizer_step_times(entry, steps, warmup)
+    from hf_optbench.optim.registry import OPTIMIZERS
+
+    if OPTIMIZERS[entry.optimizer].manual_step is not None:
+        kept, precision = _steps_with_hook(entry, steps, warmup)
+    else:
+        kept, precision = optimizer_step_times(entry, steps, warmup)
     return {"optimizer_step_median_s": statistics.median(kept), "optimizer_step_mean_s": statistics.fmean(kept),
             "ns_precision": precision}
+
+
+def _steps_with_hook(entry: Any, steps: int, warmup: int) -> tuple[list[float], str | None]:
+    """``optimizer.step()`` alone, as :func:`bench_muon_step.optimizer_step_times` times it, for an optimizer whose
+    loop must run its ``manual_step`` after each step (Sophia-G refuses a tenth step without a Hessian estimate): the
+    hook runs untimed, and the backward's gradients, which it drops, are put back for the next step."""
+    from hf_optbench.optim.registry import manual_step_hook
+    from hf_optbench.study.calibration import build_case
+
+    case = build_case(entry, Path("/nonexistent/bench-study-step"))
+    x = case.batches[0]
+    case.model(input_ids=x, labels=x).loss.backward()
+    params = list(case.model.parameters())
+    grads = [p.grad for p in params]
+    after = manual_step_hook(case.optimizer)
+    times = []
+    for step in range(warmup + steps):
+        t0 = time.perf_counter()
+        case.optimizer.step()
+        times.append(time.perf_counter() - t0)
+        after(case.model, case.optimizer, {"input_ids": x, "labels": x}, step=step, accumulation_steps=1,
+              autocast_dtype=None)
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g
+    return times[warmup:], case.ns_precision
 
 
 def child(env: str, optimizers: list[str], sizes: list[str], rounds: int, steps: int, warmup: int,
