@@ -363,6 +363,19 @@ def test_bench_study_step_takes_every_registry_optimizer_this_machine_runs():
     assert set(gpu) == set(OPTIMIZERS) and none == {}
 
 
+def test_bench_study_step_times_sophias_step_alone_past_its_hessian_period():
+    """Sophia-G refuses a tenth step without a Hessian estimate: its optimizer step alone runs the estimate untimed
+    between steps, on the backward's gradients each time."""
+    import bench_study_step
+
+    from hf_optbench.study.calibration import Entry, torch_threads
+
+    with torch_threads(1):
+        row = bench_study_step._optimizer_step(Entry("sophia", "tiny", bench_study_step._args("sophia", "tiny", None)),
+                                               steps=12, warmup=1)
+    assert row["optimizer_step_median_s"] > 0 and row["ns_precision"] is None
+
+
 def test_bench_study_step_interleaves_the_older_checkout_round_by_round(monkeypatch):
     """--before-pythonpath: one child per round, package and environment, the packages alternating, each child's
     rows rotated by its round; the children's rounds merged side by side (a stub child: the order, not a timing)."""
