@@ -5,7 +5,8 @@ The report's speedup in time is the speedup in tokens divided by the step-time r
 implementation reads as a slow optimizer; this table is that ratio per optimizer, measured as the study's calibration
 measures it (``hf_optbench.study.calibration``: the run's own resolved plan, forward and backward, clipping, the
 optimizer's step, ``zero_grad``; every entry built afresh each round, interleaved over rounds, the first steps of a
-round dropped) plus ``optimizer.step()`` alone on one backward's gradients (median over the same number of steps).
+round dropped) plus ``optimizer.step()`` alone on one backward's gradients (as many steps and rounds, interleaved
+across the rows the same way; the median over rounds and the range of the per-round ratios to AdamW's).
 Shape: the CPU demo's batch (4 x 64 tokens of the synthetic source's 32-token vocabulary), one torch thread.
 Per round, each row's median step is divided by AdamW's of the same round; the table gives the median over all
 steps and the range of those per-round ratios (a shared machine moves single figures; ratios within a round less).
@@ -171,10 +172,18 @@ def child(env: str, optimizers: list[str], sizes: list[str], rounds: int, steps:
         rows = measure(entries, rounds=rounds, steps=steps, warmup=warmup)
         # measure() keeps one row per distinct (optimizer, size, shape, precision): auto equals a forced row
         by_key = {(r["optimizer"], r["model_size"], r["ns_precision"]): r for r in rows}
-        for (opt, size, forced), entry in zip(plan, entries, strict=True):
-            alone = _optimizer_step(entry, steps, warmup)
-            row = dict(by_key[(opt, size, alone.pop("ns_precision"))])
-            out.append({**row, "row": opt if forced is None else f"{opt} {forced}", "forced": forced, **alone})
+        # the optimizer step alone, in as many rounds, interleaved across the rows as the training steps were
+        alone: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(entries))}
+        for r in range(rounds):
+            for i in [(r + k) % len(entries) for k in range(len(entries))]:
+                alone[i].append(_optimizer_step(entries[i], steps, warmup))
+        for i, ((opt, size, forced), _) in enumerate(zip(plan, entries, strict=True)):
+            per_round = alone[i]
+            row = dict(by_key[(opt, size, per_round[0]["ns_precision"])])
+            out.append({**row, "row": opt if forced is None else f"{opt} {forced}", "forced": forced,
+                        "optimizer_step_round_s": [a["optimizer_step_median_s"] for a in per_round],
+                        "optimizer_step_median_s": statistics.median(a["optimizer_step_median_s"] for a in per_round),
+                        "optimizer_step_mean_s": statistics.fmean(a["optimizer_step_mean_s"] for a in per_round)})
     return {"env": env, "variables": ENVS[env], "machine": {**machine_record(), "lscpu": cpu_flags()}, "clock": clock,
             "package": str(Path(hf_optbench.__file__).resolve().parent), "rows": out}
 
@@ -315,7 +324,7 @@ def render(after: list[dict[str, Any]], meta: dict[str, Any], before: list[dict[
         "and, in brackets, the range of the per-round ratios to AdamW's; amortised: the same ratio with each optimizer "
         "step's mean in place of its median (SOAP's preconditioner refresh every 10th step is in the mean, not the "
         "median); optimizer step: `optimizer.step()` "
-        "alone, median ms (mean) and its ratio to AdamW's. avx2: oneDNN, ATen and MKL held to AVX2 (" + " ".join(
+        "alone, median ms (mean) and its ratio to AdamW's [the range of the per-round ratios]. avx2: oneDNN, ATen and MKL held to AVX2 (" + " ".join(
             f"{k}={v}" for k, v in ENVS["avx2"].items()) + "), as on a CPU without AVX-512.",
         "",
     ]
