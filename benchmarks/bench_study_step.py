@@ -1,17 +1,20 @@
-"""Every optimizer of the study at the cost of its arithmetic: its training step and its optimizer step alone over
+"""Every registered optimizer at the cost of its arithmetic: its training step and its optimizer step alone over
 AdamW's, at ``tiny`` and ``mini``, on this machine and on an emulated AVX2-only one.
 
 The report's speedup in time is the speedup in tokens divided by the step-time ratio to AdamW, so a slow
 implementation reads as a slow optimizer; this table is that ratio per optimizer, measured as the study's calibration
 measures it (``hf_optbench.study.calibration``: the run's own resolved plan, forward and backward, clipping, the
 optimizer's step, ``zero_grad``; every entry built afresh each round, interleaved over rounds, the first steps of a
-round dropped) plus ``optimizer.step()`` alone on one backward's gradients (median over the same number of steps).
+round dropped) plus ``optimizer.step()`` alone on one backward's gradients (as many steps and rounds, interleaved
+across the rows the same way; the median over rounds and the range of the per-round ratios to AdamW's).
 Shape: the CPU demo's batch (4 x 64 tokens of the synthetic source's 32-token vocabulary), one torch thread.
 Per round, each row's median step is divided by AdamW's of the same round; the table gives the median over all
 steps and the range of those per-round ratios (a shared machine moves single figures; ratios within a round less).
 
-Rows: the study's optimizers (adamw, muon, lion, adafactor and the two about to join it, soap and
-schedule_free_adamw), Muon as ``ns_precision: auto`` resolves it plus both precisions forced. SOAP refreshes its
+Rows: every optimizer of the registry (``hf_optbench.optim.registry.OPTIMIZERS``) that runs on this machine (one
+needing CUDA is named under the table as not measured on a CPU), Muon as ``ns_precision: auto`` resolves it plus both
+precisions forced; the CPU study's six (:data:`STUDY`) are marked, with the study's bound on their step (1.5x AdamW's
+at tiny) checked under the table. SOAP refreshes its
 preconditioner (an eigendecomposition per preconditioned dimension) every ``precondition_frequency`` = 10 steps, as
 its paper and README set it (Vyas et al. 2024, arXiv:2409.11321; nikhilvyas/SOAP README): 30 measured steps per
 round hold three refreshes, so the median step is an Adam step in the eigenbasis and the mean carries the refresh;
@@ -24,7 +27,10 @@ environment, the two packages alternating round by round, each child's rows rota
 then come from children that ran next to each other. (``PYTHONPATH=<checkout> ... --json before.json`` and
 ``--before before.json`` set a separate run's rows beside this one's instead.)
 
-    python benchmarks/bench_study_step.py                                  # ~6 min on an idle 2-core machine
+    python benchmarks/bench_study_step.py                                  # every registry optimizer, both sizes,
+                                                                           # native and AVX2: ~10 min, 2 idle cores
+    python benchmarks/bench_study_step.py --envs native --optimizers adamw muon lion adafactor soap \\
+        schedule_free_adamw                                                # the CPU study's six only
     git worktree add /tmp/before 11c1d8d && python benchmarks/bench_study_step.py --clock cpu \
         --before-pythonpath /tmp/before --before-label "commit 11c1d8d"    # before and after, interleaved
     python benchmarks/bench_study_step.py --sizes tiny --rounds 1 --steps 2 --warmup 1 --envs native \\
@@ -51,9 +57,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_muon_step import ENVS, optimizer_step_times  # noqa: E402
 from bench_ns_precision import ROOT, demo_cell  # noqa: E402
 
-STUDY = ("adamw", "muon", "lion", "adafactor", "soap", "schedule_free_adamw")
+STUDY = ("adamw", "muon", "lion", "adafactor", "soap", "schedule_free_adamw")  # recipes/sweeps/cpu_study.yaml's
+STUDY_BOUND = 1.5  # a study optimizer's training step over AdamW's at tiny that the speedup in time can carry
 AVX2_ROWS = ("adamw", "muon")
 STEPS, WARMUP, ROUNDS = 30, 10, 3  # the calibration's (hf_optbench.study.calibration ROUNDS, STEPS_PER_ROUND, ...)
+
+
+def registry_optimizers(cuda: bool) -> tuple[list[str], dict[str, str]]:
+    """(the registry's optimizers this machine runs, AdamW first; {name: why skipped} for those needing CUDA)."""
+    from hf_optbench.optim.registry import OPTIMIZERS
+
+    names = ["adamw", *(n for n in OPTIMIZERS if n != "adamw")]
+    skipped = {n: "needs CUDA: paged state in CUDA unified memory" for n in names
+               if OPTIMIZERS[n].requires_cuda and not cuda}
+    return [n for n in names if n not in skipped], skipped
+
+
+def cpu_flags() -> dict[str, Any]:
+    """lscpu's model name and the vector extensions among its flags (AVX-512 ones, AVX2): what the kernels may use."""
+    model, flags = None, []
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        out = ""
+    for line in out.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "Model name":
+            model = value.strip()
+        elif key.strip() == "Flags":
+            flags = value.split()
+    return {"model_name": model, "avx512": sorted(f for f in flags if f.startswith("avx512")),
+            "avx2": "avx2" in flags}
 
 
 def rows_for(optimizers: list[str], env: str) -> list[tuple[str, str | None]]:
@@ -83,9 +117,39 @@ def _args(optimizer: str, size: str, precision: str | None) -> tuple[str, ...]:
 def _optimizer_step(entry: Any, steps: int, warmup: int) -> dict[str, Any]:
     """``optimizer.step()`` alone on one backward's gradients: median and mean seconds over ``steps`` after
     ``warmup`` (the mean carries SOAP's refresh every 10th step), and the Newton-Schulz precision it ran."""
-    kept, precision = optimizer_step_times(entry, steps, warmup)
+    from hf_optbench.optim.registry import OPTIMIZERS
+
+    if OPTIMIZERS[entry.optimizer].manual_step is not None:
+        kept, precision = _steps_with_hook(entry, steps, warmup)
+    else:
+        kept, precision = optimizer_step_times(entry, steps, warmup)
     return {"optimizer_step_median_s": statistics.median(kept), "optimizer_step_mean_s": statistics.fmean(kept),
             "ns_precision": precision}
+
+
+def _steps_with_hook(entry: Any, steps: int, warmup: int) -> tuple[list[float], str | None]:
+    """``optimizer.step()`` alone, as :func:`bench_muon_step.optimizer_step_times` times it, for an optimizer whose
+    loop must run its ``manual_step`` after each step (Sophia-G refuses a tenth step without a Hessian estimate): the
+    hook runs untimed, and the backward's gradients, which it drops, are put back for the next step."""
+    from hf_optbench.optim.registry import manual_step_hook
+    from hf_optbench.study.calibration import build_case
+
+    case = build_case(entry, Path("/nonexistent/bench-study-step"))
+    x = case.batches[0]
+    case.model(input_ids=x, labels=x).loss.backward()
+    params = list(case.model.parameters())
+    grads = [p.grad for p in params]
+    after = manual_step_hook(case.optimizer)
+    times = []
+    for step in range(warmup + steps):
+        t0 = time.perf_counter()
+        case.optimizer.step()
+        times.append(time.perf_counter() - t0)
+        after(case.model, case.optimizer, {"input_ids": x, "labels": x}, step=step, accumulation_steps=1,
+              autocast_dtype=None)
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g
+    return times[warmup:], case.ns_precision
 
 
 def child(env: str, optimizers: list[str], sizes: list[str], rounds: int, steps: int, warmup: int,
@@ -108,11 +172,19 @@ def child(env: str, optimizers: list[str], sizes: list[str], rounds: int, steps:
         rows = measure(entries, rounds=rounds, steps=steps, warmup=warmup)
         # measure() keeps one row per distinct (optimizer, size, shape, precision): auto equals a forced row
         by_key = {(r["optimizer"], r["model_size"], r["ns_precision"]): r for r in rows}
-        for (opt, size, forced), entry in zip(plan, entries, strict=True):
-            alone = _optimizer_step(entry, steps, warmup)
-            row = dict(by_key[(opt, size, alone.pop("ns_precision"))])
-            out.append({**row, "row": opt if forced is None else f"{opt} {forced}", "forced": forced, **alone})
-    return {"env": env, "variables": ENVS[env], "machine": machine_record(), "clock": clock,
+        # the optimizer step alone, in as many rounds, interleaved across the rows as the training steps were
+        alone: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(entries))}
+        for r in range(rounds):
+            for i in [(r + k) % len(entries) for k in range(len(entries))]:
+                alone[i].append(_optimizer_step(entries[i], steps, warmup))
+        for i, ((opt, size, forced), _) in enumerate(zip(plan, entries, strict=True)):
+            per_round = alone[i]
+            row = dict(by_key[(opt, size, per_round[0]["ns_precision"])])
+            out.append({**row, "row": opt if forced is None else f"{opt} {forced}", "forced": forced,
+                        "optimizer_step_round_s": [a["optimizer_step_median_s"] for a in per_round],
+                        "optimizer_step_median_s": statistics.median(a["optimizer_step_median_s"] for a in per_round),
+                        "optimizer_step_mean_s": statistics.fmean(a["optimizer_step_mean_s"] for a in per_round)})
+    return {"env": env, "variables": ENVS[env], "machine": {**machine_record(), "lscpu": cpu_flags()}, "clock": clock,
             "package": str(Path(hf_optbench.__file__).resolve().parent), "rows": out}
 
 
@@ -212,14 +284,38 @@ def _cells(x: dict[str, Any] | None) -> str:
             f"x{x['mean_ratio']:.2f} | {x['opt_ms']:.2f} (mean {x['opt_mean_ms']:.2f}; x{x['opt_ratio']:.1f}{spread})")
 
 
+def _machine(m: dict[str, Any]) -> str:
+    """The CPU as lscpu names it, its AVX-512 and AVX2 flags, torch's kernel capability."""
+    cpu = m.get("lscpu") or {}
+    avx = ", ".join(filter(None, ["AVX-512 (" + " ".join(cpu["avx512"]) + ")" if cpu.get("avx512") else "no AVX-512",
+                                  "AVX2" if cpu.get("avx2") else "no AVX2"])) if cpu else ""
+    name = cpu.get("model_name") or m["cpu_model"]
+    return f"{name} ({avx}; torch's CPU capability {m['cpu_capability']})" if avx else f"{name} ({m['cpu_capability']})"
+
+
+def bound_line(after: list[dict[str, Any]]) -> str:
+    """Which of the CPU study's optimizers exceed :data:`STUDY_BOUND` x AdamW's training step at tiny (native), with
+    their optimizer step alone as the measured reason."""
+    rows = [x for x in after if x["env"] == "native" and x["size"] == "tiny" and x["row"] in STUDY]
+    over = [x for x in rows if x["ratio"] > STUDY_BOUND]
+    within = ", ".join(f"{x['row']} x{x['ratio']:.2f}" for x in rows if x["ratio"] <= STUDY_BOUND)
+    text = f"The CPU study's optimizers within {STUDY_BOUND}x AdamW's training step at tiny: {within or 'none'}."
+    for x in over:
+        adamw = next(a for a in rows if a["row"] == "adamw")
+        text += (f" Over it: {x['row']} x{x['ratio']:.2f} (amortised x{x['mean_ratio']:.2f}), its optimizer step alone "
+                 f"{x['opt_ms']:.2f} ms (mean {x['opt_mean_ms']:.2f}) of a {x['step_ms']:.2f} ms step, against "
+                 f"AdamW's {adamw['opt_ms']:.2f} ms.")
+    return text
+
+
 def render(after: list[dict[str, Any]], meta: dict[str, Any], before: list[dict[str, Any]] | None,
            machine: dict[str, Any]) -> str:
     m = machine
     lines = [
-        "# Every study optimizer's step over AdamW's (before and after)" if before else
-        "# Every study optimizer's step over AdamW's",
+        "# Every registered optimizer's step over AdamW's (before and after)" if before else
+        "# Every registered optimizer's step over AdamW's",
         "",
-        f"Generated by `benchmarks/bench_study_step.py` on {meta['date']}: {m['cpu_model']} ({m['cpu_capability']}), "
+        f"Generated by `benchmarks/bench_study_step.py` on {meta['date']}: {_machine(m)}, "
         f"torch {m['torch']}, one thread; the demo's batch 4 x 64 (32-token vocabulary); {meta['rounds']} interleaved "
         f"rounds of {meta['steps']} steps after {meta['warmup']} dropped; "
         + ("the process's CPU time (`--clock cpu`: other processes do not add to it). " if meta.get("clock") == "cpu"
@@ -228,7 +324,7 @@ def render(after: list[dict[str, Any]], meta: dict[str, Any], before: list[dict[
         "and, in brackets, the range of the per-round ratios to AdamW's; amortised: the same ratio with each optimizer "
         "step's mean in place of its median (SOAP's preconditioner refresh every 10th step is in the mean, not the "
         "median); optimizer step: `optimizer.step()` "
-        "alone, median ms (mean) and its ratio to AdamW's. avx2: oneDNN, ATen and MKL held to AVX2 (" + " ".join(
+        "alone, median ms (mean) and its ratio to AdamW's [the range of the per-round ratios]. avx2: oneDNN, ATen and MKL held to AVX2 (" + " ".join(
             f"{k}={v}" for k, v in ENVS["avx2"].items()) + "), as on a CPU without AVX-512.",
         "",
     ]
@@ -244,9 +340,13 @@ def render(after: list[dict[str, Any]], meta: dict[str, Any], before: list[dict[
     lines += [head, "|" + "---|" * (head.count("|") - 1)]
     old = {(x["env"], x["size"], x["row"]): x for x in before or []}
     for x in after:
-        key = f"| {x['env']} | {x['size']} | {x['row']} | "
+        mark = " (study)" if x["row"].split()[0] in STUDY else ""
+        key = f"| {x['env']} | {x['size']} | {x['row']}{mark} | "
         lines.append(key + (_cells(old.get((x["env"], x["size"], x["row"]))) + " | " if before else "")
                      + _cells(x) + " |")
+    if meta.get("skipped"):
+        lines += ["", "Not measured here: " + "; ".join(f"{n} ({why})" for n, why in meta["skipped"].items()) + "."]
+    lines += ["", bound_line(after)]
     lines += ["", "Arithmetic per step over the hidden matrices at this batch (256 tokens; `arithmetic()` in the "
               "script), GFLOP:"]
     for size in meta["sizes"]:
@@ -259,7 +359,7 @@ def render(after: list[dict[str, Any]], meta: dict[str, Any], before: list[dict[
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--optimizers", nargs="+", default=list(STUDY))
+    parser.add_argument("--optimizers", nargs="+", help="default: every registry optimizer this machine runs")
     parser.add_argument("--sizes", nargs="+", default=["tiny", "mini"])
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--steps", type=int, default=STEPS)
@@ -277,6 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", choices=list(ENVS), help=argparse.SUPPRESS)
     parser.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    skipped: dict[str, str] = {}
+    if args.optimizers is None:
+        import torch
+
+        args.optimizers, skipped = registry_optimizers(torch.cuda.is_available())
     if args.child:
         print(json.dumps(child(args.child, args.optimizers, args.sizes, args.rounds, args.steps, args.warmup,
                                 args.clock, args.offset)))
@@ -287,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         results = [_run_env(env, args) for env in args.envs]
     meta = {"date": _dt.date.today().isoformat(), "sizes": args.sizes, "rounds": args.rounds, "steps": args.steps,
-            "warmup": args.warmup, "clock": args.clock, "interleaved": bool(args.before_pythonpath), "load": args.load, "before_label": args.before_label,
+            "warmup": args.warmup, "clock": args.clock, "interleaved": bool(args.before_pythonpath), "load": args.load, "before_label": args.before_label, "skipped": skipped,
             "argv": sys.argv[1:] if argv is None else argv}
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=1), encoding="utf-8")

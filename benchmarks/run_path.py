@@ -86,9 +86,9 @@ def _in_memory_data(in_memory: bool) -> Iterator[None]:
         yield
 
 
-def project_trainer(argv: list[str], data: list[dict[str, torch.Tensor]] | None = None) -> tuple[Any, Any, Any, Any]:
+def project_trainer(argv: list[str], data: Any = None) -> tuple[Any, Any, Any, Any]:
     """(trainer, recorder, prepared, built) as ``hf_optbench.run.train.train`` builds them for ``argv``. ``data``: the
-    training examples (in memory, as the plain loop gets them) in place of the run's prepared splits; the model is
+    training examples (in memory: a list of examples, or a packed split as ``run_path.packed_split`` makes) in place of the run's prepared splits; the model is
     then built as ``prepare`` builds it, with the data's vocabulary."""
     from hf_optbench.config.parse import parse_args
     from hf_optbench.models import build_model
@@ -158,6 +158,16 @@ def random_blocks(n_blocks: int, block: int, vocab: int, seed: int = 0) -> torch
 def as_examples(blocks: torch.Tensor) -> list[dict[str, torch.Tensor]]:
     """The Trainer's view of the same blocks: one example per row, labels = inputs (the model shifts them)."""
     return [{"input_ids": row, "labels": row} for row in blocks]
+
+
+def packed_split(blocks: torch.Tensor) -> Any:
+    """The same blocks as a packed split (``hf_optbench.data.cache.block_schema``: int32 lists, labels = inputs), the
+    form a run's data take, so the run's Trainer reads them through its block view as a run does."""
+    import datasets
+    import pyarrow as pa
+
+    rows = pa.array(blocks.to(torch.int32).tolist(), type=pa.list_(pa.int32()))
+    return datasets.Dataset(pa.table({"input_ids": rows, "labels": rows}))
 
 
 def plain_loop(model: torch.nn.Module, blocks: torch.Tensor, batch: int, optimizer: Any, scheduler: Any, steps: int,

@@ -151,7 +151,7 @@ def test_bench_harness_help_is_whole(capsys):
         bench_harness.main(["--help"])
     text = capsys.readouterr().out
     assert "malloc thresholds pinned (pinned_malloc.py)." in text and "--logging-steps" in text
-    assert "<= 1.15 at the demo's shape" in text
+    assert "at most 1.10" in text
 
 
 def test_bench_callbacks_runs(capsys):
@@ -342,8 +342,38 @@ def test_bench_study_step_measures_every_row_and_sets_an_older_run_beside_it(tmp
     assert all(r["step_time_median_s"] > 0 and r["optimizer_step_median_s"] > 0
                for res in doc["results"] for r in res["rows"])
     table = (tmp_path / "study_step.md").read_text()
-    assert "| native | tiny | soap | " in table and "| avx2 | tiny | muon fp32 | " in table
-    assert table.count("| native | tiny |") == 5 and "| avx2 | tiny | adamw | – | – | – | – |" in table
+    assert "| native | tiny | soap (study) | " in table and "| avx2 | tiny | muon fp32 (study) | " in table
+    assert "The CPU study's optimizers within 1.5x AdamW's training step at tiny: adamw x1.00" in table
+    assert doc["results"][0]["machine"]["lscpu"].keys() == {"model_name", "avx512", "avx2"}
+    assert table.count("| native | tiny |") == 5 and "| avx2 | tiny | adamw (study) | – | – | – | – |" in table
+
+
+def test_bench_study_step_takes_every_registry_optimizer_this_machine_runs():
+    """By default every registry entry, AdamW first; one needing CUDA skipped on a CPU with its reason, kept on a GPU."""
+    import bench_study_step
+
+    from hf_optbench.optim.registry import OPTIMIZERS
+
+    cpu, skipped = bench_study_step.registry_optimizers(cuda=False)
+    assert cpu[0] == "adamw" and set(cpu) | set(skipped) == set(OPTIMIZERS) and not set(cpu) & set(skipped)
+    assert set(skipped) == {n for n, spec in OPTIMIZERS.items() if spec.requires_cuda} == {"paged_adamw_8bit",
+                                                                                          "paged_lion_8bit"}
+    assert set(bench_study_step.STUDY) <= set(cpu)
+    gpu, none = bench_study_step.registry_optimizers(cuda=True)
+    assert set(gpu) == set(OPTIMIZERS) and none == {}
+
+
+def test_bench_study_step_times_sophias_step_alone_past_its_hessian_period():
+    """Sophia-G refuses a tenth step without a Hessian estimate: its optimizer step alone runs the estimate untimed
+    between steps, on the backward's gradients each time."""
+    import bench_study_step
+
+    from hf_optbench.study.calibration import Entry, torch_threads
+
+    with torch_threads(1):
+        row = bench_study_step._optimizer_step(Entry("sophia", "tiny", bench_study_step._args("sophia", "tiny", None)),
+                                               steps=12, warmup=1)
+    assert row["optimizer_step_median_s"] > 0 and row["ns_precision"] is None
 
 
 def test_bench_study_step_interleaves_the_older_checkout_round_by_round(monkeypatch):

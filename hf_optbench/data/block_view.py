@@ -11,10 +11,21 @@ batches, and the runs, are unchanged (tested bit for bit). Where a split is not 
 mapping after ``select``/``shuffle``, ragged or nullable lists, other columns) it is passed through as it is.
 ``datasets`` offers ``with_format("torch")``, which still formats block by block; torch's ``Dataset.__getitems__``
 is the batched fetch its ``DataLoader`` calls.
+
+A batch leaves ``__getitems__`` ready: one :class:`ReadyBatch` holding the (batch, block_size) tensors, gathered
+with one index per column. The loader hands whatever ``__getitems__`` returns to its ``collate_fn``; the collator a
+run gives the Trainer (:func:`ready_batches` around ``default_data_collator``) passes a ready batch through and
+collates anything else as before. So no step splits the batch into per-block dicts for the collator to stack again
+(at the CPU demo's 4 x 64 batch that split and stack cost more than the gather itself). The Trainer's column filter
+(``RemoveColumnsCollator``) leaves a ``ReadyBatch`` as it is: it is not a dict, and its columns are exactly
+``input_ids`` and ``labels``, arguments of every causal LM's forward.
 """
 
 from __future__ import annotations
 
+import bisect
+import operator
+from collections.abc import Callable
 from typing import Any
 
 COLUMNS = ("input_ids", "labels")  # the packed splits' schema (data.cache.block_schema)
@@ -42,45 +53,82 @@ def _blocks(column: Any) -> list[Any] | None:
     return out
 
 
+class ReadyBatch:
+    """A batch :meth:`BlockView.__getitems__` gathered already: ``tensors`` is what ``default_data_collator`` would
+    have built from its blocks ({column: (batch, block_size) int64 tensor}). Not a dict on purpose: a collator that
+    does not know it fails loudly instead of stacking it into a batch of one."""
+
+    __slots__ = ("tensors",)
+
+    def __init__(self, tensors: dict[str, Any]) -> None:
+        self.tensors = tensors
+
+
+class ReadyBatchCollator:
+    """``collator`` for a list of examples; a loader's one :class:`ReadyBatch` (what :class:`BlockView` hands over)
+    is passed through as its tensors, with no per-step work. Picklable, for loader workers."""
+
+    def __init__(self, collator: Callable[[list[Any]], Any]) -> None:
+        self.collator = collator
+
+    def __call__(self, features: list[Any]) -> Any:
+        if len(features) == 1 and isinstance(features[0], ReadyBatch):
+            return features[0].tensors
+        return self.collator(features)
+
+
+def ready_batches(collator: Callable[[list[Any]], Any]) -> ReadyBatchCollator:
+    """The collator a Trainer over a :func:`block_view` split is given: ``collator`` (the run's
+    ``default_data_collator``) with :class:`ReadyBatch` passed through."""
+    return collator if isinstance(collator, ReadyBatchCollator) else ReadyBatchCollator(collator)
+
+
 class BlockView:
-    """Map-style dataset over a packed ``datasets.Dataset``: ``view[i]`` and ``view.__getitems__(indices)`` give
-    ``{"input_ids": LongTensor, "labels": LongTensor}`` per block (see the module docstring)."""
+    """Map-style dataset over a packed ``datasets.Dataset``: ``view[i]`` gives ``{"input_ids": LongTensor,
+    "labels": LongTensor}`` for one block, ``view.__getitems__(indices)`` one :class:`ReadyBatch` of those blocks
+    (see the module docstring)."""
 
     def __init__(self, chunks: dict[str, list[Any]]) -> None:
-        import numpy as np
-
         self._chunks = chunks
         sizes = [len(c) for c in next(iter(chunks.values()))]
-        self._starts = np.cumsum([0, *sizes])
-        self._len = int(self._starts[-1])
+        self._starts = [0]
+        for size in sizes:
+            self._starts.append(self._starts[-1] + size)
+        self._len = self._starts[-1]
+        self._width = int(next(iter(chunks.values()))[0].shape[1]) if sizes else 0
 
     def __len__(self) -> int:
         return self._len
 
     def _rows(self, indices: Any) -> dict[str, Any]:
+        """{column: (len(indices), block) int64 tensor}, each block copied once from its chunk into the batch. The
+        index arithmetic is plain Python: for a batch of a few blocks numpy's per-call cost would exceed the work."""
         import numpy as np
         import torch
 
-        idx = np.asarray(indices, dtype=np.int64)
-        if idx.size and (idx.min() < -self._len or idx.max() >= self._len):
-            raise IndexError(f"block index out of range for {self._len} blocks")
-        idx = np.where(idx < 0, idx + self._len, idx)
-        which = np.searchsorted(self._starts, idx, side="right") - 1
+        where = []
+        for index in indices:
+            i = operator.index(index)
+            if not -self._len <= i < self._len:
+                raise IndexError(f"block index {i} out of range for {self._len} blocks")
+            i += self._len if i < 0 else 0
+            c = bisect.bisect_right(self._starts, i) - 1
+            where.append((c, i - self._starts[c]))
         out = {}
         for name, chunks in self._chunks.items():
-            if len(chunks) == 1:
-                rows = chunks[0][idx]
-            else:
-                rows = np.stack([chunks[c][i - self._starts[c]] for c, i in zip(which, idx, strict=True)])
-            out[name] = torch.from_numpy(rows.astype(np.int64))
+            rows = np.empty((len(where), self._width), dtype=np.int64)
+            for j, (c, i) in enumerate(where):
+                rows[j] = chunks[c][i]  # int32 to int64 as it copies
+            out[name] = torch.from_numpy(rows)
         return out
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         return {k: v[0] for k, v in self._rows([index]).items()}
 
-    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
-        rows = self._rows(indices)
-        return [{k: v[j] for k, v in rows.items()} for j in range(len(indices))]
+    def __getitems__(self, indices: list[int]) -> list[ReadyBatch]:
+        """The blocks at ``indices`` as one batch (torch's DataLoader calls this with a batch's indices and hands the
+        list to its ``collate_fn``)."""
+        return [ReadyBatch(self._rows(indices))]
 
 
 def block_view(dataset: Any) -> Any:

@@ -284,7 +284,7 @@ def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: l
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from transformers.utils.logging import disable_progress_bar
 
-    from hf_optbench.data.block_view import block_view
+    from hf_optbench.data.block_view import block_view, ready_batches
     from hf_optbench.measure.recorder import attach_callbacks
     from hf_optbench.run.eval_metrics import eval_metric_kwargs
     from hf_optbench.run.step_cost import drop_training_logits, flops_once
@@ -303,7 +303,7 @@ def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: l
         args=args,
         train_dataset=block_view(prepared.train_dataset),  # tensors from the Arrow columns: no lists per step
         eval_dataset=block_view(prepared.eval_dataset),
-        data_collator=prepared.data_collator,
+        data_collator=ready_batches(prepared.data_collator),  # the view's batches as they come, others collated
         processing_class=prepared.tokenizer,
         optimizer_cls_and_kwargs=trainer_optimizer(built.optimizer),
         optimizers=(None, built.scheduler),
