@@ -2,9 +2,9 @@
 matrix shapes, once per machine, and the faster precision taken that passes an accuracy check against fp32.
 
 Why measured, not read from the hardware: where bf16 matmuls are native the faster precision still depends on the
-shapes. On this project's AMD EPYC (Zen 4, AVX-512-BF16) fp32 was the faster one at ``tiny`` (Muon's step 8.63 ms
-against 9.89 in bf16) and bf16 at ``mini`` (43.4 against 53.3 ms; benchmarks/results/muon_step.md):
-small matrices pay bf16's conversions, large ones gain its doubled matmul rate. Where bf16 is emulated (an AVX2-only
+shapes. On this project's AMD EPYC (Zen 4, AVX-512-BF16) the two were level at ``tiny`` (2.10 ms per Newton-Schulz
+pass in bf16 against 2.02 in fp32) and bf16 took half fp32's time at ``mini`` (13.99 against 26.83 ms;
+benchmarks/results/muon_step.md): small matrices pay bf16's conversions, large ones gain its doubled matmul rate. Where bf16 is emulated (an AVX2-only
 CPU) the timing shows it 10-20x slower and fp32 is taken, as the capability rule took it.
 
 What is timed: the CPU time of one Newton-Schulz pass over the run's hidden matrices as :class:`~hf_optbench.optim.muon_impl.MuonNS`
@@ -51,14 +51,15 @@ TIMING_VERSION = 2
 ACCURACY_LIMIT = 0.05
 REPEATS = 5
 # bf16 is taken only when its pass is at least this fraction faster than fp32's; a nearer race keeps fp32 (the
-# reference, and the more exact). Measured at tiny here (benchmarks/bench_muon_step.py, interleaved, CPU time): bf16's
-# pass 6 % faster (1.95 ms against 2.08) and Muon's optimizer step level (2.57 against 2.58 ms), yet the training step
-# 9 % slower with it (9.03 against 8.30 ms); at mini bf16's pass was 47 % faster (14.4 against 27.4 ms) and the step
-# 21 % faster (41.6 against 52.7 ms).
+# reference, and the more exact). At tiny the order of the two is not stable on this machine: in two interleaved runs
+# of benchmarks/bench_muon_step.py bf16's pass was 1.95 ms against fp32's 2.08, then 2.10 against 2.02, and the
+# training step with bf16 9.03 ms against 8.30, then 9.23 against 9.75; at mini bf16's pass took half fp32's time
+# (13.99 against 26.83 ms, benchmarks/results/muon_step.md), far outside that margin.
 MARGIN = 0.10
 # bf16 is not timed further when its last warm-up pass (where bf16 is native, the second: the first builds oneDNN's
-# kernels; where emulated, the only one) took this many times fp32's: emulated bf16 measured 11-18x fp32 in Muon's
-# step here (benchmarks/results/muon_step.md), native bf16 at most 1.4x either way, so 10x parts the two.
+# kernels; where emulated, the only one) took this many times fp32's: emulated bf16's pass measured 15-19x fp32's
+# here (30.67 against 2.01 ms at tiny, 537.11 against 28.12 at mini under AVX2), native bf16's 0.5-1.05x
+# (benchmarks/results/muon_step.md), so 10x parts the two.
 HOPELESS = 10.0
 
 Timer = Callable[[list[tuple[int, int]]], dict[str, Any]]
