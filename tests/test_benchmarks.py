@@ -244,7 +244,8 @@ def test_profile_run_counts_one_name_resolution_and_nothing_stamped(capsys):
 @pytest.mark.slow
 def test_bench_muon_step_measures_every_row_in_each_environment(tmp_path):
     """Both environments in children of their own: the native one as torch reports it, the AVX2 one with no native
-    bf16 (so auto picks fp32), every row measured, the tables written."""
+    bf16 (so auto picks fp32, saying it is emulated), every row measured by both Newton-Schulz paths (per-matrix
+    before, batched after), the tables written."""
     import bench_muon_step
 
     from hf_optbench.optim.muon_precision import bf16_matmul_native
@@ -252,13 +253,30 @@ def test_bench_muon_step_measures_every_row_in_each_environment(tmp_path):
     assert bench_muon_step.main(["--sizes", "tiny", "--rounds", "1", "--steps", "2", "--warmup", "1",
                                  "--out", str(tmp_path)]) == 0
     results = {r["env"]: r for r in json.loads((tmp_path / "muon_step.json").read_text())["results"]}
-    assert results["avx2"]["bf16_native"] is False and results["avx2"]["auto"] == {"tiny": "fp32"}
+    assert results["avx2"]["bf16_native"] is False and results["avx2"]["auto"]["tiny"]["precision"] == "fp32"
+    assert "bf16 native False" in results["avx2"]["auto"]["tiny"]["reason"]
     assert results["native"]["bf16_native"] == bf16_matmul_native("cpu")[0]
     for res in results.values():
-        assert {(r["optimizer"], r["ns_precision"]) for r in res["rows"]} == {("adamw", None), ("muon", "bf16"),
-                                                                             ("muon", "fp32")}
+        assert {(r["optimizer"], r["ns_precision"], r["path"]) for r in res["rows"]} == {
+            ("adamw", None, None), *(("muon", p, path) for p in ("bf16", "fp32") for path in ("per-matrix", "batched"))}
         assert all(r["step_time_median_s"] > 0 and r["optimizer_step_s"] > 0 for r in res["rows"])
-    assert (tmp_path / "muon_step.md").read_text().count("| tiny |") == 2
+        assert 0 < res["auto"]["tiny"]["cost_s"] < 30
+    text = (tmp_path / "muon_step.md").read_text()
+    assert text.count("| tiny |") == 4 and "target at most x1.30" in text
+
+
+def test_the_per_matrix_path_is_swapped_in_for_the_block_only():
+    """The benchmark's "before" rows step through muon_per_matrix; outside the block MuonNS is batched again."""
+    import bench_muon_step
+
+    from hf_optbench.optim import muon_impl
+
+    batched = muon_impl.muon_batched
+    with bench_muon_step.newton_schulz_path("per-matrix"):
+        assert muon_impl.muon_batched is muon_impl.muon_per_matrix
+    with bench_muon_step.newton_schulz_path("batched"):
+        assert muon_impl.muon_batched is batched
+    assert muon_impl.muon_batched is batched
 
 
 @pytest.mark.slow

@@ -2,23 +2,25 @@
 matrix shapes, once per machine, and the faster precision taken that passes an accuracy check against fp32.
 
 Why measured, not read from the hardware: where bf16 matmuls are native the faster precision still depends on the
-shapes. On this project's AMD EPYC (Zen 4, AVX-512-BF16) fp32 was the faster one at ``tiny`` (Muon's step 8.63 ms
-against 9.89 in bf16) and bf16 at ``mini`` (43.4 against 53.3 ms; benchmarks/results/muon_step.md):
-small matrices pay bf16's conversions, large ones gain its doubled matmul rate. Where bf16 is emulated (an AVX2-only
+shapes. On this project's AMD EPYC (Zen 4, AVX-512-BF16) the two were level at ``tiny`` (2.10 ms per Newton-Schulz
+pass in bf16 against 2.02 in fp32) and bf16 took half fp32's time at ``mini`` (13.99 against 26.83 ms;
+benchmarks/results/muon_step.md): small matrices pay bf16's conversions, large ones gain its doubled matmul rate. Where bf16 is emulated (an AVX2-only
 CPU) the timing shows it 10-20x slower and fp32 is taken, as the capability rule took it.
 
 What is timed: the CPU time of one Newton-Schulz pass over the run's hidden matrices as :class:`~hf_optbench.optim.muon_impl.MuonNS`
 runs it (same-shape matrices stacked, ``muon_batched``), Gaussian inputs, one torch thread (the CPU study trains one
 run per core, each on one thread, and one thread keeps the choice the same in every process that plans the run: a
 sweep's validation and its runs), warm-up passes dropped, the two precisions alternating, the best of
-:data:`REPEATS`. The accuracy check: the bf16
+:data:`REPEATS`; emulated bf16, one pass (:data:`HOPELESS`). The accuracy check: the bf16
 result's relative Frobenius distance to the fp32 one on the same inputs, at most :data:`ACCURACY_LIMIT`.
 
 Why cached: the choice is part of the run's identity (it changes what is trained), so every run of a study on one
 machine must make the same one; a second timing under another load could flip it. The first run that plans Muon on
 a machine measures and writes ``ns_precision.json`` in the data cache directory (keyed by the CPU model, torch's
 version and the CPU capability torch runs with, so an ``ONEDNN_MAX_CPU_ISA=AVX2`` emulation is a machine of its own;
-inside, by the shapes); every later plan reads it. A Python-API build (no data cache) keeps the measurement in its
+inside, by the shapes); every later plan reads it. Plans that start together queue on a lock beside the file, and the
+first record stored wins: a process that finds one stored while it measured takes the stored one. The write is
+atomic (write, rename), so a reader never sees half a file. A Python-API build (no data cache) keeps the measurement in its
 process.
 
 Only torch-free at import (the plan imports it); torch is imported by the measurement.
@@ -26,11 +28,13 @@ Only torch-free at import (the plan imports it); torch is imported by the measur
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +50,16 @@ TIMING_VERSION = 2
 # limit, about 3x the largest measured, refuses a bf16 path that computes something else, not bf16's rounding.
 ACCURACY_LIMIT = 0.05
 REPEATS = 5
-# bf16 is not timed further when its second warm-up pass (the first builds oneDNN's kernels) took this many times
-# fp32's best (emulated bf16 at GPT-2's sizes would take minutes per pass).
+# bf16 is taken only when its pass is at least this fraction faster than fp32's; a nearer race keeps fp32 (the
+# reference, and the more exact). At tiny the order of the two is not stable on this machine: in two interleaved runs
+# of benchmarks/bench_muon_step.py bf16's pass was 1.95 ms against fp32's 2.08, then 2.10 against 2.02, and the
+# training step with bf16 9.03 ms against 8.30, then 9.23 against 9.75; at mini bf16's pass took half fp32's time
+# (13.99 against 26.83 ms, benchmarks/results/muon_step.md), far outside that margin.
+MARGIN = 0.10
+# bf16 is not timed further when its last warm-up pass (where bf16 is native, the second: the first builds oneDNN's
+# kernels; where emulated, the only one) took this many times fp32's: emulated bf16's pass measured 15-19x fp32's
+# here (30.67 against 2.01 ms at tiny, 537.11 against 28.12 at mini under AVX2), native bf16's 0.5-1.05x
+# (benchmarks/results/muon_step.md), so 10x parts the two.
 HOPELESS = 10.0
 
 Timer = Callable[[list[tuple[int, int]]], dict[str, Any]]
@@ -126,17 +138,20 @@ def measure(shapes: list[tuple[int, int]]) -> dict[str, Any]:
         out = orthogonalise(mats, dtype, coefficients, 5, 1e-7)
         return time.thread_time() - t0, out
 
+    native, _ = bf16_matmul_native("cpu")
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        # two warm-up passes each (the first bf16 call builds oneDNN's kernels: 20 ms at tiny here), then the
-        # precisions alternate so that a change of the machine's load falls on both
-        for _ in range(2):
+        fp32 = one_pass(torch.float32)[0]
+        warm, out16 = one_pass(torch.bfloat16)
+        if native:  # the first bf16 call builds oneDNN's kernels (20 ms at tiny here): a second warm-up of each
             fp32 = one_pass(torch.float32)[0]
             warm, out16 = one_pass(torch.bfloat16)
+        # emulated bf16 (torch's reference gemm) has no kernels to build: its one pass shows it hopeless, and a
+        # second would cost as much again (0.5 s at mini)
         timed = warm < HOPELESS * fp32
         fp32_times, bf16_times = [fp32], [warm]
-        for _ in range(REPEATS):
+        for _ in range(REPEATS):  # the precisions alternate, so a change of the machine's load falls on both
             fp32_times.append(one_pass(torch.float32)[0])
             if timed:
                 bf16_times.append(one_pass(torch.bfloat16)[0])
@@ -146,16 +161,26 @@ def measure(shapes: list[tuple[int, int]]) -> dict[str, Any]:
     fp32, bf16 = min(fp32_times), min(bf16_times)
     num = sum(float((a.float() - b).norm()) ** 2 for a, b in zip(out16, ref, strict=True))
     den = sum(float(b.norm()) ** 2 for b in ref)
-    return {"bf16_ms": 1e3 * bf16, "fp32_ms": 1e3 * fp32, "bf16_error": (num / den) ** 0.5, "bf16_timed": timed}
+    return {"bf16_ms": 1e3 * bf16, "fp32_ms": 1e3 * fp32, "bf16_error": (num / den) ** 0.5, "bf16_timed": timed,
+            "bf16_native": native}
 
 
 def choose(record: Mapping[str, Any], limit: float = ACCURACY_LIMIT) -> tuple[str, str]:
-    """(precision, why) from a measurement: bf16 where it passed the accuracy check and was faster, else fp32 (the
-    reference the check compares with)."""
+    """(precision, why) from a measurement: bf16 where it passed the accuracy check and was faster by at least
+    :data:`MARGIN`, else fp32 (the reference the check compares with). Where bf16 was not timed past one pass (:data:`HOPELESS`), ``why`` says so,
+    and whether torch reported bf16 matmuls native."""
     bf16, fp32, err = float(record["bf16_ms"]), float(record["fp32_ms"]), float(record["bf16_error"])
-    timings = f"bf16 {bf16:.2f} ms, fp32 {fp32:.2f} ms"
+    timings = f"bf16 {bf16:.2f} ms, fp32 {fp32:.2f} ms per Newton-Schulz pass"
+    if not record.get("bf16_timed", True):
+        native = record.get("bf16_native")
+        emulated = "" if native is None else " (bf16 matmuls native)" if native else " (bf16 matmuls emulated here)"
+        return "fp32", (f"{timings}; bf16's warm-up pass took over {HOPELESS:g}x fp32's{emulated}, so it was not timed "
+                        "further: fp32 is faster")
     if err > limit:
         return "fp32", f"{timings}; bf16 {err:.4f} from fp32's result, over the limit {limit}"
+    if bf16 < fp32 and bf16 > (1 - MARGIN) * fp32:
+        return "fp32", (f"{timings}; bf16 {err:.4f} from fp32's result (limit {limit}): bf16 is faster by less than "
+                        f"{MARGIN:.0%}, so fp32, the reference")
     pick = "bf16" if bf16 < fp32 else "fp32"
     return pick, f"{timings}; bf16 {err:.4f} from fp32's result (limit {limit}): {pick} is faster"
 
@@ -168,25 +193,74 @@ def _read(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _stored(path: Path | None, machine: str, key: str) -> dict[str, Any] | None:
+    """The cache file's record for this machine and shapes, if one is stored."""
+    if path is None:
+        return None
+    record = _read(path).get(machine, {})
+    record = record.get(key) if isinstance(record, dict) else None
+    return record if isinstance(record, dict) else None
+
+
+@contextmanager
+def _writer_lock(path: Path | None) -> Iterator[None]:
+    """An exclusive ``fcntl.flock`` on ``<cache file>.lock`` for the measure-and-store: concurrent first plans (a
+    sweep's runs starting together) queue on it, and each one after the first finds the first's record instead of
+    timing under the first's load and storing a choice of its own. Where the file system refuses the lock the block
+    runs unlocked; the re-read before the write (:func:`measured_choice`) still keeps the first stored record."""
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        handle = open(path.with_name(path.name + ".lock"), "a+", encoding="utf-8")  # noqa: SIM115 (held for the block)
+    except OSError:
+        yield
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def measured_choice(shapes: list[tuple[int, int]], cache_dir: str | os.PathLike[str] | None, *,
                     timer: Timer | None = None) -> tuple[str, str]:
     """(precision, why) for Muon's Newton-Schulz over ``shapes`` on this CPU: the cached measurement of this
-    machine and shapes, else ``timer``'s (default :func:`measure`; written to ``cache_dir/ns_precision.json``; kept in the process when
-    ``cache_dir`` is None). ``why`` names both timings, the accuracy check and where the measurement lives."""
+    machine and shapes, else ``timer``'s (default :func:`measure`; written atomically to ``cache_dir/ns_precision.json``,
+    kept in the process when ``cache_dir`` is None). The first record stored wins: a measurement that finds a record
+    written meanwhile by a concurrent process drops its own and uses the stored one, so every run of a sweep makes the
+    same choice. ``why`` names both timings, the accuracy check and where the measurement lives."""
     machine, key = machine_key(), shapes_key(shapes)
     path = Path(cache_dir) / CACHE_FILE if cache_dir is not None else None
-    record = _MEMO.get((machine, key))
-    if record is None and path is not None:
-        record = _read(path).get(machine, {}).get(key)
     where = f"cached in {path}" if path is not None else "measured in this process"
+    record = _MEMO.get((machine, key)) or _stored(path, machine, key)
     if record is None:
-        record = {**(timer or measure)(shapes), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            data = _read(path)  # another machine key's entries are kept
-            data.setdefault(machine, {})[key] = record
-            write_json_atomic(path, data)
-        where = f"measured now, {where}"
+        with _writer_lock(path):
+            record = _stored(path, machine, key)  # stored by a process that held the lock before us
+            if record is not None:
+                where = f"measured by a concurrent process, {where}"
+            else:
+                mine = {**(timer or measure)(shapes), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                record = _store(path, machine, key, mine) if path is not None else mine
+                where = f"measured now, {where}" if record is mine else f"measured by a concurrent process, {where}"
     _MEMO[(machine, key)] = record
     precision, why = choose(record)
     return precision, f"auto: measured Newton-Schulz on this run's matrices ({key}; {machine}): {why} [{where}]"
+
+
+def _store(path: Path, machine: str, key: str, record: dict[str, Any]) -> dict[str, Any]:
+    """Write ``record`` under (machine, key) unless a record is there already (a writer that did not hold the lock);
+    return the one that stays. Other machines' and shapes' entries are kept; the write is atomic (write, rename)."""
+    data = _read(path)
+    entries = data.get(machine)
+    entries = entries if isinstance(entries, dict) else {}
+    if isinstance(entries.get(key), dict):
+        return entries[key]
+    data[machine] = {**entries, key: record}
+    write_json_atomic(path, data)
+    return record
