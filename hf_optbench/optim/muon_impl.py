@@ -157,9 +157,9 @@ def orthogonalise(updates: list[torch.Tensor], dtype: torch.dtype, ns_coefficien
     """Each update's Newton-Schulz result (in ``dtype``, in the update's own orientation), computed over the stacks
     of :func:`_stacks`; the updates themselves are not touched (each stack is a fresh copy). A stack of one matrix
     (an fp32 chunk of one) runs :func:`newton_schulz` on it: the same arithmetic without the stacking copy, which for
-    a tall matrix is a strided transposing copy. Measured at mini in fp32 (chunks of one for 128 x 384 and
-    128 x 512; benchmarks/bench_muon_step.py under AVX2, before this rule), Muon's optimizer step took 30.1 ms
-    stacked against 29.0 one matrix at a time."""
+    a tall matrix is a strided transposing copy. It does not close the whole gap: at mini in fp32 under AVX2
+    (benchmarks/results/muon_step.md) the batched optimizer step is still about 7 % slower than one matrix at a
+    time, a difference this rule leaves unexplained."""
     out: list[torch.Tensor] = list(updates)
     for idx in _stacks(updates, dtype):
         if len(idx) == 1:
