@@ -145,6 +145,14 @@ def _free_bytes(path: str) -> tuple[int, str]:
     return shutil.disk_usage(where).free, where
 
 
+def could_be_cached(cache_root: str, splits: Mapping[str, tuple[int, str]], block_size: int) -> bool:
+    """Whether an entry of ``splits`` fits on the whole filesystem that holds ``cache_root`` at all (one copy of
+    :data:`CACHE_BYTES_PER_TOKEN` bytes a token against its total size). An entry that does not cannot be in the
+    cache already, whatever it would be keyed by (for a text source, the tokenizer's fingerprint)."""
+    once = CACHE_BYTES_PER_TOKEN * block_size * sum(n for n, _ in splits.values())
+    return once <= shutil.disk_usage(_free_bytes(cache_root)[1]).total
+
+
 def check_cache_room(cache_root: str, splits: Mapping[str, tuple[int, str]], block_size: int) -> None:
     """OptBenchError when a data cache entry of ``splits`` ({split: (blocks, the setting that sizes it)}, the part
     known before the data is read) cannot be written under ``cache_root``: :data:`CACHE_COPIES` copies of

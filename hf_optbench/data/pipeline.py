@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hf_optbench.config.bounds import check_cache_room
+from hf_optbench.config.bounds import check_cache_room, could_be_cached
 from hf_optbench.config.data_args import DataArguments
 from hf_optbench.data import tokenizers
 from hf_optbench.data.cache import (
@@ -269,11 +269,7 @@ def _prepare(data_args: DataArguments, *, n_positions: int) -> DatasetBundle:
     cached, damaged = lookup(final, data_args.overwrite_data_cache)
     if cached is None:  # to be built: the splits whose sizes the settings give must fit on the cache's disk
         make_cache_root(cache_root, from_env=not data_args.data_cache_dir, build=True)  # and it must be writable
-        bs = data_args.block_size
-        known = {"training": ((data_args.max_train_tokens or 0) // bs, "max_train_tokens"),
-                 "validation": (data_args.validation_blocks or 0, "validation_blocks"),
-                 "tuning": (data_args.tuning_blocks, "tuning_blocks")}
-        check_cache_room(cache_root, known, bs)
+        check_cache_room(cache_root, text_splits(data_args), data_args.block_size)
     if cached is not None:
         if cached[1].get("vocab_size") != vocab_size:
             raise OptBenchError(
@@ -444,6 +440,25 @@ def _check_synthetic_room(data_args: DataArguments, cache_root: str, entry: Synt
                                   "validation": (entry.n_eval, "validation_blocks" if data_args.validation_blocks else
                                                  "synthetic_num_tokens (validation_fraction of it)"),
                                   "tuning": (data_args.tuning_blocks, "tuning_blocks")}, data_args.block_size)
+
+
+def text_splits(data_args: DataArguments) -> dict[str, tuple[int, str]]:
+    """A text source's splits whose sizes the settings give, {split: (blocks, the setting)}, for the room checks."""
+    bs = data_args.block_size
+    return {"training": ((data_args.max_train_tokens or 0) // bs, "max_train_tokens"),
+            "validation": (data_args.validation_blocks or 0, "validation_blocks"),
+            "tuning": (data_args.tuning_blocks, "tuning_blocks")}
+
+
+def check_text_room(data_args: DataArguments) -> None:
+    """Before the tokenizer is loaded (run.preflight, so ``validate --full`` too): a text source whose settings ask
+    for an entry larger than the cache's whole disk (``--max_train_tokens 10000000000000``) is refused in the words
+    the build uses. Such an entry cannot be cached already, so the tokenizer's fingerprint, which keys the lookup,
+    is not needed to know that it would have to be built. An entry that could be there is left to the run."""
+    splits = text_splits(data_args)
+    cache_root = data_args.resolved_cache_dir()
+    if not could_be_cached(cache_root, splits, data_args.block_size):
+        check_cache_room(cache_root, splits, data_args.block_size)
 
 
 def check_synthetic_room(data_args: DataArguments) -> None:

@@ -113,18 +113,18 @@ def typed_settings(argv: list[str], recipe: dict[str, Any] | None) -> tuple[dict
 
 def check_typed_settings(values: dict[str, Any], explicit: set[str], out: Path | None) -> None:
     """The refusals parse_args makes from these values with no model, data or torch, through its own code and in
-    its order: DataArguments' own checks (and, for the synthetic source, an entry the cache's disk cannot hold), a
-    non-finite rate, a local init_from that is no model, a negative rate,
+    its order: DataArguments' own checks (and an entry the cache's disk cannot hold: for a text source, one larger
+    than the whole disk, which cannot be cached already), a non-finite rate, a local init_from that is no model, a negative rate,
     and an explicit output_dir whose contents a run may not write over (another tool's checkpoint, a finished
     run...: ``config.parse.check_run_dir``)."""
     source = values.get("data_source")
     if source in DATA_SOURCES and source != "local":  # local needs data_files, left to parse_args
         fields = {f.name for f in dataclasses.fields(DataArguments)}
         data_args = DataArguments(**{k: v for k, v in values.items() if k in fields})
-        if source == "synthetic":  # an entry too large for the cache's disk: refused from the settings alone
-            from hf_optbench.data.pipeline import check_synthetic_room
+        from hf_optbench.data.pipeline import check_synthetic_room, check_text_room
 
-            check_synthetic_room(data_args)
+        # an entry too large for the cache's disk: refused from the settings alone
+        (check_synthetic_room if source == "synthetic" else check_text_room)(data_args)
     rates = [k for k in RATE_KEYS if k in explicit and k in values]
     for key in rates:
         check_finite_value(key, values[key])
