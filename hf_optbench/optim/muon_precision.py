@@ -51,10 +51,9 @@ TIMING_VERSION = 2
 ACCURACY_LIMIT = 0.05
 REPEATS = 5
 # bf16 is taken only when its pass is at least this fraction faster than fp32's; a nearer race keeps fp32 (the
-# reference, and the more exact). At tiny the order of the two is not stable on this machine: in two interleaved runs
-# of benchmarks/bench_muon_step.py bf16's pass was 1.95 ms against fp32's 2.08, then 2.10 against 2.02, and the
-# training step with bf16 9.03 ms against 8.30, then 9.23 against 9.75; at mini bf16's pass took half fp32's time
-# (13.99 against 26.83 ms, benchmarks/results/muon_step.md), far outside that margin.
+# reference, and the more exact). At tiny the two passes are within a few % and their order flips from one run of
+# benchmarks/bench_muon_step.py to the next (benchmarks/results/muon_step.md: bf16 2.10 ms against fp32's 2.02); at
+# mini bf16's pass takes about half fp32's time (13.99 against 26.83 ms there), far outside that margin.
 MARGIN = 0.10
 # bf16 is not timed further when its last warm-up pass (where bf16 is native, the second: the first builds oneDNN's
 # kernels; where emulated, the only one) took this many times fp32's: emulated bf16's pass measured 15-19x fp32's
