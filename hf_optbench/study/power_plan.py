@@ -13,6 +13,7 @@ holds the arithmetic; tests/measure/test_primary.py checks it by simulating the 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,21 @@ def point_sd_from(source: str | Path) -> tuple[float, int]:
         raise OptBenchError(f"--power_from '{source}': no cell with two or more measured speedups to estimate the "
                             "spread from. Pass a sweep with an AdamW ladder and at least two seeds.")
     return pooled
+
+
+def data_design(cells: Iterable[tuple[str, float]]) -> tuple[tuple[float, ...], int]:
+    """(the data ratios the plan is for, how many ratios two sizes or more share) from a sweep's (size,
+    tokens/param) cells. Each size has its own ratios (a sweep may leave cells out): the plan is for the size whose
+    ratios span least (then the fewest), the hardest on which to see a trend; a ratio two sizes share is one cell
+    of the size axis per optimizer."""
+    by_size: dict[str, set[float]] = {}
+    for size, ratio in cells:
+        by_size.setdefault(size, set()).add(float(ratio))
+    if not by_size:
+        return (), 0
+    ratios = tuple(sorted(min(by_size.values(), key=lambda rs: (max(rs) / min(rs), len(rs)))))
+    shared = sum(1 for x in set().union(*by_size.values()) if sum(x in rs for rs in by_size.values()) > 1)
+    return ratios, shared
 
 
 def plan_power(ratios: tuple[float, ...], optimizers: int, sizes: int, seeds: int, source: str | Path,

@@ -145,18 +145,12 @@ def _dry_run(spec: SweepSpec, out_stream: Any, power: tuple[float | None, str | 
     print(f"[sweep] {predictor.describe()}", file=out_stream)
     target, source = power
     if source is not None:
-        from hf_optbench.study.power_plan import plan_power
+        from hf_optbench.study.power_plan import data_design, plan_power
 
-        # each size's own ratios (a sweep may leave cells out): the plan is for the size whose ratios span least
-        by_size: dict[str, set[float]] = {}
-        for r in spec.runs:
-            if r.budget_tpp is not None:
-                by_size.setdefault(r.model_size, set()).add(float(r.budget_tpp))
-        ratios = tuple(sorted(min(by_size.values(), key=lambda rs: (max(rs) / min(rs), len(rs))))) if by_size else ()
+        ratios, shared = data_design((r.model_size, r.budget_tpp) for r in spec.runs if r.budget_tpp is not None)
         optimizers = len({r.optimizer for r in spec.runs} - {BASELINE})
         sizes = len({r.model_size for r in spec.runs})
-        shared = [x for x in set().union(*by_size.values()) if sum(x in rs for rs in by_size.values()) > 1]
-        size_cells = optimizers * len(shared) if spec.report.is_primary("speedup", "size") else 0
+        size_cells = optimizers * shared if spec.report.is_primary("speedup", "size") else 0
         seeds = len({r.seed for r in spec.runs if r.budget_multiple in (None, 1, 1.0)})
         plan = plan_power(ratios, optimizers, sizes, seeds, source, target, size_cells)
         print(f"[sweep] {plan.describe()}", file=out_stream)

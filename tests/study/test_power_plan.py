@@ -12,7 +12,7 @@ import yaml
 
 from hf_optbench.errors import OptBenchError
 from hf_optbench.measure.primary import Question, ReportSpec, seeds_for_trend, slope_sd, trend_mde
-from hf_optbench.study.power_plan import plan_power, point_sd_from
+from hf_optbench.study.power_plan import data_design, plan_power, point_sd_from
 from hf_optbench.study.sweep_manifest import manifest
 from hf_optbench.study.sweep_spec import load_sweep
 
@@ -88,3 +88,13 @@ def test_the_plan_flags_are_refused_in_one_line_where_they_mean_nothing(tmp_path
     done = subprocess.run([str(hf_optbench_command()), "sweep", str(_sweep(tmp_path)), *flags],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_design_is_the_size_whose_ratios_span_least_and_counts_the_shared_ratios() -> None:
+    """Each size's own ratios: the plan is for the narrower span (then the fewer ratios); a ratio two sizes share
+    counts once, as one size-axis cell per optimizer."""
+    cells = [("tiny", 1.0), ("tiny", 2.0), ("tiny", 4.0), ("mini", 1.0), ("mini", 2.0), ("mini", 4.0), ("mini", 8.0),
+             ("tiny", 1.0)]
+    assert data_design(cells) == ((1.0, 2.0, 4.0), 3)
+    assert data_design([("a", 1.0), ("a", 4.0), ("b", 1.0), ("b", 2.0), ("b", 4.0)]) == ((1.0, 4.0), 2)
+    assert data_design([]) == ((), 0)
