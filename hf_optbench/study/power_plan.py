@@ -41,9 +41,10 @@ class PowerPlan:
 
     def describe(self) -> str:
         span = math.log10(max(self.ratios)) - math.log10(min(self.ratios))
+        decades = f"{span:.2g}"  # as printed: 24 over 2.4 is 1.0000000000000002 decades in floats
         text = (f"power along data: ln(speedup) varies by sd {self.point_sd:.3g} between seeds (pooled over "
                 f"{self.cells} cells of {self.source}); over {', '.join(f'{r:g}' for r in self.ratios)} tokens/param "
-                f"({span:.2g} decade{'' if span == 1 else 's'}, trend threshold ±{self.threshold:.3g}) and "
+                f"({decades} decade{'' if decades == '1' else 's'}, trend threshold ±{self.threshold:.3g}) and "
                 f"{self.primary_cells} primary cells "
                 f"(planned at Bonferroni's level {ALPHA / self.primary_cells:.2g}), {self.seeds} seeds detect a trend of "
                 f"±{self.mde:.3g} ln/decade with 80 % power")

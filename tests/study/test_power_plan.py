@@ -73,6 +73,8 @@ def test_the_plan_reads_the_seed_spread_and_gives_the_fewest_seeds(tmp_path: Pat
     assert data_only.primary_cells == 5 * 2 and data_only.seeds_needed <= plan.seeds_needed
     assert data_only.mde == pytest.approx(trend_mde(spread, 5, 0.05 / 10 / 2, plan.threshold))
     assert "(1 decade, trend threshold" in data_only.describe()
+    # 24 over 2.4 is 1.0000000000000002 decades in floats: still one decade as printed
+    assert "(1 decade, trend threshold" in plan_power((2.4, 7.6, 24.0), 5, 2, 5, summary, 0.25).describe()
     with pytest.raises(OptBenchError, match="at least two data ratios"):
         plan_power((1.0,), 5, 2, 5, summary, 0.25)
     with pytest.raises(OptBenchError, match="no summary.csv there"):
