@@ -278,7 +278,8 @@ def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: l
     (:mod:`hf_optbench.run.eval_metrics`), our callbacks before the report_to integrations (``attach_callbacks``:
     they then receive the optbench/ figures, and the recorder attaches the ``hf_optbench`` tracker section after
     them); no per-step printers; what a step need not pay (:mod:`hf_optbench.run.step_cost`: the training logits'
-    fp32 copy, the FLOP count's walk over the modules, a wait for each batch's copy to the GPU)."""
+    fp32 copy, the FLOP count's walk over the modules, a wait for each batch's copy to the GPU, accelerate's package
+    lookup at each optimizer step)."""
     import torch
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -287,7 +288,7 @@ def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: l
     from hf_optbench.data.block_view import block_view, ready_batches
     from hf_optbench.measure.recorder import attach_callbacks
     from hf_optbench.run.eval_metrics import eval_metric_kwargs
-    from hf_optbench.run.step_cost import drop_training_logits, flops_once
+    from hf_optbench.run.step_cost import drop_training_logits, flops_once, package_lookup_once
     from hf_optbench.run.trainer import trainer_optimizer
 
     has_eval = prepared.eval_dataset is not None and len(prepared.eval_dataset) > 0
@@ -310,6 +311,7 @@ def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: l
         **(eval_metric_kwargs() if has_eval else {}),
     )
     flops_once(trainer)  # total_flos without a walk over every module per micro-batch
+    package_lookup_once()  # accelerate's optimizer step without an importlib lookup twice per step
     trainer.remove_callback(PrinterCallback)  # replaced by ConsoleProgress
     trainer.remove_callback(ProgressCallback)
     if args.disable_tqdm:

@@ -111,3 +111,37 @@ def test_start_up_objects_are_out_of_the_collectors_reach_while_training_only() 
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_accelerate_asks_importlib_once_per_process_not_twice_per_step(monkeypatch) -> None:
+    """The wrapped optimizer step asks for lomo_optim through importlib on the first step only, with the same
+    answer; a second call changes nothing."""
+    import importlib.util
+
+    import accelerate.optimizer as accelerated_optimizer
+
+    from hf_optbench.run.step_cost import package_lookup_once
+
+    original = accelerated_optimizer.is_lomo_available
+    monkeypatch.setattr(accelerated_optimizer, "is_lomo_available", original)  # put back after the test
+    asked: list[str] = []
+    find_spec = importlib.util.find_spec
+
+    def counting_find_spec(name: str, *args, **kwargs):
+        asked.append(name)
+        return find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", counting_find_spec)
+    param = torch.nn.Parameter(torch.zeros(2))
+    param.grad = torch.ones(2)
+    optimizer = Accelerator(cpu=True).prepare(torch.optim.SGD([param], lr=0.5))
+    asked.clear()  # prepare asks once too
+    optimizer.step()
+    assert asked.count("lomo_optim") == 2  # accelerate as it is: two asks per step
+    expected = original()
+    assert package_lookup_once() is True and package_lookup_once() is False
+    asked.clear()
+    for _ in range(5):
+        optimizer.step()
+    assert asked.count("lomo_optim") == 1 and accelerated_optimizer.is_lomo_available() == expected
+    assert param.detach().tolist() == [-3.0, -3.0]  # six steps of 0.5 x 1.0: the steps still ran
