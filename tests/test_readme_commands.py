@@ -50,6 +50,7 @@ class ReadmeCommand:
     command: str
     expected_rc: int = 0
     skip: str | None = None
+    covered_by: str | None = None  # a test that runs this very line as written and checks more of it
 
 
 def split_comment(line: str) -> tuple[str, str]:
@@ -139,6 +140,8 @@ def run_command(cmd: ReadmeCommand, workdir: Path, timeout: float = COMMAND_TIME
     """Run one README command in ``workdir``; skip a GPU one; fail with the command and its output's tail."""
     if cmd.skip:
         pytest.skip(cmd.skip)
+    if cmd.covered_by:
+        pytest.skip(f"run as written by {cmd.covered_by}")
     try:
         proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd.command], cwd=workdir, env=command_env(workdir),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
@@ -156,16 +159,21 @@ def run_command(cmd: ReadmeCommand, workdir: Path, timeout: float = COMMAND_TIME
                     pytrace=False)
 
 
+# Rows another test runs word for word (and then checks more of): run once per suite, there.
+COVERED_BY = {"cpu_ddp2.yaml": "tests/test_distributed.py::test_the_readme_two_process_command_runs_as_written"}
+
+
 def accelerate_commands(text: str) -> list[ReadmeCommand]:
     """The launch command of every row of accelerate_configs/README.md's table, in its order; a row whose hardware
-    is not the CPU is skipped here (it needs its GPUs)."""
+    is not the CPU is skipped here (it needs its GPUs), and so is a row of :data:`COVERED_BY`."""
     commands = []
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 5 and cells[0].startswith("`") and cells[0].endswith(".yaml`"):
             command = cells[4].split("`")[1]  # the code span; a trailing "(on every node)" is prose
             skip = None if cells[1].startswith("CPU") else f"needs a GPU ({cells[1]}, accelerate_configs/README.md)"
-            commands.append(ReadmeCommand(f"accelerate_configs {cells[0].strip('`')}", command, 0, skip))
+            commands.append(ReadmeCommand(f"accelerate_configs {cells[0].strip('`')}", command, 0, skip,
+                                          COVERED_BY.get(cells[0].strip("`"))))
     return commands
 
 
@@ -265,6 +273,17 @@ def test_readme_has_commands_in_both_sections():
 @pytest.fixture(scope="module")
 def readme_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return fresh_workdir(tmp_path_factory.mktemp("readme") / "work")
+
+
+def test_a_row_run_elsewhere_is_run_there_as_written():
+    """The test a row is left to reads that row from accelerate_configs/README.md and launches its words."""
+    for config, node in COVERED_BY.items():
+        path, name = node.split("::")
+        source = (REPO / path).read_text(encoding="utf-8")
+        body = source.split(f"def {name}(", 1)[1].split("\ndef ", 1)[0]
+        assert f'_readme_command("{config}")' in body and "subprocess.run(cmd" in body, node
+    assert [c.section for c in ACCELERATE_COMMANDS if c.covered_by] == [
+        f"accelerate_configs {c}" for c in COVERED_BY]
 
 
 def test_accelerate_readme_has_cpu_commands_with_their_own_output_dirs():

@@ -322,6 +322,7 @@ def test_real_sweep_with_accelerate_and_report(tmp_path: Path) -> None:
         "overrides": {"max_steps": 6, "eval_steps": 3, "block_size": 32},
         "matrix": {"optimizer": ["adamw", "lion"], "model_size": ["tiny"], "seed": [0]},
         "launcher": {"type": "accelerate", "accelerate_config": str(REPO / "accelerate_configs/cpu.yaml")},
+        "calibration": False,  # the step-time calibration has tests of its own (tests/study/test_calibration.py)
     }
     path = tmp_path / "real.yaml"
     path.write_text(yaml.safe_dump(sweep))
