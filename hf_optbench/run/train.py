@@ -277,9 +277,8 @@ def _build_trainer(plan: RunPlan, prepared: Prepared, built: Built, callbacks: l
     schedule's transformers type: the Trainer builds the schedule once, also under DeepSpeed), eval accuracy
     (:mod:`hf_optbench.run.eval_metrics`), our callbacks before the report_to integrations (``attach_callbacks``:
     they then receive the optbench/ figures, and the recorder attaches the ``hf_optbench`` tracker section after
-    them); no per-step printers; what a step need not pay (:mod:`hf_optbench.run.step_cost`: the training logits'
-    fp32 copy, the FLOP count's walk over the modules, a wait for each batch's copy to the GPU, accelerate's package
-    lookup at each optimizer step)."""
+    them); no per-step printers; what a step need not pay (:mod:`hf_optbench.run.step_cost`: logits' fp32 copy,
+    the FLOP count's module walk, a wait for each batch's copy to the GPU, accelerate's per-step package lookup)."""
     import torch
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
