@@ -236,7 +236,7 @@ def measured_choice(shapes: list[tuple[int, int]], cache_dir: str | os.PathLike[
     same choice. ``why`` names both timings, the accuracy check and where the measurement lives."""
     machine, key = machine_key(), shapes_key(shapes)
     path = Path(cache_dir) / CACHE_FILE if cache_dir is not None else None
-    where = f"cached in {path}" if path is not None else "measured in this process"
+    where = f"cached in {path}" if path is not None else "kept in this process"
     record = _MEMO.get((machine, key)) or _stored(path, machine, key)
     if record is None:
         with _writer_lock(path):

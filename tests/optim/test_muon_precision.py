@@ -74,7 +74,9 @@ def test_measured_once_per_machine_and_shapes_then_read_from_the_cache(tmp_path,
     measured_choice(tiny, tmp_path, timer=lambda s: {"bf16_ms": 30.0, "fp32_ms": 2.0, "bf16_error": 0.01})
     data = json.loads((tmp_path / "ns_precision.json").read_text())
     assert len(data) == 2 and machine in data  # the other machine's entries are kept
-    assert measured_choice(tiny, None, timer=timer)[1].endswith("[measured in this process]")
+    assert measured_choice(tiny, None, timer=timer)[1].endswith("[kept in this process]")
+    muon_precision._MEMO.clear()
+    assert measured_choice(tiny, None, timer=timer)[1].endswith("[measured now, kept in this process]")
 
 
 def _timer(bf16_ms: float, fp32_ms: float, calls: list[str], error: float = 0.01, wait: float = 0.0):
