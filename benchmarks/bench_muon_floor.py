@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_muon_step import ENVS, TARGET, _args, lscpu_model, optimizer_step_times  # noqa: E402
+from bench_muon_step import ENVS, TARGET, _args, lscpu_model, optimizer_step_times, run_in_env  # noqa: E402
 from bench_ns_precision import ROOT  # noqa: E402
 
 NS_STEPS = 5  # Muon's default (KellerJordan/Muon README, the registry's cited value)
@@ -98,9 +96,8 @@ def child(sizes: list[str], rounds: int, steps: int, warmup: int) -> dict[str, A
                 for opt in (("adamw", "muon") if r % 2 == 0 else ("muon", "adamw")):
                     case = build_case(entries[opt], Path("/nonexistent/bench-muon-floor"))
                     kept[opt].append(statistics.median(time_steps(case, warmup + steps)[warmup:]))
-                    precision = case.ns_precision if opt == "muon" else None
                     if opt == "muon":
-                        out["sizes"].setdefault(size, {})["muon_ns_precision"] = precision
+                        out["sizes"].setdefault(size, {})["muon_ns_precision"] = case.ns_precision
                     del case
                     gc.collect()
             alone = optimizer_step_times(entries["adamw"], steps, warmup)[0]
@@ -173,13 +170,9 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 
 def _run_env(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    env = {**os.environ, **ENVS[name], "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, __file__, "--child", "--sizes", *args.sizes, "--rounds", str(args.rounds), "--steps",
-           str(args.steps), "--warmup", str(args.warmup)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"{name}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
-    return {"env": name, "variables": ENVS[name], **json.loads(proc.stdout.strip().splitlines()[-1])}
+    child = ["--child", "--sizes", *args.sizes, "--rounds", str(args.rounds), "--steps", str(args.steps),
+             "--warmup", str(args.warmup)]
+    return {"env": name, "variables": ENVS[name], **run_in_env(__file__, name, child)}
 
 
 def main(argv: list[str] | None = None) -> int:

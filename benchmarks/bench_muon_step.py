@@ -150,14 +150,24 @@ def child(sizes: list[str], rounds: int, steps: int, warmup: int, clock: str = "
             "rows": rows}
 
 
-def _run_env(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    env = {**os.environ, **ENVS[name], "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, __file__, "--child", "--sizes", *args.sizes, "--rounds", str(args.rounds), "--steps",
-           str(args.steps), "--warmup", str(args.warmup), "--clock", args.clock]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+def run_in_env(script: str, env: str, child_args: list[str], pythonpath: str | None = None) -> dict[str, Any]:
+    """``python SCRIPT CHILD_ARGS`` in environment ``env`` of :data:`ENVS` (one OpenMP thread; ``pythonpath``: the
+    package it imports, else this process's): the JSON its last line of output prints. The variables must be set
+    before torch loads, hence a child per environment (also bench_study_step.py's and bench_muon_floor.py's)."""
+    environ = {**os.environ, **ENVS[env], "OMP_NUM_THREADS": "1"}
+    if pythonpath is not None:
+        environ["PYTHONPATH"] = pythonpath
+    proc = subprocess.run([sys.executable, script, *child_args], env=environ, capture_output=True, text=True,
+                          check=False)
     if proc.returncode != 0:
-        raise SystemExit(f"{name}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
-    return {"env": name, "variables": ENVS[name], **json.loads(proc.stdout.strip().splitlines()[-1])}
+        raise SystemExit(f"{env}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _run_env(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    child = ["--child", "--sizes", *args.sizes, "--rounds", str(args.rounds), "--steps", str(args.steps),
+             "--warmup", str(args.warmup), "--clock", args.clock]
+    return {"env": name, "variables": ENVS[name], **run_in_env(__file__, name, child)}
 
 
 def _ratio(row: dict[str, Any], base: dict[str, Any], key: str) -> str:

@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -54,7 +53,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_muon_step import ENVS, optimizer_step_times  # noqa: E402
+from bench_muon_step import ENVS, optimizer_step_times, run_in_env  # noqa: E402
 from bench_ns_precision import ROOT, demo_cell  # noqa: E402
 
 STUDY = ("adamw", "muon", "lion", "adafactor", "soap", "schedule_free_adamw")  # recipes/sweeps/cpu_study.yaml's
@@ -191,16 +190,10 @@ def child(env: str, optimizers: list[str], sizes: list[str], rounds: int, steps:
 def _run_env(env: str, args: argparse.Namespace, *, rounds: int | None = None, offset: int = 0,
              pythonpath: str | None = None) -> dict[str, Any]:
     """One child in ``env`` (``pythonpath``: the package it imports, else this process's)."""
-    environ = {**os.environ, **ENVS[env], "OMP_NUM_THREADS": "1"}
-    if pythonpath is not None:
-        environ["PYTHONPATH"] = pythonpath
-    cmd = [sys.executable, __file__, "--child", env, "--optimizers", *args.optimizers, "--sizes", *args.sizes,
-           "--rounds", str(rounds or args.rounds), "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--clock", args.clock, "--offset", str(offset)]
-    proc = subprocess.run(cmd, env=environ, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"{env}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    child = ["--child", env, "--optimizers", *args.optimizers, "--sizes", *args.sizes, "--rounds",
+             str(rounds or args.rounds), "--steps", str(args.steps), "--warmup", str(args.warmup), "--clock",
+             args.clock, "--offset", str(offset)]
+    return run_in_env(__file__, env, child, pythonpath)
 
 
 def merge(children: list[dict[str, Any]]) -> dict[str, Any]:

@@ -192,13 +192,16 @@ def _read(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _entry(data: Mapping[str, Any], machine: str, key: str) -> dict[str, Any] | None:
+    """The record for this machine and shapes in a cache file's contents, if it holds one."""
+    entries = data.get(machine)
+    record = entries.get(key) if isinstance(entries, dict) else None
+    return record if isinstance(record, dict) else None
+
+
 def _stored(path: Path | None, machine: str, key: str) -> dict[str, Any] | None:
     """The cache file's record for this machine and shapes, if one is stored."""
-    if path is None:
-        return None
-    record = _read(path).get(machine, {})
-    record = record.get(key) if isinstance(record, dict) else None
-    return record if isinstance(record, dict) else None
+    return _entry(_read(path), machine, key) if path is not None else None
 
 
 @contextmanager
@@ -256,10 +259,10 @@ def _store(path: Path, machine: str, key: str, record: dict[str, Any]) -> dict[s
     """Write ``record`` under (machine, key) unless a record is there already (a writer that did not hold the lock);
     return the one that stays. Other machines' and shapes' entries are kept; the write is atomic (write, rename)."""
     data = _read(path)
+    stored = _entry(data, machine, key)
+    if stored is not None:
+        return stored
     entries = data.get(machine)
-    entries = entries if isinstance(entries, dict) else {}
-    if isinstance(entries.get(key), dict):
-        return entries[key]
-    data[machine] = {**entries, key: record}
+    data[machine] = {**(entries if isinstance(entries, dict) else {}), key: record}
     write_json_atomic(path, data)
     return record
