@@ -41,7 +41,13 @@ demo: setup
 	@echo "report: $(DEMO_DIR)/report/report.md (and report.html, summary.csv, *.png)"
 	@echo "tuned values: $(DEMO_DIR)/tuned_hparams__tpp*.yaml (one file per data ratio); data cache: $${HF_OPTBENCH_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/hf_optbench}/data"
 
+# The package's bytecode is written first (compileall: only files changed since the last time): the suite starts
+# about a hundred Python processes (runs, sweeps, launches), and where PYTHONDONTWRITEBYTECODE is set none of them
+# would keep its compilation of hf_optbench, each paying it again at start.
+COMPILE := $(BIN)/python -m compileall -q -j 0 hf_optbench > /dev/null
+
 test: setup
+	$(COMPILE)
 	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # The inner loop: the suite without the tests marked slow or distributed (in their files, or in tests/conftest.py's
@@ -49,6 +55,7 @@ test: setup
 # pushes, the statistical error-rate checks, benchmark scripts and bad inputs run as processes). `make test` and CI
 # (.ci/run) run them all.
 test-fast: setup
+	$(COMPILE)
 	$(BIN)/python -m pytest -q $(XDIST) -m "not slow and not distributed" $(PYTEST_ARGS)
 
 bench: setup

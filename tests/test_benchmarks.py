@@ -382,12 +382,16 @@ def test_bench_compile_break_even_and_reproducibility_from_constructed_runs():
 
 
 @pytest.mark.slow
-def test_bench_study_step_measures_every_row_and_sets_an_older_run_beside_it(tmp_path):
+def test_bench_study_step_measures_every_row_and_sets_an_older_run_beside_it(tmp_path, monkeypatch):
     """Every row against AdamW's at its size, Muon as auto resolves it and with each precision forced, the AVX2
     environment with AdamW and Muon only; a --json run of another checkout is set beside this one's (here the same
-    package twice: the table's shape, not a timing)."""
+    package twice: the table's shape, not a timing, so the native child's measurements serve both runs)."""
     import bench_study_step
 
+    children: dict[str, dict] = {}
+    measure_env = bench_study_step._run_env
+    monkeypatch.setattr(bench_study_step, "_run_env",
+                        lambda env, args, **kw: children.get(env) or children.setdefault(env, measure_env(env, args, **kw)))
     common = ["--sizes", "tiny", "--rounds", "1", "--steps", "2", "--warmup", "1", "--optimizers", "adamw", "muon",
               "soap"]
     assert bench_study_step.main([*common, "--envs", "native", "--json", str(tmp_path / "before.json")]) == 0

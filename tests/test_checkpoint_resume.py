@@ -24,6 +24,7 @@ import pytest
 from hf_optbench.config.parse import ResumeRequest
 
 from fixtures.installed import hf_optbench_command
+from fixtures.warm_run import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "recipes/quickstart_cpu.yaml"
@@ -48,7 +49,7 @@ def _cmd(out: Path, *extra: str) -> list[str]:
 
 
 def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run(_cmd(out, *extra), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    proc = run_python(_cmd(out, *extra), cwd=ROOT, env=_env())
     assert proc.returncode == 0, proc.stderr[-5000:]
     return proc
 
@@ -82,25 +83,25 @@ def _kill_between_checkpoints(out: Path) -> tuple[int, int, int]:
     """Start a run and SIGKILL it once a checkpoint is complete AND metrics.jsonl already holds steps after it
     (rows the resumed run must replace, not repeat). The process is frozen (SIGSTOP) while the condition is
     checked, so the state inspected is the state killed. Returns (last complete checkpoint, last row step, pid)."""
-    proc = subprocess.Popen(_cmd(out), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert proc.poll() is None, "the run ended before it was killed: " + proc.stderr.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "no checkpoint within 300 s"
-            if _last_complete_checkpoint(out) >= SAVE_EVERY and _last_row_step(out) > _last_complete_checkpoint(out):
-                proc.send_signal(signal.SIGSTOP)
-                checkpoint, row = _last_complete_checkpoint(out), _last_row_step(out)
-                if row > checkpoint:
-                    proc.send_signal(signal.SIGKILL)
-                    break
-                proc.send_signal(signal.SIGCONT)  # a checkpoint completed in between: wait for the next rows
-            time.sleep(0.01)
-    finally:
-        proc.wait(timeout=60)
-        proc.stderr.close()
+    seen: dict[str, int] = {}
+
+    def look() -> None:
+        if "row" in seen or not (_last_complete_checkpoint(out) >= SAVE_EVERY
+                                 and _last_row_step(out) > _last_complete_checkpoint(out)):
+            return
+        os.kill(seen["pid"], signal.SIGSTOP)
+        checkpoint, row = _last_complete_checkpoint(out), _last_row_step(out)
+        if row > checkpoint:
+            seen.update(checkpoint=checkpoint, row=row)
+            os.kill(seen["pid"], signal.SIGKILL)
+        else:
+            os.kill(seen["pid"], signal.SIGCONT)  # a checkpoint completed in between: wait for the next rows
+
+    proc = run_python(_cmd(out), cwd=ROOT, env=_env(), on_start=lambda pid: seen.update(pid=pid), on_poll=look,
+                      poll_s=0.01)
+    assert "row" in seen, "the run ended before it was killed: " + proc.stderr[-3000:]
     assert proc.returncode == -signal.SIGKILL
-    return checkpoint, row, proc.pid
+    return seen["checkpoint"], seen["row"], seen["pid"]
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +177,7 @@ def test_resume_skips_a_checkpoint_torn_by_the_kill(runs: dict) -> None:
     """`--resume_from_checkpoint true` must pick the last COMPLETE checkpoint (Trainer's get_last_checkpoint
     takes the highest-numbered folder, finished or not)."""
     partial = runs["partial"]
-    proc = subprocess.run(_cmd(partial, "--resume_from_checkpoint", "true"), cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = run_python(_cmd(partial, "--resume_from_checkpoint", "true"), cwd=ROOT, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     full = {r["step"]: r["loss"] for r in _train_rows(runs["full"])}
     resumed = {r["step"]: r["loss"] for r in _train_rows(partial)}
@@ -366,8 +366,7 @@ def test_a_run_stopped_after_its_last_checkpoint_is_not_trained_past_its_end(run
     shutil.copytree(runs["full"], done)
     _stop_before_summary(done)
     rows = (done / "metrics.jsonl").read_bytes()
-    proc = subprocess.run(_cmd(done, "--resume_from_checkpoint", "true"), cwd=ROOT, env=_env(), capture_output=True,
-                          text=True, timeout=300)
+    proc = run_python(_cmd(done, "--resume_from_checkpoint", "true"), cwd=ROOT, env=_env())
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     print(f"rc {proc.returncode}: {' | '.join(lines)}")  # what the user saw (pytest -s)
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
@@ -421,8 +420,7 @@ def test_no_readable_checkpoint_is_exit_2_naming_them(runs: dict, tmp_path: Path
     _stop_before_summary(run)
     for ckpt in run.glob("checkpoint-*"):
         _zero_header(ckpt / "model.safetensors")
-    proc = subprocess.run(_cmd(run, "--resume_from_checkpoint", "true"), cwd=ROOT, env=_env(), capture_output=True,
-                          text=True, timeout=300)
+    proc = run_python(_cmd(run, "--resume_from_checkpoint", "true"), cwd=ROOT, env=_env())
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     print(f"rc {proc.returncode}: {' | '.join(lines)}")  # what the user saw (pytest -s)
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]

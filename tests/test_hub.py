@@ -20,6 +20,7 @@ from hf_optbench.publish import content, hub, redact, stage
 
 from fixtures.hub_run import SUMMARY, fake_run
 from fixtures.installed import hf_optbench_command
+from fixtures.warm_run import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_TOKEN = "hf_" + "Ab3" * 12  # token-shaped, 39 characters, never valid
@@ -588,7 +589,7 @@ def test_real_run_writes_no_token_and_stages_a_loadable_model(tmp_path: Path) ->
            "--max_steps", "3", "--eval_steps", "3", "--block_size", "64", "--per_device_train_batch_size", "4",
            "--per_device_eval_batch_size", "2",
            "--save_strategy", "steps", "--save_steps", "3", "--hub_model_id", "me/tiny-adamw"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_python(cmd, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert FAKE_TOKEN not in proc.stdout + proc.stderr
     assert _files_containing(out, FAKE_TOKEN) == []
@@ -615,7 +616,7 @@ def test_hub_token_on_the_command_line_is_refused_or_never_written(tmp_path: Pat
            "--max_steps", "2", "--eval_steps", "2", "--block_size", "64", "--per_device_train_batch_size", "4",
            "--per_device_eval_batch_size", "2",
            "--save_strategy", "steps", "--save_steps", "2", "--hub_token", FAKE_TOKEN]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_python(cmd, cwd=ROOT, env=env)
     assert FAKE_TOKEN not in proc.stdout + proc.stderr
     if proc.returncode == 2:
         assert "hub_token" in proc.stderr

@@ -23,7 +23,8 @@ a Python thread is running. The sweep does not use it when a GPU is visible (:mo
 Protocol (one JSON object per line). Worker -> sweep: ``{"event": "ready", ...}`` once; per run
 ``{"event": "started", "pid": P}`` (the child waits), then ``{"event": "ended", "returncode": RC, "cpu_s": S}``, or
 ``{"event": "refused", "reason": ...}`` instead of both. Sweep -> worker: the request ``{"target", "argv", "log",
-"env", "cwd"}``; after ``started`` and once the sweep has recorded the pid, ``{"go": true}``. End of the sweep's pipe
+"env", "cwd"}`` (optional: ``"stdout"``, a file for fd 1 apart from the log; ``"environ"``, the child's whole
+environment, ``env`` then added to it); after ``started`` and once the sweep has recorded the pid, ``{"go": true}``. End of the sweep's pipe
 (the sweep ended or was killed) stops the running child's process group and ends the worker.
 """
 
@@ -87,15 +88,17 @@ class Channel:
 
 
 # ------------------------------------------------------------------------------------------------- child side
-def _redirect(log_path: str) -> None:
-    """fd 1 and 2 -> the run's log (append), fd 0 -> /dev/null: the worker's pipes are closed in the child."""
+def _redirect(log_path: str, stdout_path: str | None = None) -> None:
+    """fd 1 and 2 -> the run's log (append), fd 0 -> /dev/null: the worker's pipes are closed in the child. With
+    ``stdout_path``, fd 1 goes there instead (stdout and stderr apart, as a caller of subprocess.run reads them)."""
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    out = os.open(stdout_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if stdout_path else log
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
-    os.dup2(log, 1)
+    os.dup2(out, 1)
     os.dup2(log, 2)
-    os.close(log)
-    os.close(null)
+    for fd in {log, out, null}:
+        os.close(fd)
     for stream in (sys.stdout, sys.stderr):  # PYTHONUNBUFFERED semantics, as the plain subprocess path has
         stream.reconfigure(line_buffering=True, write_through=True)
 
@@ -165,12 +168,15 @@ def child_main(request: dict[str, Any], go_fd: int, torch_threads: int | None) -
         os.setsid()  # own session and process group: the sweep stops the run's tree, a terminal's Ctrl-C does not
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        _redirect(request["log"])
+        _redirect(request["log"], request.get("stdout"))
         go = os.read(go_fd, 1)  # the sweep has recorded this pid (or the worker is gone: end here)
         os.close(go_fd)
         if not go:
             print("warm worker: the sweep did not confirm the start; the run did not begin", file=sys.stderr)
             os._exit(75)
+        if request.get("environ") is not None:  # the whole environment, in place of the worker's
+            os.environ.clear()
+            os.environ.update(request["environ"])
         os.environ.update(request.get("env") or {})
         if os.environ.get(CPUS_ENV):  # the sweep slot's cores (the worker inherited them too: this makes it exact)
             os.sched_setaffinity(0, [int(c) for c in os.environ[CPUS_ENV].split(",")])

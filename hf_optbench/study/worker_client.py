@@ -124,9 +124,12 @@ class WarmWorker:
 
     def execute(self, cmd: list[str], log_path: str, env_extra: dict[str, str], cwd: str,
                 timeout_s: float | None = None, on_start: Callable[[Any], None] | None = None,
-                on_poll: Callable[[], None] | None = None, poll_s: float = 1.0) -> int:
+                on_poll: Callable[[], None] | None = None, poll_s: float = 1.0, *, stdout_path: str | None = None,
+                environ: dict[str, str] | None = None) -> int:
         """Run ``cmd`` (a ``python -m``/``python SCRIPT`` command) in a fresh child of the worker; see
-        :func:`hf_optbench.study.processes.execute`. Raises WorkerUnavailable before anything started."""
+        :func:`hf_optbench.study.processes.execute`. ``stdout_path``: the child's stdout there, its stderr in
+        ``log_path``; ``environ``: its whole environment (``env_extra`` added), in place of the worker's. Raises
+        WorkerUnavailable before anything started."""
         target = fork_target(cmd)
         if target is None or not self.alive:
             raise WorkerUnavailable("the warm worker is gone" if target else f"not a python command: {cmd[:3]}")
@@ -135,7 +138,8 @@ class WarmWorker:
                       f"{self.proc.pid}]\n".encode())
         try:
             self._send({"kind": target[0], "target": target[1], "argv": target[2], "log": log_path,
-                        "env": env_extra, "cwd": cwd})
+                        "env": env_extra, "cwd": cwd, **({"stdout": stdout_path} if stdout_path else {}),
+                        **({"environ": environ} if environ is not None else {})})
             reply = self.chan.recv()
         except EOFError:
             self.close()

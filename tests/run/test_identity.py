@@ -21,6 +21,8 @@ from hf_optbench.run import train as run_mod
 from hf_optbench.run.identity import identity_changes
 from hf_optbench.rundir import IDENTITY_FILE, STAMP_KEY
 
+from fixtures.warm_run import run_python
+
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
 ARGS = ["--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2", "--eval_steps", "4",
@@ -36,7 +38,7 @@ def _env() -> dict[str, str]:
 
 def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "hf_optbench.run", QUICK, "--output_dir", str(out), *ARGS, *extra]
-    return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    return run_python(cmd, cwd=ROOT, env=_env())
 
 
 @pytest.fixture(scope="module")

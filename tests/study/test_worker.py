@@ -149,6 +149,28 @@ def test_child_is_a_fresh_process_with_its_own_log_env_cwd_and_exit_code(tmp_pat
     assert worker.proc.returncode == 0  # the worker survived its children's crashes and ended at close()
 
 
+def test_a_child_can_have_stdout_apart_and_a_whole_environment_of_its_own(tmp_path: Path) -> None:
+    """The optional request fields: ``stdout`` (fd 1 in its own file, stderr in the log) and ``environ`` (the
+    child's whole environment in place of the worker's: a variable the worker has and ``environ`` lacks is unset)."""
+    script = tmp_path / "both.py"
+    script.write_text("import os, sys\nprint('to stdout', os.environ.get('ONLY_WORKER'), os.environ.get('MINE'))\n"
+                      "print('to stderr', os.environ.get('ADDED'), file=sys.stderr)\nsys.exit(4)\n")
+    worker = WarmWorker.start(dict(os.environ, ONLY_WORKER="w"), str(REPO), str(tmp_path / "worker.log"), kill_tree,
+                              command=LIGHT)
+    try:
+        rc = worker.execute([sys.executable, str(script)], str(tmp_path / "err.log"), {"ADDED": "a"}, str(tmp_path),
+                            stdout_path=str(tmp_path / "out.log"), environ={**os.environ, "MINE": "m"})
+        merged = worker.execute([sys.executable, str(script)], str(tmp_path / "merged.log"), {}, str(tmp_path))
+    finally:
+        worker.close()
+    assert rc == 4 and merged == 4
+    assert (tmp_path / "out.log").read_text() == "to stdout None m\n"
+    err = (tmp_path / "err.log").read_text()
+    assert "to stderr a" in err and "to stdout" not in err
+    both = (tmp_path / "merged.log").read_text()  # without them: one log, the worker's environment
+    assert "to stdout w None" in both and "to stderr None" in both
+
+
 BALLAST_WORKER = textwrap.dedent('''
     import json, sys
     ballast = bytearray(512 * 2**20)
@@ -291,7 +313,8 @@ def test_same_seed_same_losses_through_the_worker_and_a_subprocess(tmp_path: Pat
     """The same python-launcher sweep (one tiny run of hf_optbench.run), through the warm worker and, opted out,
     through `python -m hf_optbench.run`: identical losses at every step, both completed."""
     sweep = {"base": str(REPO / "recipes/quickstart_cpu.yaml"),
-             "overrides": {"max_steps": 4, "eval_steps": 2, "block_size": 32, "data_source": "synthetic"},
+             "overrides": {"max_steps": 4, "eval_steps": 2, "block_size": 32, "data_source": "synthetic",
+                           "validation_blocks": 8, "synthetic_num_tokens": 16384},
              "matrix": {"optimizer": ["adamw"], "model_size": ["tiny"], "seed": [3]},
              # one intra-op thread (read by torch at the worker's start): two spin for minutes on a loaded 2-core CPU
              "launcher": {"type": "python", "env": {"OMP_NUM_THREADS": "1"}}, "calibration": False}
