@@ -205,8 +205,7 @@ def test_real_runs_two_at_once_record_the_sharing(tmp_path: Path) -> None:
     path = tmp_path / "real.yaml"
     path.write_text(yaml.safe_dump({
         "base": str(REPO / "recipes/quickstart_cpu.yaml"), "output_dir": str(tmp_path / "real"),
-        "overrides": {"max_steps": 2, "eval_steps": 2, "block_size": 32, "data_source": "synthetic",
-                      "validation_blocks": 8, "synthetic_num_tokens": 16384},
+        "overrides": {"max_steps": 2, "eval_steps": 2, "block_size": 32, "data_source": "synthetic"},
         "matrix": {"optimizer": ["adamw", "lion"], "model_size": ["tiny"], "seed": [0]},
         "launcher": {"type": "python", "jobs": 2, "env": {"OMP_NUM_THREADS": "1"}}, "calibration": False}))
     assert run_sweep(path, stream=io.StringIO()) == {"completed": 2}
