@@ -311,33 +311,34 @@ def test_ctrl_c_or_a_closed_terminal_ends_a_run_in_one_line_marked_interrupted(s
     """Ctrl-C was a KeyboardInterrupt traceback with summary.json 'failed', error null; SIGHUP an exit 129 with no
     word. Both now: one line, summary.json 'interrupted' (error null); the resume it names finishes the run."""
     import signal
-    import time
 
-    from fixtures.installed import hf_optbench_command
+    from fixtures.warm_run import run_python
 
     out = tmp_path / "run"
     env = {**os.environ, "HF_OPTBENCH_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
-    argv = [str(hf_optbench_command()), "run", QUICK, "--output_dir", str(out), "--max_steps", "40", "--save_steps",
-            "2", "--eval_steps", "20", "--write_model_card", "false"]
-    # A terminal's Ctrl-C reaches a process whose SIGINT is at its default. A pytest-xdist worker ignores SIGINT, and
-    # an ignored signal stays ignored across exec (Python then installs no KeyboardInterrupt handler): the run would
-    # never see the signal and finish with exit 0. The child starts with SIGINT at its default, as from a shell.
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.time() + 240
-    while not list(out.glob("checkpoint-*/trainer_state.json")) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-    proc.send_signal(getattr(signal, signum))
-    _, err = proc.communicate(timeout=120)
+    argv = [sys.executable, "-m", "hf_optbench.run", QUICK, "--output_dir", str(out), "--max_steps", "40",
+            "--save_steps", "2", "--eval_steps", "20", "--write_model_card", "false"]
+    # A terminal's Ctrl-C reaches a process whose SIGINT is at its default. A pytest-xdist worker ignores SIGINT (an
+    # ignored signal stays ignored across exec: a run started from it would never see the signal and finish with
+    # exit 0); the warm worker's child starts with SIGINT at its default, as from a shell.
+    sent: dict[str, int] = {}
+
+    def signal_after_the_first_checkpoint() -> None:
+        if "pid" in sent and "signal" not in sent and list(out.glob("checkpoint-*/trainer_state.json")):
+            sent["signal"] = getattr(signal, signum)
+            os.kill(sent["pid"], sent["signal"])
+
+    proc = run_python(argv, cwd=tmp_path, env=env, timeout=240, on_start=lambda pid: sent.update(pid=pid),
+                      on_poll=signal_after_the_first_checkpoint)
+    err = proc.stderr
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("[INFO]", "[hf_optbench]"))]
-    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert "signal" in sent and proc.returncode == 130 and "Traceback" not in err, err[-3000:]
     assert len(lines) == 1 and lines[0].startswith("interrupted at step "), err[-3000:]
     assert "--resume_from_checkpoint true" in lines[0], lines[0]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["error"] is None
     if signum != "SIGINT":  # what a resume reads is the same after either signal: it is run once, after Ctrl-C
         return
-    resumed = subprocess.run(argv[:-4] + ["--resume_from_checkpoint", "true"], capture_output=True, text=True,
-                             env=env, cwd=tmp_path, timeout=600)
+    resumed = run_python(argv[:-4] + ["--resume_from_checkpoint", "true"], cwd=tmp_path, env=env, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
