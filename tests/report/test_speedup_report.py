@@ -128,7 +128,8 @@ def test_a_real_null_sweep_with_budget_and_ladder_claims_nothing(tmp_path: Path)
         "per_optimizer": {"torch.optim.AdamW": {"learning_rate": 0.001,
                                                 "optimizer_kwargs": '{"betas": [0.9, 0.99], "fused": true}'}},
         "budget": {"tokens_per_param": 0.01}, "ladder": {"multiples": [0.5, 1, 2]},
-        "launcher": {"type": "python", "env": {"OMP_NUM_THREADS": "1"}}, "calibration": False,
+        # one run at a time: one warm worker for the whole sweep (two at once start a worker per slot)
+        "launcher": {"type": "python", "jobs": 1, "env": {"OMP_NUM_THREADS": "1"}}, "calibration": False,
     }
     path = tmp_path / "null.yaml"
     path.write_text(yaml.safe_dump(sweep))

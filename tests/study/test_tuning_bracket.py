@@ -355,7 +355,9 @@ def test_the_tiny_model_really_runs_beyond_the_edge(tmp_path: Path) -> None:
                            "data_cache_dir": str(tmp_path / "cache")},
              "matrix": {"optimizer": ["adamw"], "model_size": ["tiny"], "seed": [1]},
              "tune": {"lr_multipliers": [0.001, 0.01, 1], "max_extensions": 1},
-             "launcher": {"type": "python", "env": {"OMP_NUM_THREADS": "1"}}, "calibration": False}
+             # one run at a time: one warm worker for both rounds (two at once would start one per slot, and a
+             # third for the one-run round, pinned differently)
+             "launcher": {"type": "python", "jobs": 1, "env": {"OMP_NUM_THREADS": "1"}}, "calibration": False}
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(sweep))
     log = io.StringIO()
