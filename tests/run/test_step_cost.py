@@ -100,17 +100,21 @@ def test_start_up_objects_are_out_of_the_collectors_reach_while_training_only() 
 
     from hf_optbench.run.step_cost import start_up_heap_frozen
 
-    assert gc.get_freeze_count() == 0
-    with start_up_heap_frozen():
-        assert gc.get_freeze_count() > 0
-    assert gc.get_freeze_count() == 0  # collectable again: in-process callers (tests, notebooks) leak nothing
-    gc.freeze()  # a process that froze its own objects (a forking parent) keeps them frozen
+    suite_frozen = gc.get_freeze_count() > 0  # tests/conftest.py freezes the collected suite: thawed for this test
+    gc.unfreeze()
     try:
+        assert gc.get_freeze_count() == 0
+        with start_up_heap_frozen():
+            assert gc.get_freeze_count() > 0
+        assert gc.get_freeze_count() == 0  # collectable again: in-process callers (tests, notebooks) leak nothing
+        gc.freeze()  # a process that froze its own objects (a forking parent) keeps them frozen
         with start_up_heap_frozen():
             pass
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+        if suite_frozen:
+            gc.freeze()
 
 
 def test_accelerate_asks_importlib_once_per_process_not_twice_per_step(monkeypatch) -> None:

@@ -84,8 +84,13 @@ def test_rounds_go_on_while_a_ratio_is_unstable_up_to_twice_the_first(monkeypatc
                                                                       rounds: int) -> None:
     """A quiet machine is measured over the first rounds only; a noisy one over twice as many, no more, and the file
     says so (measure.step_ratio.more_rounds)."""
+    import gc
+
     monkeypatch.setattr(cal, "build_case", lambda entry, scratch: _Fake(entry))
     monkeypatch.setattr(cal, "time_steps", _noisy(sigma))
+    # measure() collects garbage after each entry of each round (a built model's memory): nothing to free here, and
+    # a full collection of a test process holding the suite's objects took ~0.5-1 s each, 10 s for this test
+    monkeypatch.setattr(gc, "collect", lambda *_: 0)
     said: list[str] = []
     doc = cal.calibrate([_entry("adamw"), _entry("muon")], rounds=3, steps=4, warmup=1, say=said.append)
     assert doc["rounds"] == rounds and (doc["first_rounds"], doc["max_rounds"]) == (3, 6)
