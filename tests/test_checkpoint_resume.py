@@ -334,9 +334,8 @@ def test_resuming_a_finished_run_is_a_no_op_that_says_so(runs: dict, tmp_path: P
     done = tmp_path / "done"
     shutil.copytree(runs["full"], done)
     before = {p.name: p.read_bytes() for p in done.iterdir() if p.is_file()}
-    proc = subprocess.run([str(exe), "run", RECIPE, "--output_dir", str(done), *ARGS, "--resume_from_checkpoint",
-                           "true", "--optimizer", "lion", "--seed", "9"], cwd=ROOT, env=_env(), capture_output=True,
-                          text=True, timeout=300)
+    proc = run_python([sys.executable, str(exe), "run", RECIPE, "--output_dir", str(done), *ARGS,
+                       "--resume_from_checkpoint", "true", "--optimizer", "lion", "--seed", "9"], cwd=ROOT, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = [line for line in proc.stdout.splitlines() if str(done) in line]  # ([INFO] lines: WANDB_MODE's notice)
     assert said == [
@@ -431,8 +430,9 @@ def test_no_readable_checkpoint_is_exit_2_naming_them(runs: dict, tmp_path: Path
 
 # ------------------------------------------------------------------------------- issue 41: nothing lost
 def _installed(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(hf_optbench_command()), "run", RECIPE, "--output_dir", str(out), *ARGS, *extra],
-                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    """``hf-optbench run`` (the installed command's script, run by the warm worker's fork)."""
+    return run_python([sys.executable, str(hf_optbench_command()), "run", RECIPE, "--output_dir", str(out), *ARGS,
+                       *extra], cwd=ROOT, env=_env())
 
 
 def _files(root: Path) -> dict[str, bytes]:

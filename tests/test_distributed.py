@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.warm_run import run_python
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "recipes/quickstart_cpu.yaml"
 STEPS = 6
@@ -216,8 +218,8 @@ def _rerun_as_it_ran(cwd: Path, run_dir: Path, summary: dict) -> None:
     assert header == (f"accelerate launch --config_file accelerate_configs/cpu_ddp2.yaml -m hf_optbench.run "
                       f"{rel}/config.yaml --output_dir NEW_DIR"), header
     assert summary["launch"]["processes"] == 2 and summary["launch"]["config_file"] == "accelerate_configs/cpu_ddp2.yaml"
-    one = subprocess.run([sys.executable, "-m", "hf_optbench.run", f"{rel}/config.yaml", "--output_dir", "runs/one"],
-                         cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120)
+    one = run_python([sys.executable, "-m", "hf_optbench.run", f"{rel}/config.yaml", "--output_dir", "runs/one"],
+                     cwd=cwd, env=_env(), timeout=120)
     assert one.returncode == 2 and one.stderr.count("\n") == 1, one.stderr
     assert "num_processes 2" in one.stderr and "this run has 1" in one.stderr and header.split(" NEW_DIR")[0] in one.stderr
     cmd = header.replace("NEW_DIR", "runs/rerun").split()

@@ -12,6 +12,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from hf_optbench import cli
 from hf_optbench.run import train as run_mod
 
 from fixtures.installed import hf_optbench_command
+from fixtures.warm_run import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
@@ -76,9 +78,10 @@ def _run_limited(out: Path, cache: Path, *extra: str, fsize: int | None = None) 
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
     env = dict(os.environ, HF_OPTBENCH_CACHE=str(cache), HF_HUB_OFFLINE="1")
-    return subprocess.run([str(hf_optbench_command()), "run", QUICK, "--output_dir", str(out), *SAVE_ARGS, *extra],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
-                          preexec_fn=limit if fsize is not None else None)
+    argv = [str(hf_optbench_command()), "run", QUICK, "--output_dir", str(out), *SAVE_ARGS, *extra]
+    if fsize is None:  # no limit to set before the start: the installed command's script in a warm fork
+        return run_python([sys.executable, *argv], cwd=ROOT, env=env)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, preexec_fn=limit)
 
 
 def _error_line(proc: subprocess.CompletedProcess) -> str:

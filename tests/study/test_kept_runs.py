@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from hf_optbench.study.sweep import run_sweep
 from hf_optbench.study.sweep_spec import load_sweep
 
 from fixtures.installed import hf_optbench_command
+from fixtures.warm_run import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "recipes" / "quickstart_cpu.yaml")
@@ -153,8 +155,8 @@ def test_the_issue_scenario_through_the_installed_command(tmp_path: Path) -> Non
         (tmp_path / name).write_text(yaml.safe_dump(spec))
         return tmp_path / name
 
-    def hf(*argv: object) -> subprocess.CompletedProcess:
-        return subprocess.run([str(exe), *map(str, argv)], capture_output=True, text=True, env=env, timeout=600)
+    def hf(*argv: object) -> subprocess.CompletedProcess:  # the installed command's script, in a warm fork
+        return run_python([sys.executable, str(exe), *map(str, argv)], cwd=os.getcwd(), env=env, timeout=600)
 
     assert hf("sweep", sweep_file("v1.yaml", ["adamw"])).returncode == 0
     edited = sweep_file("v2.yaml", ["adamw", "lion"], warmup_steps=2, dropout=0.3)
