@@ -70,7 +70,8 @@ def _row(variant: str, size: str, batch: int, block: int, intervals: list[float]
 
 
 def measure(size: str, batch: int, block: int, steps: int, device: str, bf16: bool, compile_: bool,
-            rounds: int, trace: str | None, logging_steps: int = 10) -> list[dict[str, Any]]:
+            rounds: int, trace: str | None, logging_steps: int = 10,
+            compile_backend: str = "inductor") -> list[dict[str, Any]]:
     from hf_optbench.measure.flops import device_peak_flops, flops_per_token
     from hf_optbench.models import build_config, padded_vocab_size
 
@@ -81,7 +82,8 @@ def measure(size: str, batch: int, block: int, steps: int, device: str, bf16: bo
     # compile and allocator warm-up: the first 3 steps, in whole sync intervals; the timed steps too
     skip = -(-3 // logging_steps) * logging_steps
     steps = -(-steps // logging_steps) * logging_steps
-    kw = {"device": device, "bf16": bf16, "compile_": compile_, "logging_steps": logging_steps}
+    kw = {"device": device, "bf16": bf16, "compile_": compile_, "logging_steps": logging_steps,
+          "compile_backend": compile_backend}
     times: dict[str, list[float]] = {"plain": [], "hf_optbench": []}
     peak_mem: dict[str, float] = {}
     for r in range(rounds):
@@ -102,6 +104,7 @@ def measure(size: str, batch: int, block: int, steps: int, device: str, bf16: bo
     rows = [_row(v, size, batch, block, t, fpt, peak) for v, t in times.items()]
     for row in rows:
         row.update(device=name or device, dtype="bf16" if bf16 else "fp32/tf32", compile=compile_,
+                   compile_backend=compile_backend if compile_ else None,
                    max_allocated_gib=peak_mem.get(row["variant"]))
     rows[1]["ratio_vs_plain"] = round(rows[1]["median_step_s"] / rows[0]["median_step_s"], 4)
     if trace:
@@ -132,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a smoke check of the code path)")
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--compile-backend", default="inductor", choices=["inductor", "aot_eager"],
+                   help="torch.compile's backend (inductor: what a GPU run uses; aot_eager: dynamo and AOT autograd "
+                        "without code generation, the smoke check's on a CPU)")
     p.add_argument("--trace", default=None, help="directory for torch.profiler chrome traces")
     p.add_argument("--logging-steps", type=int, default=10,
                    help="steps between host syncs on both sides (the GPU recipes' logging_steps: 10)")
@@ -155,12 +161,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             rows += measure(size, batch, a.block, a.steps, a.device, bf16, not a.no_compile, a.rounds, a.trace,
-                            a.logging_steps)
+                            a.logging_steps, a.compile_backend)
         except torch.OutOfMemoryError:  # the Trainer's step can need a little more than the searched eager one
             _free()
             print(f"{size}: micro-batch {batch} ran out of memory in the timed runs; measuring at {batch // 2}")
             rows += measure(size, batch // 2, a.block, a.steps, a.device, bf16, not a.no_compile, a.rounds, a.trace,
-                            a.logging_steps)
+                            a.logging_steps, a.compile_backend)
     print(f"torch {torch.__version__}; {rows[0]['device'] if rows else a.device}")
     print("| size | variant | micro-batch x block | median step s | tokens/s | TFLOP/s | MFU | vs plain | "
           "max allocated GiB |")

@@ -76,12 +76,12 @@ def _blocks(batch: int, block: int, vocab: int, steps: int) -> torch.Tensor:
 
 def trainer_steps(
     size: str, batch: int, block: int, vocab: int, steps: int, variant: str, skip: int, *, device: str = "cpu",
-    bf16: bool = False, compile_: bool = False, logging_steps: int = 1, pad: int = 64,
+    bf16: bool = False, compile_: bool = False, logging_steps: int = 1, pad: int = 64, compile_backend: str = "inductor",
 ) -> dict[str, list[float]]:
     """variant: "hf_optbench" (what ``hf-optbench run`` assembles, our callbacks timed), "toggled" (the same with
     our callbacks gated to every other step) or "trainer" (a stock Trainer given the same optimizer and schedule,
     no callback of ours). Returns step times (``run_path.per_step``, the first ``skip`` steps dropped) and our
-    callbacks' own time per step. ``bf16``/``compile_``: what a GPU recipe sets."""
+    callbacks' own time per step. ``bf16``/``compile_``: what a GPU recipe sets (``compile_backend``: torch.compile's)."""
     try:
         from hf_optbench.run.step_cost import start_up_heap_frozen
     except ImportError:  # a checkout from before issue 42 (a before/after comparison): it froze nothing
@@ -91,7 +91,7 @@ def trainer_steps(
     clock, timer = SyncClock(), SelfTimer()
     with tempfile.TemporaryDirectory() as out:
         argv = run_args(size, batch, block, vocab, steps, logging_steps, out, device=device, bf16=bf16,
-                        compile_=compile_, pad=pad)
+                        compile_=compile_, pad=pad, compile_backend=compile_backend)
         # the run's side reads the blocks as a run reads its data (a packed split through the block view)
         trainer, _, _, built = project_trainer(argv, packed_split(blocks))
         if variant == "trainer":
@@ -101,7 +101,7 @@ def trainer_steps(
                 output_dir=out, max_steps=steps, per_device_train_batch_size=batch, use_cpu=device == "cpu",
                 report_to="none", logging_steps=logging_steps, logging_nan_inf_filter=False, save_strategy="no",
                 eval_strategy="no", disable_tqdm=True, dataloader_drop_last=True, max_grad_norm=1.0, seed=0,
-                bf16=bf16, torch_compile=compile_)
+                bf16=bf16, torch_compile=compile_, **({"torch_compile_backend": compile_backend} if compile_ else {}))
             sched = build_scheduler("gpt3_cosine", built.optimizer, num_training_steps=steps, warmup_steps=0.1)
             trainer = Trainer(model=plain_model(trainer.model), args=args, train_dataset=as_examples(blocks),
                               data_collator=default_data_collator, optimizers=(built.optimizer, sched))
@@ -125,7 +125,7 @@ def trainer_steps(
 
 def plain_steps(
     size: str, batch: int, block: int, vocab: int, steps: int, skip: int, *, device: str = "cpu", bf16: bool = False,
-    compile_: bool = False, logging_steps: int = 1, pad: int = 64,
+    compile_: bool = False, logging_steps: int = 1, pad: int = 64, compile_backend: str = "inductor",
 ) -> list[float]:
     """nanoGPT's loop (``run_path.plain_loop``) on the model and optimizer an hf_optbench run builds for this shape
     (its plan's AdamW), the schedule stepped as the Trainer steps it; bf16 autocast and ``torch.compile`` as
@@ -137,7 +137,7 @@ def plain_steps(
         argv = run_args(size, batch, block, vocab, steps, logging_steps, out, device=device, pad=pad)
         trainer, _, prepared, built = project_trainer(argv, as_examples(blocks))
     model = plain_model(prepared.model).to(device)
-    step_model = torch.compile(model) if compile_ else model
+    step_model = torch.compile(model, backend=compile_backend) if compile_ else model
     sched = build_scheduler("gpt3_cosine", built.optimizer, num_training_steps=steps, warmup_steps=0.1)
     stamps = plain_loop(model, blocks, batch, built.optimizer, sched, steps, logging_steps, device=device, bf16=bf16,
                         step_model=step_model)

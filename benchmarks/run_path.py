@@ -43,11 +43,12 @@ def use_clock(name: str) -> None:
 
 
 def run_args(size: str, batch: int, block: int, vocab: int, steps: int, logging_steps: int, out: str, *,
-             device: str = "cpu", bf16: bool = False, compile_: bool = False, pad: int = 64) -> list[str]:
+             device: str = "cpu", bf16: bool = False, compile_: bool = False, pad: int = 64,
+             compile_backend: str = "inductor") -> list[str]:
     """``hf-optbench run`` arguments for one run at this shape: AdamW at GPT-3's 6e-4 / 0.1 with clipping at 1.0
     (bench_harness' settings since issue 8), GPT-3's cosine schedule, no evaluation or checkpoint (neither is part
     of a training step), the embedding padded to a multiple of ``pad`` rows (the project's default 64; the CPU
-    demo's 1)."""
+    demo's 1); with ``compile_``, torch.compile through ``compile_backend`` (TrainingArguments' default, inductor)."""
     return ["--model_size", size, "--data_source", "synthetic", "--synthetic_vocab_size", str(vocab),
             "--block_size", str(block), "--per_device_train_batch_size", str(batch), "--max_steps", str(steps),
             "--logging_steps", str(logging_steps), "--optimizer", "adamw", "--learning_rate", "6e-4",
@@ -55,7 +56,8 @@ def run_args(size: str, batch: int, block: int, vocab: int, steps: int, logging_
             "--seed", "0", "--eval_strategy", "no", "--save_strategy", "no", "--save_final_model", "false",
             "--write_model_card", "false", "--pad_vocab_to_multiple_of", str(pad), "--output_dir", out,
             "--use_cpu", str(device == "cpu").lower(), "--bf16", str(bf16).lower(),
-            "--torch_compile", str(compile_).lower(), "--dataloader_num_workers", "0"]
+            "--torch_compile", str(compile_).lower(), "--dataloader_num_workers", "0",
+            *(["--torch_compile_backend", compile_backend] if compile_ else [])]
 
 
 def demo_run_args(steps: int, logging_steps: int, out: str) -> list[str]:
