@@ -194,6 +194,18 @@ def test_bench_gpu_mfu_compiled_bf16_path_runs_on_cpu(tmp_path):
                for r in rows)
 
 
+def test_the_run_takes_the_compile_backend_only_when_it_compiles():
+    import run_path
+
+    def flags(**kw):
+        argv = run_path.run_args("tiny", 2, 32, 64, 4, 1, "/nonexistent", **kw)
+        return dict(zip(argv[::2], argv[1::2], strict=True))
+
+    assert flags(compile_=True, compile_backend="aot_eager")["--torch_compile_backend"] == "aot_eager"
+    assert flags(compile_=True)["--torch_compile_backend"] == "inductor"  # TrainingArguments' own default
+    assert "--torch_compile_backend" not in flags() and flags()["--torch_compile"] == "false"
+
+
 def test_bench_gpu_mfu_cpu_needs_an_explicit_batch():
     import bench_gpu_mfu
 

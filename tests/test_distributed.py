@@ -51,7 +51,10 @@ def _launch(out: Path, processes: int, config: str | None = None) -> dict:
         accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
         cmd = [accelerate, "launch", "--config_file", f"accelerate_configs/{config}", *args]
     started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=400)
+    if config is None:  # one process: a fork of the warm worker (tests/fixtures/warm_run.py)
+        proc = run_python(cmd, cwd=ROOT, env=_env(), timeout=400)
+    else:
+        proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=400)
     elapsed = time.perf_counter() - started
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-2000:]}\n{proc.stderr[-5000:]}"
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
