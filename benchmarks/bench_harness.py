@@ -76,12 +76,14 @@ def _blocks(batch: int, block: int, vocab: int, steps: int) -> torch.Tensor:
 
 def trainer_steps(
     size: str, batch: int, block: int, vocab: int, steps: int, variant: str, skip: int, *, device: str = "cpu",
-    bf16: bool = False, compile_: bool = False, logging_steps: int = 1, pad: int = 64, compile_backend: str = "inductor",
+    bf16: bool = False, compile_: bool = False, logging_steps: int = 1, pad: int = 64,
+    compile_backend: str = "inductor",
 ) -> dict[str, list[float]]:
     """variant: "hf_optbench" (what ``hf-optbench run`` assembles, our callbacks timed), "toggled" (the same with
     our callbacks gated to every other step) or "trainer" (a stock Trainer given the same optimizer and schedule,
     no callback of ours). Returns step times (``run_path.per_step``, the first ``skip`` steps dropped) and our
-    callbacks' own time per step. ``bf16``/``compile_``: what a GPU recipe sets (``compile_backend``: torch.compile's)."""
+    callbacks' own time per step. ``bf16``/``compile_``: what a GPU recipe sets (``compile_backend``:
+    torch.compile's)."""
     try:
         from hf_optbench.run.step_cost import start_up_heap_frozen
     except ImportError:  # a checkout from before issue 42 (a before/after comparison): it froze nothing
@@ -101,7 +103,9 @@ def trainer_steps(
                 output_dir=out, max_steps=steps, per_device_train_batch_size=batch, use_cpu=device == "cpu",
                 report_to="none", logging_steps=logging_steps, logging_nan_inf_filter=False, save_strategy="no",
                 eval_strategy="no", disable_tqdm=True, dataloader_drop_last=True, max_grad_norm=1.0, seed=0,
-                bf16=bf16, torch_compile=compile_, **({"torch_compile_backend": compile_backend} if compile_ else {}))
+                bf16=bf16, torch_compile=compile_,
+                # a backend set turns torch_compile on in TrainingArguments: given only when compiling
+                **({"torch_compile_backend": compile_backend} if compile_ else {}))
             sched = build_scheduler("gpt3_cosine", built.optimizer, num_training_steps=steps, warmup_steps=0.1)
             trainer = Trainer(model=plain_model(trainer.model), args=args, train_dataset=as_examples(blocks),
                               data_collator=default_data_collator, optimizers=(built.optimizer, sched))

@@ -24,8 +24,9 @@ Protocol (one JSON object per line). Worker -> sweep: ``{"event": "ready", ...}`
 ``{"event": "started", "pid": P}`` (the child waits), then ``{"event": "ended", "returncode": RC, "cpu_s": S}``, or
 ``{"event": "refused", "reason": ...}`` instead of both. Sweep -> worker: the request ``{"target", "argv", "log",
 "env", "cwd"}`` (optional: ``"stdout"``, a file for fd 1 apart from the log; ``"environ"``, the child's whole
-environment, ``env`` then added to it); after ``started`` and once the sweep has recorded the pid, ``{"go": true}``. End of the sweep's pipe
-(the sweep ended or was killed) stops the running child's process group and ends the worker.
+environment, ``env`` then added to it); after ``started`` and once the sweep has recorded the pid,
+``{"go": true}``. End of the sweep's pipe (the sweep ended or was killed) stops the running child's process group
+and ends the worker.
 """
 
 from __future__ import annotations
